@@ -1,0 +1,5 @@
+import sys
+
+from acceptor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,44 @@
+"""The `plexmq` command: `serve` runs the broker (the default); more subcommands join it here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from acceptor import config as cfg
+from router.process import setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="plexmq", description="A multi-process MQTT 3.1.1 broker.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the broker (default config embedded; no file needed)")
+    serve.add_argument("--config", metavar="FILE", help="TOML config file; the command line wins over it")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
+    serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
+    serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0].startswith("-") and args[0] not in ("-h", "--help"):
+        args.insert(0, "serve")
+    parser = _parser()
+    ns = parser.parse_args(args)
+    if ns.command == "serve":
+        overrides: dict[str, Any] = {key: value for key, value in vars(ns).items()
+                                     if key not in ("command", "config") and value is not None}
+        try:
+            config = cfg.load(ns.config, overrides)
+        except cfg.ConfigError as exc:
+            print(f"plexmq: {exc}", file=sys.stderr)
+            return 2
+        setup_logging(config["log_level"])
+        from acceptor.serve import serve
+
+        return serve(config)
+    parser.print_help()
+    return 2

@@ -1,0 +1,142 @@
+"""The broker's settings: embedded defaults, an optional TOML file, then the command line.
+
+Every option has a key; a bad key or value stops startup with one line naming the file, the line
+and the key. The result is a plain dict that the acceptor hands to its children as JSON.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+class ConfigError(Exception):
+    """One line that says what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class Option:
+    kind: type
+    default: Any
+    check: Callable[[Any], str | None] = lambda _value: None
+    doc: str = ""
+
+
+def _range(low: float, high: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value < low or (high is not None and value > high):
+            return f"must be between {low} and {high}" if high is not None else f"must be at least {low}"
+        return None
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
+
+
+def _strings(value: Any) -> str | None:
+    return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+SCHEMA: dict[str, dict[str, Option]] = {
+    "": {
+        "host": Option(str, "127.0.0.1", doc="address the MQTT listener binds"),
+        "port": Option(int, 1883, _range(0, 65535), "MQTT TCP port (0: any free port)"),
+        "workers": Option(int, 0, _range(0, 1024), "connection worker processes (0: one per core less one)"),
+        "log_level": Option(str, "info", _one_of(*LOG_LEVELS), "debug, info, warning or error"),
+        "connect_timeout": Option(float, 10.0, _range(0.1), "seconds a new socket has to send CONNECT"),
+        "max_packet_size": Option(int, 1 << 20, _range(2, 268_435_460), "largest packet a client may send, bytes"),
+        "max_inflight": Option(int, 20, _range(1, 65535), "outgoing QoS 1/2 messages unacknowledged per client"),
+        "max_queued_messages": Option(int, 1000, _range(0), "messages queued per client beyond the inflight window"),
+        "run_dir": Option(str, "", doc="private directory for the internal sockets (empty: a new temporary one)"),
+    },
+    "archive": {
+        "enabled": Option(bool, False, doc="append matching PUBLISH traffic to segment files"),
+        "dir": Option(str, "plexmq-archive", doc="where the segments go"),
+        "topics": Option(list, ["#"], _strings, "topic filters to archive"),
+        "roll_bytes": Option(int, 64 << 20, _range(1024), "start a new segment after this many bytes"),
+        "roll_seconds": Option(float, 300.0, _range(1), "start a new segment after this many seconds"),
+    },
+}
+
+
+def defaults() -> dict[str, Any]:
+    config: dict[str, Any] = {}
+    for section, options in SCHEMA.items():
+        target = config if not section else config.setdefault(section, {})
+        for key, option in options.items():
+            target[key] = list(option.default) if isinstance(option.default, list) else option.default
+    return config
+
+
+def _coerce(option: Option, value: Any) -> Any:
+    """The value as the option's type, or raise ValueError with the reason."""
+    if option.kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, option.kind) or (option.kind is int and isinstance(value, bool)):
+        raise ValueError(f"must be {'a number' if option.kind is float else option.kind.__name__}, not {value!r}")
+    reason = option.check(value)
+    if reason:
+        raise ValueError(f"{reason}, not {value!r}")
+    return value
+
+
+def _line_of(text: str, section: str, key: str) -> int:
+    """The line where `key` is set in `section` of the TOML text (0 when not found)."""
+    current = ""
+    pattern = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
+        if header:
+            current = header.group(1)
+        elif current == section and pattern.match(line):
+            return number
+    return 0
+
+
+def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Defaults, then the file at `path`, then `overrides` (top-level keys from the command line)."""
+    config = defaults()
+    if path:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+        text = raw.decode("utf-8", "replace")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        _merge(config, data, path, text)
+    for key, value in overrides.items():
+        try:
+            config[key] = _coerce(SCHEMA[""][key], value)
+        except ValueError as exc:
+            raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
+    return config
+
+
+def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str) -> None:
+    for key, value in data.items():
+        if isinstance(value, dict) and key in SCHEMA and key:
+            for sub, sub_value in value.items():
+                _set(config[key], key, sub, sub_value, path, text)
+        else:
+            _set(config, "", key, value, path, text)
+
+
+def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, text: str) -> None:
+    name = f"{section}.{key}" if section else key
+    where = f"{path}:{_line_of(text, section, key)}"
+    option = SCHEMA[section].get(key)
+    if option is None:
+        raise ConfigError(f"{where}: unknown key '{name}'")
+    try:
+        target[key] = _coerce(option, value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: key '{name}' {exc}") from None

@@ -1,0 +1,78 @@
+"""Accepting connections and handing each socket to the least-loaded worker.
+
+Accepts are taken in bursts; the sockets of one burst bound for the same worker travel in one
+sendmsg (SCM_RIGHTS). The acceptor keeps a socket only for the moment it takes to pass it on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import time
+
+from acceptor.supervisor import Child
+from workers import handoff
+
+log = logging.getLogger("plexmq.acceptor")
+
+ACCEPT_BURST = 512
+OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class Listener:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, workers: list[Child]) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.workers = workers
+        self.refused = 0
+        self.refused_logged_at = 0.0
+        loop.add_reader(sock.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        bound: dict[int, list[int]] = {}
+        live = [w for w in self.workers if w.channel is not None]
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, _addr = self.sock.accept()
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno in OUT_OF_FDS:
+                    self._out_of_fds(exc)
+                break
+            fd = conn.detach()
+            if not live:
+                os.close(fd)  # no worker alive right now: the client retries
+                continue
+            worker = min(live, key=lambda w: w.load)
+            worker.load += 1
+            bound.setdefault(worker.worker_id, []).append(fd)  # type: ignore[arg-type]
+        for worker_id, fds in bound.items():
+            self._hand(self.workers[worker_id], fds)
+
+    def _hand(self, worker: Child, fds: list[int]) -> None:
+        try:
+            for start in range(0, len(fds), handoff.MAX_FDS_PER_MESSAGE):
+                chunk = fds[start:start + handoff.MAX_FDS_PER_MESSAGE]
+                handoff.send_fds(worker.channel, chunk, handoff.LISTENER_TCP * len(chunk))  # type: ignore[arg-type]
+        except OSError as exc:
+            log.warning("cannot hand sockets to %s: %s", worker.name, exc)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _out_of_fds(self, exc: OSError) -> None:
+        """Stop accepting for a moment instead of spinning on a listener we cannot serve."""
+        now = time.monotonic()
+        if now - self.refused_logged_at >= 1.0:
+            self.refused_logged_at = now
+            log.warning("acceptor cannot accept: %s; pausing 100 ms", exc.strerror)
+        self.loop.remove_reader(self.sock.fileno())
+        self.loop.call_later(0.1, self.loop.add_reader, self.sock.fileno(), self._accept)
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()

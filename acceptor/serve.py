@@ -1,0 +1,83 @@
+"""`plexmq serve`: bind the listener, start the router and workers, hand off sockets, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+
+from acceptor.listener import Listener
+from acceptor.supervisor import Supervisor
+from router.process import raise_fd_limit
+
+log = logging.getLogger("plexmq.acceptor")
+
+STOP_TIMEOUT = 4.0  # seconds the children get to stop before SIGKILL (the whole stop stays under 5 s)
+LISTEN_BACKLOG = 4096
+
+
+def default_workers() -> int:
+    """One per core less one for the router, at least one."""
+    return max((os.cpu_count() or 2) - 1, 1)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
+    sock.setblocking(False)
+    return sock
+
+
+def serve(config: dict) -> int:
+    """Run the broker until SIGTERM/SIGINT; the exit status."""
+    raise_fd_limit()
+    if not config["workers"]:
+        config["workers"] = default_workers()
+    try:
+        sock = bind(config["host"], config["port"])
+    except OSError as exc:
+        print(f"plexmq: cannot listen on {config['host']}:{config['port']}: {exc.strerror}", file=sys.stderr)
+        return 1
+    own_run_dir = not config["run_dir"]
+    run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
+    os.makedirs(run_dir, mode=0o700, exist_ok=True)
+    os.chmod(run_dir, 0o700)
+    config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
+    host, port = sock.getsockname()[:2]
+    log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
+
+    loop = asyncio.new_event_loop()  # the stdlib loop: uvloop keeps SIGCHLD for itself
+    asyncio.set_event_loop(loop)
+    status = 0
+
+    def give_up(reason: str) -> None:
+        nonlocal status
+        log.critical("stopping the broker: %s", reason)
+        status = 1
+        loop.stop()
+
+    supervisor = Supervisor(config, loop, give_up)
+    supervisor.start()
+    listener = Listener(loop, sock, supervisor.workers)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, loop.stop)
+    loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
+    try:
+        loop.run_forever()
+    finally:
+        log.info("stopping")
+        listener.close()
+        supervisor.stop(STOP_TIMEOUT)
+        if own_run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        loop.close()
+    log.info("stopped")
+    return status

@@ -1,0 +1,147 @@
+"""Spawning, watching and restarting the router and the workers.
+
+Children are fresh interpreters (`python -m router`, `python -m workers`) that read their config from
+the environment; each dies with the acceptor (PR_SET_PDEATHSIG), so no orphan survives even a SIGKILL.
+A child that dies is restarted at once and the reason logged; one that keeps dying stops the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+import asyncio
+import socket
+from typing import Callable
+
+import orjson
+
+from router.process import CONFIG_ENV
+from workers import handoff
+
+log = logging.getLogger("plexmq.acceptor")
+
+CRASH_WINDOW = 30.0  # seconds
+CRASH_LIMIT = 5  # restarts of one child within the window before the broker gives up
+
+
+class Child:
+    """A router or worker process and, for a worker, the acceptor's end of its channel."""
+
+    def __init__(self, name: str, worker_id: int | None) -> None:
+        self.name = name
+        self.worker_id = worker_id
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.channel: socket.socket | None = None
+        self.load = 0  # connections, as last reported plus those handed since
+        self.crashes: deque[float] = deque()
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class Supervisor:
+    def __init__(self, config: dict, loop: asyncio.AbstractEventLoop, on_give_up: Callable[[str], None]) -> None:
+        self.env = dict(os.environ)
+        self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
+        self.loop = loop
+        self.on_give_up = on_give_up
+        self.router = Child("router", None)
+        self.workers = [Child(f"worker {i}", i) for i in range(config["workers"])]
+        self.stopping = False
+
+    def start(self) -> None:
+        self._spawn(self.router)
+        for child in self.workers:
+            self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        if child.worker_id is None:
+            child.proc = subprocess.Popen([sys.executable, "-m", "router"], env=self.env)
+        else:
+            mine, theirs = handoff.channel_pair()
+            mine.setblocking(False)
+            child.proc = subprocess.Popen(
+                [sys.executable, "-m", "workers", str(child.worker_id), str(theirs.fileno())],
+                env=self.env, pass_fds=(theirs.fileno(),))
+            theirs.close()
+            child.channel = mine
+            child.load = 0
+            self.loop.add_reader(mine.fileno(), self._read_load, child)
+        log.info("%s started (pid %d)", child.name, child.proc.pid)
+
+    def reap(self) -> None:
+        """Restart every child that has died (called on SIGCHLD)."""
+        for child in [self.router, *self.workers]:
+            if child.proc is None or child.proc.poll() is None:
+                continue
+            reason = describe_exit(child.proc.returncode)
+            if self.stopping:
+                continue
+            log.error("%s (pid %d) %s: restarting it", child.name, child.proc.pid, reason)
+            now = time.monotonic()
+            child.crashes.append(now)
+            while child.crashes and now - child.crashes[0] > CRASH_WINDOW:
+                child.crashes.popleft()
+            if len(child.crashes) > CRASH_LIMIT:
+                self.on_give_up(f"{child.name} died {len(child.crashes)} times in {CRASH_WINDOW:g} s (last: {reason})")
+                return
+            self._close_channel(child)
+            self._spawn(child)
+            if child.worker_id is None:
+                self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
+
+    def _read_load(self, child: Child) -> None:
+        """Take the connection counts a worker reports; EOF means it is gone (SIGCHLD follows)."""
+        while child.channel is not None:
+            try:
+                msg = child.channel.recv(64)
+            except BlockingIOError:
+                return
+            except OSError:
+                msg = b""
+            if not msg:
+                self._close_channel(child)
+                return
+            if msg[0] == handoff.LOAD:
+                child.load = handoff.LOAD_REPORT.unpack_from(msg, 1)[0]
+
+    def _close_channel(self, child: Child) -> None:
+        if child.channel is not None:
+            self.loop.remove_reader(child.channel.fileno())
+            child.channel.close()
+            child.channel = None
+
+    def _tell_workers(self, message: bytes) -> None:
+        for child in self.workers:
+            if child.channel is not None:
+                try:
+                    child.channel.send(message)
+                except OSError:
+                    pass  # a worker that cannot hear it is dying; its restart starts clean
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM every child, wait up to `timeout` seconds, SIGKILL what is left."""
+        self.stopping = True
+        children = [c.proc for c in [self.router, *self.workers] if c.proc is not None]
+        for proc in children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in children:
+            try:
+                proc.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                log.warning("pid %d did not stop in time: killing it", proc.pid)
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,289 @@
+"""The router's state machine: it takes the records of a worker and answers in per-worker batches.
+
+It owns the client-id registry, the subscription trie, retained messages and the persistent
+sessions. It never touches a socket: `main.py` feeds it frames and sends the batches it fills.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import orjson
+
+from router import wire
+from router.retain import RetainedStore
+from router.sessions import QUEUED, RELEASING, SENT, Session, Will
+from router.trie import SubscriptionTrie
+
+log = logging.getLogger("plexmq.router")
+
+_pack_sub = wire.SUBSCRIBER.pack
+_pack_deliver = wire.DELIVER_HEAD.pack
+_unpack_pub = wire.PUB_HEAD.unpack_from
+_pub_head_size = wire.PUB_HEAD.size
+
+# one cached match: per online worker (worker, packed clean subscribers, persistent (session, granted)),
+# then the offline persistent sessions
+Targets = tuple[list[tuple[bytes, bytes, list[tuple[Session, int]]]], list[tuple[Session, int]]]
+
+MATCH_CACHE_SIZE = 100_000
+
+
+class Router:
+    """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
+
+    def __init__(self, max_inflight: int, max_queued: int) -> None:
+        self.sessions: dict[str, Session] = {}
+        self.by_conn: dict[tuple[bytes, int], Session] = {}
+        self.trie = SubscriptionTrie()
+        self.retained = RetainedStore()
+        self.worker_pids: dict[bytes, int] = {}
+        self.batches: dict[bytes, wire.Batch] = {}
+        self.routed: dict[bytes, int] = {}
+        self.cache: dict[bytes, Targets] = {}
+        self.pending_limit = max_inflight + max_queued
+        self.received = 0
+        self.delivered = 0
+        self.dropped = 0
+        self._handlers: dict[int, Callable[[bytes, bytes, bytes], None]] = {
+            wire.HELLO: self._on_hello,
+            wire.CONNECT: self._on_connect,
+            wire.SUBSCRIBE: self._on_subscribe,
+            wire.UNSUBSCRIBE: self._on_unsubscribe,
+            wire.PUB: self._on_pub,
+            wire.ACK: self._on_ack,
+            wire.REL: self._on_rel,
+            wire.GONE: self._on_gone,
+        }
+
+    # -- frames in, batches out ---------------------------------------------------------------
+
+    def out(self, worker: bytes) -> wire.Batch:
+        batch = self.batches.get(worker)
+        if batch is None:
+            batch = self.batches[worker] = wire.Batch()
+        return batch
+
+    def handle_frame(self, worker: bytes, frame: bytes) -> None:
+        handlers = self._handlers
+        for kind, header, payload in wire.records(frame):
+            handlers[kind](worker, header, payload)
+
+    def take_frames(self) -> list[tuple[bytes, bytes]]:
+        """The frames to send this turn: one per worker, acknowledgements of routed PUBs last."""
+        for worker, count in self.routed.items():
+            self.out(worker).add(wire.ROUTED, wire.COUNT.pack(count))
+        self.routed.clear()
+        return [(worker, batch.take()) for worker, batch in self.batches.items() if batch]
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        worker_id, pid = orjson.loads(header)
+        previous = self.worker_pids.get(worker)
+        self.worker_pids[worker] = pid
+        if previous is not None and previous != pid:
+            lost = [key for key in self.by_conn if key[0] == worker]
+            log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
+            for key in lost:
+                self._disconnect(self.by_conn[key], publish_will=True)
+
+    def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, client_id, clean, _username, will_topic, will_qos, will_retain = orjson.loads(header)
+        old = self.sessions.get(client_id)
+        if old is not None and old.worker is not None:
+            self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
+            self._disconnect(old, publish_will=True)
+            old = self.sessions.get(client_id)
+        present = old is not None and not clean
+        if old is not None and not present:
+            self._discard(old)
+        session = old if present else Session(client_id, clean)
+        session.clean = clean
+        self.sessions[client_id] = session
+        session.worker = worker
+        session.conn = conn
+        session.will = Will(will_topic.encode(), payload, will_qos, will_retain) if will_topic is not None else None
+        self.by_conn[(worker, conn)] = session
+        if session.subs:
+            self.cache.clear()
+        out = self.out(worker)
+        out.add_json(wire.SESSION, [conn, present])
+        if present:
+            self._resend(session, out)
+
+    def _resend(self, session: Session, out: wire.Batch) -> None:
+        """Send again what a persistent session has not acknowledged, in order, with original ids."""
+        conn = session.conn
+        for pid, pending in session.unacked.items():
+            if pending.state == RELEASING:
+                out.add(wire.RESEND_REL, wire.CONN_PID.pack(conn, pid))
+                continue
+            flags = wire.pub_flags(pending.qos, False, pending.state == SENT)
+            pending.state = SENT
+            topic = pending.topic
+            out.add(wire.DELIVER, _pack_deliver(flags, len(topic)) + topic + _pack_sub(conn, pending.qos, pid), pending.payload)
+
+    def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, publish_will = wire.GONE_HEAD.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is not None:
+            self._disconnect(session, bool(publish_will))
+
+    def _disconnect(self, session: Session, publish_will: bool) -> None:
+        """The session's connection ended: publish its will if asked, keep it only if persistent."""
+        del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
+        will = session.will
+        session.will = None
+        if session.clean:
+            self._discard(session)
+        else:
+            session.worker = None
+            session.conn = 0
+            if session.subs:
+                self.cache.clear()
+        if publish_will and will is not None:
+            self.publish(will.topic, will.payload, will.qos, will.retain)
+
+    def _discard(self, session: Session) -> None:
+        for topic_filter in session.subs:
+            self.trie.remove(topic_filter, session)
+        if session.subs:
+            self.cache.clear()
+        session.subs.clear()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, filters = orjson.loads(header)
+        session = self.by_conn.get((worker, conn))
+        out = self.out(worker)
+        if session is None:
+            return
+        codes = []
+        retained: list[tuple[str, bytes, int]] = []
+        for topic_filter, qos in filters:
+            if qos is None:
+                codes.append(0x80)
+                continue
+            codes.append(qos)
+            session.subs[topic_filter] = qos
+            self.trie.add(topic_filter, session, qos)
+            for topic, body, retained_qos in self.retained.matching(topic_filter):
+                retained.append((topic, body, min(qos, retained_qos)))
+        self.cache.clear()
+        out.add_json(wire.SUBACK, [conn, packet_id, codes])
+        for topic, body, qos in retained:
+            self._deliver_one(session, out, topic.encode(), body, qos, retain=True)
+
+    def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, filters = orjson.loads(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None:
+            return
+        for topic_filter in filters:
+            if session.subs.pop(topic_filter, None) is not None:
+                self.trie.remove(topic_filter, session)
+        self.cache.clear()
+        self.out(worker).add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id))
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def _on_pub(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, flags = _unpack_pub(header)
+        qos = flags & 3
+        if qos:
+            self.routed[worker] = self.routed.get(worker, 0) + 1
+            if qos == 2:
+                session = self.by_conn.get((worker, conn))
+                if session is not None:
+                    if packet_id in session.incoming:
+                        return  # a resend before PUBREL: received exactly once
+                    session.incoming.add(packet_id)
+        self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
+
+    def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id = wire.CONN_PID.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is not None:
+            session.incoming.discard(packet_id)
+
+    def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, stage = wire.ACK_HEAD.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None:
+            return
+        if stage == wire.ACK_DONE:
+            session.unacked.pop(packet_id, None)
+        else:
+            pending = session.unacked.get(packet_id)
+            if pending is not None:
+                pending.state = RELEASING
+                pending.payload = b""
+
+    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+        """Route one message to every matching subscriber: matched once, one record per worker."""
+        self.received += 1
+        if retain:
+            self.retained.put(topic.decode(), payload, qos)
+        targets = self.cache.get(topic)
+        if targets is None:
+            targets = self._match(topic)
+        online, offline = targets
+        head = _pack_deliver(qos, len(topic)) + topic
+        limit = self.pending_limit
+        for worker, clean_subs, persistent in online:
+            subs = clean_subs
+            if persistent:
+                parts = [clean_subs]
+                for session, granted in persistent:
+                    eff = granted if granted < qos else qos
+                    if eff:
+                        pid = session.add_pending(topic, payload, eff, SENT, limit)
+                        if not pid:
+                            self.dropped += 1
+                            continue
+                        parts.append(_pack_sub(session.conn, eff, pid))
+                    else:
+                        parts.append(_pack_sub(session.conn, 0, 0))
+                subs = b"".join(parts)
+            if subs:
+                self.out(worker).add(wire.DELIVER, head + subs, payload)
+                self.delivered += len(subs) // 7
+        for session, granted in offline:
+            eff = granted if granted < qos else qos
+            if eff and not session.add_pending(topic, payload, eff, QUEUED, limit):
+                self.dropped += 1
+
+    def _match(self, topic: bytes) -> Targets:
+        by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]]]] = {}
+        offline: list[tuple[Session, int]] = []
+        for session, granted in self.trie.match(topic.decode()).items():
+            worker = session.worker
+            if worker is None:
+                offline.append((session, granted))
+                continue
+            entry = by_worker.get(worker)
+            if entry is None:
+                entry = by_worker[worker] = ([], [])
+            if session.clean:
+                entry[0].append(_pack_sub(session.conn, granted, 0))
+            else:
+                entry[1].append((session, granted))
+        targets: Targets = ([(w, b"".join(c), p) for w, (c, p) in by_worker.items()], offline)
+        if len(self.cache) >= MATCH_CACHE_SIZE:
+            self.cache.clear()
+        self.cache[topic] = targets
+        return targets
+
+    def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+        pid = 0
+        if qos and not session.clean:
+            pid = session.add_pending(topic, payload, qos, SENT, self.pending_limit)
+            if not pid:
+                self.dropped += 1
+                return
+        out.add(wire.DELIVER, _pack_deliver(wire.pub_flags(qos, retain), len(topic)) + topic + _pack_sub(session.conn, qos, pid), payload)

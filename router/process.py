@@ -1,0 +1,42 @@
+"""What every plexmq child process does first: die with its parent, own its fd limit, log alike.
+
+It lives in the router package because that is the bottom of the dependency chain
+(acceptor -> workers -> router): every process can import it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import resource
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+CONFIG_ENV = "PLEXMQ_CONFIG"
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+
+
+def raise_fd_limit() -> int:
+    """Set the soft open-file limit to the hard limit this process was given; return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def become_child(parent_pid: int, log_level: str) -> int:
+    """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        sys.exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    setup_logging(log_level)
+    return raise_fd_limit()

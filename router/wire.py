@@ -1,0 +1,96 @@
+"""The messages workers and the router exchange: one ZeroMQ frame per peer per loop turn.
+
+A frame is a run of records. Each record is `<BII` (kind, header length, payload length), then the
+header, then the payload bytes copied raw. Hot records (PUB, DELIVER, ROUTED, ACK, REL, GONE, KICK)
+have struct headers; rare control records (CONNECT, SESSION, SUBSCRIBE ...) carry an orjson header.
+The router owns this protocol; workers import it (DESIGN.md: acceptor -> workers -> router).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterator
+
+import orjson
+
+# worker -> router
+HELLO = 1  # orjson [worker_id, pid]
+CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain]; payload: will payload
+SUBSCRIBE = 3  # orjson [conn, packet_id, [[filter, qos|None(invalid)], ...]]
+UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
+PUB = 5  # PUB_HEAD (conn, packet_id, flags) + topic; payload
+ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
+REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
+GONE = 8  # GONE_HEAD (conn, publish_will)
+# router -> worker
+SESSION = 20  # orjson [conn, session_present]
+SUBACK = 21  # orjson [conn, packet_id, [code, ...]]
+UNSUBACK = 22  # CONN_PID
+ROUTED = 23  # COUNT: this many of the worker's QoS>0 PUBs (in order) are routed; acknowledge them
+DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic + SUBSCRIBER * n; payload
+RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
+KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
+
+ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
+ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
+
+RECORD = struct.Struct("<BII")
+PUB_HEAD = struct.Struct("<IHB")  # flags: qos | retain << 2
+ACK_HEAD = struct.Struct("<IHB")
+CONN_PID = struct.Struct("<IH")
+GONE_HEAD = struct.Struct("<IB")
+CONN = struct.Struct("<I")
+COUNT = struct.Struct("<I")
+DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3
+SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
+
+_pack_record = RECORD.pack
+_unpack_record = RECORD.unpack_from
+_record_size = RECORD.size
+
+
+class Batch:
+    """The records for one peer produced during one loop turn, sent as one frame."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def add(self, kind: int, header: bytes, payload: bytes = b"") -> None:
+        parts = self.parts
+        parts.append(_pack_record(kind, len(header), len(payload)))
+        parts.append(header)
+        if payload:
+            parts.append(payload)
+
+    def add_json(self, kind: int, header: Any, payload: bytes = b"") -> None:
+        self.add(kind, orjson.dumps(header), payload)
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def take(self) -> bytes:
+        """The frame, leaving the batch empty."""
+        frame = b"".join(self.parts)
+        self.parts.clear()
+        return frame
+
+
+def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
+    """Split a frame into (kind, header, payload) records."""
+    pos = 0
+    end = len(frame)
+    while pos < end:
+        kind, hlen, plen = _unpack_record(frame, pos)
+        pos += _record_size
+        hend = pos + hlen
+        pend = hend + plen
+        if pend > end:
+            raise ValueError("truncated record in frame")
+        yield kind, frame[pos:hend], frame[hend:pend]
+        pos = pend
+
+
+def pub_flags(qos: int, retain: bool, dup: bool = False) -> int:
+    return qos | (retain << 2) | (dup << 3)

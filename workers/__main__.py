@@ -1,0 +1,3 @@
+from workers.worker import main
+
+main()

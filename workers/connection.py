@@ -1,0 +1,279 @@
+"""One client connection in a worker: the MQTT 3.1.1 state machine and its outbound window.
+
+Reads are parsed in place (a buffer is kept only for a partial packet); every write of a loop
+turn is gathered in `out` and written once by the worker's flush. QoS 1/2 deliveries beyond the
+inflight window wait in a bounded queue; QoS 0 is what gets dropped first when it is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING
+
+from router import wire
+from router.topics import valid_filter
+from workers import packets as p
+
+if TYPE_CHECKING:
+    from workers.worker import Worker
+
+log = logging.getLogger("plexmq.worker")
+
+NEW, CONNECTING, CONNECTED, CLOSED = range(4)
+
+PROTOCOLS = {("MQTT", 4), ("MQIsdp", 3)}
+MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
+
+_frame = p.frame
+_publish_header = p.publish_header
+
+# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0)
+Queued = tuple[bytes, bytes, int, bool, bool, int]
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "peer", "keepalive",
+                 "deadline", "out", "inflight", "queue", "next_pid", "paused", "persistent",
+                 "disconnected", "kicked")
+
+    def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
+        self.worker = worker
+        self.conn_id = conn_id
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.state = NEW
+        self.client_id = ""
+        self.peer = ""
+        self.keepalive = 0
+        self.deadline = deadline
+        self.out: list[bytes] = []
+        self.inflight: dict[int, int] = {}  # packet id -> qos (2 becomes -2 once PUBREL is sent)
+        self.queue: deque[Queued] = deque()
+        self.next_pid = 1
+        self.paused = False
+        self.persistent = False
+        self.disconnected = False  # a DISCONNECT arrived: no will
+        self.kicked = False  # closed by the router (takeover): it handled the will already
+
+    @property
+    def closed(self) -> bool:
+        return self.state == CLOSED
+
+    # -- transport callbacks ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state != CLOSED:
+            self.close("connection lost" if exc is None else f"socket error: {exc}")
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._pump()
+
+    def data_received(self, data: bytes) -> None:
+        worker = self.worker
+        if self.state == CLOSED:
+            return
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        end = len(buf)
+        max_size = worker.max_packet_size
+        try:
+            while pos < end:
+                found = _frame(buf, pos, max_size)
+                if found is None:
+                    break
+                first, start, pos = found
+                self._packet(first >> 4, first & 15, buf[start:pos])
+                if self.state == CLOSED:
+                    return
+        except p.MalformedPacket as exc:
+            self.close(f"malformed packet: {exc}")
+            return
+        self.buf = buf[pos:] if pos < end else b""
+        worker.flush_soon()
+        if self.keepalive:
+            self.deadline = worker.now() + self.keepalive * 1.5
+
+    # -- packets from the client ------------------------------------------------------------------
+
+    def _packet(self, kind: int, flags: int, body: bytes) -> None:
+        if kind == p.PUBLISH:
+            if self.state == NEW:
+                return self.close("PUBLISH before CONNECT")
+            topic, packet_id, payload = p.decode_publish(flags, body)
+            qos = (flags >> 1) & 3
+            self.worker.publish(self, topic, packet_id, qos, bool(flags & 1), payload)
+        elif self.state == NEW:
+            if kind != p.CONNECT:
+                return self.close(f"packet type {kind} before CONNECT")
+            self._connect(p.decode_connect(flags, body))
+        elif kind == p.PUBACK:
+            self._acked(p.decode_packet_id(flags, body, 0), 1)
+        elif kind == p.PUBREC:
+            packet_id = p.decode_packet_id(flags, body, 0)
+            if self.inflight.get(packet_id) == 2:
+                self.inflight[packet_id] = -2
+                if self.persistent:
+                    self.worker.link.ack(self.conn_id, packet_id, wire.ACK_RECEIVED)
+            self.write(p.encode_pubrel(packet_id))
+        elif kind == p.PUBREL:
+            packet_id = p.decode_packet_id(flags, body, 2)
+            self.worker.link.batch.add(wire.REL, wire.CONN_PID.pack(self.conn_id, packet_id))
+            self.write(p.encode_pubcomp(packet_id))
+        elif kind == p.PUBCOMP:
+            self._acked(p.decode_packet_id(flags, body, 0), -2)
+        elif kind == p.SUBSCRIBE:
+            packet_id, filters = p.decode_subscribe(flags, body)
+            wanted = [[f, qos if valid_filter(f) else None] for f, qos in filters]
+            self.worker.link.batch.add_json(wire.SUBSCRIBE, [self.conn_id, packet_id, wanted])
+        elif kind == p.UNSUBSCRIBE:
+            packet_id, filters = p.decode_unsubscribe(flags, body)
+            self.worker.link.batch.add_json(wire.UNSUBSCRIBE, [self.conn_id, packet_id, filters])
+        elif kind == p.PINGREQ:
+            p.decode_empty(flags, body)
+            self.write(p.PINGRESP_PACKET)
+        elif kind == p.DISCONNECT:
+            p.decode_empty(flags, body)
+            self.disconnected = True
+            self.close("client disconnected", level=logging.DEBUG)
+        elif kind == p.CONNECT:
+            self.close("second CONNECT")
+        else:
+            self.close(f"packet type {kind} not allowed from a client")
+
+    def _connect(self, connect: p.Connect) -> None:
+        if (connect.protocol_name, connect.protocol_level) not in PROTOCOLS:
+            self.write(p.encode_connack(False, 0x01))
+            return self.close(f"unsupported protocol {connect.protocol_name!r} level {connect.protocol_level}")
+        client_id = connect.client_id
+        if not client_id:
+            if not connect.clean_session or connect.protocol_level == 3:
+                self.write(p.encode_connack(False, 0x02))
+                return self.close("empty client id without clean session")
+            client_id = f"plexmq-{uuid.uuid4().hex}"
+        elif connect.protocol_level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
+            self.write(p.encode_connack(False, 0x02))
+            return self.close("MQTT 3.1 client id longer than 23 characters")
+        self.client_id = client_id
+        self.persistent = not connect.clean_session
+        self.keepalive = connect.keepalive
+        self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
+        self.state = CONNECTING
+        will = connect.will
+        header = [self.conn_id, client_id, connect.clean_session, connect.username,
+                  will.topic if will else None, will.qos if will else 0, will.retain if will else False]
+        self.worker.link.batch.add_json(wire.CONNECT, header, will.payload if will else b"")
+
+    def session_ready(self, present: bool) -> None:
+        """The router has the session: CONNACK, then whatever it resends follows."""
+        self.state = CONNECTED
+        self.write(p.encode_connack(present, 0))
+        log.debug("client %s connected from %s", self.client_id, self.peer)
+
+    # -- messages to the client ----------------------------------------------------------------
+
+    def deliver(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
+                qos0_packet: bytes | None) -> None:
+        """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first)."""
+        if self.paused or self.queue or (qos and len(self.inflight) >= self.worker.max_inflight):
+            return self._enqueue((topic, payload, qos, retain, dup, packet_id))
+        if qos == 0:
+            self.write(qos0_packet or p.encode_publish(topic, payload, 0, retain))
+            return
+        self._send_qos(topic, payload, qos, retain, dup, packet_id)
+
+    def _send_qos(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int) -> None:
+        if not packet_id:
+            packet_id = self._take_pid()
+        self.inflight[packet_id] = qos
+        self.write(_publish_header(topic, len(payload), qos, retain, dup, packet_id))
+        self.write(payload)
+
+    def _take_pid(self) -> int:
+        pid = self.next_pid
+        inflight = self.inflight
+        while pid in inflight:
+            pid = pid % 65535 + 1
+        self.next_pid = pid % 65535 + 1
+        return pid
+
+    def _enqueue(self, item: Queued) -> None:
+        queue = self.queue
+        if len(queue) >= self.worker.max_queued:
+            if item[2] == 0:
+                self.worker.dropped += 1
+                return
+            for i, queued in enumerate(queue):
+                if queued[2] == 0:
+                    del queue[i]
+                    break
+            else:
+                self.worker.dropped += 1
+                return
+            self.worker.dropped += 1
+        queue.append(item)
+
+    def _pump(self) -> None:
+        """Move queued messages out while the window and the socket have room."""
+        queue = self.queue
+        max_inflight = self.worker.max_inflight
+        while queue and not self.paused and self.state != CLOSED:
+            topic, payload, qos, retain, dup, packet_id = queue[0]
+            if qos == 0:
+                self.write(p.encode_publish(topic, payload, 0, retain))
+            elif len(self.inflight) < max_inflight:
+                self._send_qos(topic, payload, qos, retain, dup, packet_id)
+            else:
+                break
+            queue.popleft()
+
+    def resend_pubrel(self, packet_id: int) -> None:
+        self.inflight[packet_id] = -2
+        self.write(p.encode_pubrel(packet_id))
+
+    def _acked(self, packet_id: int, expected: int) -> None:
+        if self.inflight.get(packet_id) != expected:
+            return  # an ack for nothing we sent at that stage: ignore, as mosquitto does
+        del self.inflight[packet_id]
+        if self.persistent:
+            self.worker.link.ack(self.conn_id, packet_id, wire.ACK_DONE)
+        if self.queue:
+            self._pump()
+
+    # -- output and closing ------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        out = self.out
+        if not out:
+            self.worker.dirty.append(self)
+            self.worker.flush_soon()
+        out.append(data)
+
+    def flush(self) -> None:
+        if self.out and self.transport is not None:
+            self.transport.write(b"".join(self.out))
+        self.out.clear()
+
+    def close(self, reason: str, level: int = logging.INFO) -> None:
+        """Close the connection; tell the router (which publishes the will unless DISCONNECT came)."""
+        if self.state == CLOSED:
+            return
+        registered = self.state != NEW
+        self.state = CLOSED
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+        self.worker.forget(self, registered and not self.kicked, not self.disconnected)
+        log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)

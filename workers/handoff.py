@@ -1,0 +1,43 @@
+"""The acceptor <-> worker channel: accepted sockets passed with SCM_RIGHTS over a SEQPACKET pair.
+
+Messages (one datagram each):
+  acceptor -> worker  b"F" + one listener-kind byte per fd, with the fds;  b"R": the router restarted
+  worker -> acceptor  b"L" + <I: connections held (the acceptor balances on it)
+"""
+
+from __future__ import annotations
+
+import array
+import socket
+import struct
+
+FDS = ord("F")
+ROUTER_RESTARTED = ord("R")
+LOAD = ord("L")
+
+MAX_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
+LOAD_REPORT = struct.Struct("<I")
+LISTENER_TCP = b"t"
+
+
+def channel_pair() -> tuple[socket.socket, socket.socket]:
+    """(acceptor end, worker end); the worker end is inherited by the worker process."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def send_fds(chan: socket.socket, fds: list[int], kinds: bytes) -> None:
+    """Pass up to MAX_FDS_PER_MESSAGE sockets in one sendmsg."""
+    chan.sendmsg([b"F" + kinds], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def recv_message(chan: socket.socket) -> tuple[bytes, list[int], int]:
+    """(data, fds received, fds the kernel could not give us because we are out of descriptors)."""
+    msg, ancdata, flags, _addr = chan.recvmsg(1 + MAX_FDS_PER_MESSAGE, socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4))
+    fds = array.array("i")
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    lost = 0
+    if msg[:1] == b"F":
+        lost = len(msg) - 1 - len(fds)
+    return msg, list(fds), lost

@@ -1,0 +1,58 @@
+"""The worker's ZeroMQ link to the router: a DEALER whose records are batched per loop turn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Callable
+
+import zmq
+
+from router import wire
+
+_pack_pub = wire.PUB_HEAD.pack
+_pack_ack = wire.ACK_HEAD.pack
+
+
+class RouterLink:
+    """Collects the records of one loop turn in `batch`; `send()` ships them as one frame."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, worker_id: int,
+                 on_frame: Callable[[bytes], None]) -> None:
+        self.loop = loop
+        self.on_frame = on_frame
+        self.ctx = zmq.Context(io_threads=1)
+        sock = self.sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.LINGER, 2000)
+        sock.connect(endpoint)
+        self.batch = wire.Batch()
+        self.fd = sock.getsockopt(zmq.FD)
+        loop.add_reader(self.fd, self._readable)
+        self.batch.add_json(wire.HELLO, [worker_id, os.getpid()])
+
+    def _readable(self) -> None:
+        # The ZeroMQ fd is edge-triggered: drain until EVENTS says nothing is left.
+        sock = self.sock
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self.on_frame(sock.recv(zmq.NOBLOCK, copy=True))
+
+    def send(self) -> None:
+        if self.batch:
+            self.sock.send(self.batch.take(), zmq.NOBLOCK)
+            # a send can consume the fd's edge: look for input that arrived meanwhile
+            if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self.loop.call_soon(self._readable)
+
+    def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
+        self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
+
+    def ack(self, conn: int, packet_id: int, stage: int) -> None:
+        self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.fd)
+        self.sock.close()
+        self.ctx.term()

@@ -1,0 +1,254 @@
+"""A connection worker process: adopts sockets from the acceptor, speaks MQTT, batches to the router.
+
+Everything one loop turn produces is flushed once at its end (`flush`): one write per client socket
+and one ZeroMQ frame to the router. Keepalive and CONNECT deadlines share one wheel swept each second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections import deque
+
+import orjson
+import uvloop
+
+from router import wire
+from router.process import CONFIG_ENV, become_child
+from workers import handoff
+from workers import packets as p
+from workers.connection import CLOSED, NEW, Connection
+from workers.keepalive import TimerWheel
+from workers.link import RouterLink
+
+log = logging.getLogger("plexmq.worker")
+
+FD_RESERVE = 64  # descriptors kept for ZeroMQ, the channel, logs and the archive
+
+_unpack_deliver = wire.DELIVER_HEAD.unpack_from
+_deliver_size = wire.DELIVER_HEAD.size
+_iter_subs = wire.SUBSCRIBER.iter_unpack
+
+
+class Worker:
+    def __init__(self, worker_id: int, config: dict, loop: asyncio.AbstractEventLoop,
+                 channel: socket.socket, fd_limit: int) -> None:
+        self.worker_id = worker_id
+        self.loop = loop
+        self.channel = channel
+        self.max_packet_size: int = config["max_packet_size"]
+        self.max_inflight: int = config["max_inflight"]
+        self.max_queued: int = config["max_queued_messages"]
+        self.connect_timeout: float = config["connect_timeout"]
+        self.max_conns = max(fd_limit - FD_RESERVE, 1)
+        self.conns: dict[int, Connection] = {}
+        self.next_conn = 1
+        self.dirty: list[Connection] = []
+        self.flush_pending = False
+        self.awaiting: deque[tuple[Connection, int, int]] = deque()  # QoS>0 PUBs the router has not routed yet
+        self.wheel = TimerWheel(loop.time())
+        self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
+        self.dropped = 0
+        self.refused = 0
+        self.refused_logged_at = 0.0
+        self.reported_load = -1
+        self.stopped = False
+        loop.add_reader(channel.fileno(), self._channel_readable)
+        loop.call_later(1.0, self._tick)
+        self.flush_soon()
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    # -- the end of every loop turn ----------------------------------------------------------------
+
+    def flush_soon(self) -> None:
+        if not self.flush_pending:
+            self.flush_pending = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.flush_pending = False
+        dirty = self.dirty
+        self.dirty = []
+        for conn in dirty:
+            conn.flush()
+        self.link.send()
+
+    # -- connections -------------------------------------------------------------------------------
+
+    def adopt(self, fd: int) -> None:
+        """Serve a socket passed by the acceptor, or refuse it when out of descriptors."""
+        if len(self.conns) >= self.max_conns:
+            os.close(fd)
+            self._refuse(1)
+            return
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # writes are already batched per turn
+        conn_id = self.next_conn
+        self.next_conn += 1
+        conn = Connection(self, conn_id, self.loop.time() + self.connect_timeout)
+        self.conns[conn_id] = conn
+        self.wheel.add(conn)
+        task = asyncio.ensure_future(self.loop.connect_accepted_socket(lambda: conn, sock))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.close(f"cannot serve socket: {t.exception()}"))
+
+    def _refuse(self, count: int) -> None:
+        self.refused += count
+        now = time.monotonic()
+        if now - self.refused_logged_at >= 1.0:
+            self.refused_logged_at = now
+            log.warning("out of file descriptors (%d connections): refused %d sockets so far", len(self.conns), self.refused)
+
+    def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
+        self.conns.pop(conn.conn_id, None)
+        if tell_router:
+            self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
+            self.flush_soon()
+
+    def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes) -> None:
+        self.link.pub(conn.conn_id, packet_id, qos, retain, topic.encode(), payload)
+        if qos:
+            self.awaiting.append((conn, packet_id, qos))
+
+    # -- records from the router ---------------------------------------------------------------------
+
+    def on_frame(self, frame: bytes) -> None:
+        conns = self.conns
+        for kind, header, payload in wire.records(frame):
+            if kind == wire.DELIVER:
+                self._deliver(header, payload)
+            elif kind == wire.ROUTED:
+                self._routed(wire.COUNT.unpack(header)[0])
+            elif kind == wire.SESSION:
+                conn_id, present = orjson.loads(header)
+                conn = conns.get(conn_id)
+                if conn is not None:
+                    conn.session_ready(present)
+            elif kind == wire.SUBACK:
+                conn_id, packet_id, codes = orjson.loads(header)
+                conn = conns.get(conn_id)
+                if conn is not None:
+                    conn.write(p.encode_suback(packet_id, codes))
+            elif kind == wire.UNSUBACK:
+                conn_id, packet_id = wire.CONN_PID.unpack(header)
+                conn = conns.get(conn_id)
+                if conn is not None:
+                    conn.write(p.encode_unsuback(packet_id))
+            elif kind == wire.RESEND_REL:
+                conn_id, packet_id = wire.CONN_PID.unpack(header)
+                conn = conns.get(conn_id)
+                if conn is not None:
+                    conn.resend_pubrel(packet_id)
+            elif kind == wire.KICK:
+                conn = conns.get(wire.CONN.unpack(header)[0])
+                if conn is not None:
+                    conn.kicked = True
+                    conn.close("taken over by a new connection with the same client id")
+        self.flush_soon()
+
+    def _deliver(self, header: bytes, payload: bytes) -> None:
+        """One message for local subscribers: QoS 0 bytes are encoded once and shared."""
+        flags, topic_len = _unpack_deliver(header)
+        qos = flags & 3
+        retain = bool(flags & 4)
+        dup = bool(flags & 8)
+        start = _deliver_size + topic_len
+        topic = header[_deliver_size:start]
+        conns = self.conns
+        qos0_packet = None
+        for conn_id, granted, packet_id in _iter_subs(header[start:]):
+            conn = conns.get(conn_id)
+            if conn is None or conn.state == CLOSED:
+                continue
+            eff = granted if granted < qos else qos
+            if eff == 0 and qos0_packet is None:
+                qos0_packet = p.encode_publish(topic, payload, 0, retain)
+            conn.deliver(topic, payload, eff, retain, dup, packet_id, qos0_packet)
+
+    def _routed(self, count: int) -> None:
+        """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC."""
+        awaiting = self.awaiting
+        for _ in range(count):
+            conn, packet_id, qos = awaiting.popleft()
+            if conn.state != CLOSED:
+                conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
+
+    # -- the acceptor channel and housekeeping ----------------------------------------------------
+
+    def _channel_readable(self) -> None:
+        while True:
+            try:
+                msg, fds, lost = handoff.recv_message(self.channel)
+            except BlockingIOError:
+                break
+            if not msg:
+                log.warning("acceptor channel closed: stopping")
+                self.stop()
+                return
+            if msg[0] == handoff.FDS:
+                for fd in fds:
+                    self.adopt(fd)
+                if lost:
+                    self._refuse(lost)
+            elif msg[0] == handoff.ROUTER_RESTARTED:
+                self._router_restarted()
+        self._report_load()
+
+    def _router_restarted(self) -> None:
+        """A new router knows none of our sessions: close every client so that each reconnects."""
+        log.warning("router restarted: closing %d connections so that they reconnect", len(self.conns))
+        for conn in list(self.conns.values()):
+            conn.kicked = True
+            conn.close("router restarted")
+        self.awaiting.clear()
+        self.link.batch.add_json(wire.HELLO, [self.worker_id, os.getpid()])
+        self.flush_soon()
+
+    def _report_load(self) -> None:
+        count = len(self.conns)
+        if count != self.reported_load:
+            self.reported_load = count
+            try:
+                self.channel.send(b"L" + handoff.LOAD_REPORT.pack(count))
+            except BlockingIOError:
+                self.reported_load = -1
+
+    def _tick(self) -> None:
+        now = self.loop.time()
+        for conn in self.wheel.expire(now):
+            conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state == NEW else "keepalive timeout")  # type: ignore[attr-defined]
+        self._report_load()
+        self.loop.call_later(1.0, self._tick)
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        for conn in list(self.conns.values()):
+            conn.kicked = True
+            conn.close("broker shutting down")
+        self.flush()
+        self.link.close()
+        self.loop.stop()
+
+
+def main() -> None:
+    config = orjson.loads(os.environ[CONFIG_ENV])
+    worker_id, channel_fd = int(sys.argv[1]), int(sys.argv[2])
+    fd_limit = become_child(config["parent_pid"], config["log_level"])
+    uvloop.install()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    channel = socket.socket(fileno=channel_fd)
+    channel.setblocking(False)
+    worker = Worker(worker_id, config, loop, channel, fd_limit)
+    loop.add_signal_handler(signal.SIGTERM, worker.stop)
+    log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
+    loop.run_forever()
