@@ -1,0 +1,133 @@
+"""Fixtures that start the real broker (acceptor, router, workers) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
+    """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+class Broker:
+    """A running `plexmq serve` and the processes under it."""
+
+    def __init__(self, port: int, log_path: Path, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.port = port
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "acceptor", "serve", "--port", str(port), *args],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        wait_for(self._ready, 20, f"the broker on port {port}")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
+        if len(self.workers()) < 1 or self.router() is None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x00\x00\x00")  # CONNECT, clean, empty id
+                return s.recv(4) == b"\x20\x02\x00\x00"
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+
+    def workers(self) -> dict[int, psutil.Process]:
+        """worker id -> process."""
+        found = {}
+        for child in self.children():
+            try:
+                cmd = child.cmdline()
+            except psutil.Error:
+                continue
+            if "workers" in cmd:
+                found[int(cmd[cmd.index("workers") + 1])] = child
+        return found
+
+    def router(self) -> psutil.Process | None:
+        for child in self.children():
+            try:
+                if "router" in child.cmdline():
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    def worker_of(self, client_port: int) -> int:
+        """The id of the worker holding the connection whose client side uses `client_port`."""
+        for worker_id, proc in self.workers().items():
+            for c in proc.net_connections(kind="tcp"):
+                if c.raddr and c.raddr.port == client_port:
+                    return worker_id
+        raise AssertionError(f"no worker holds the connection from port {client_port}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                for child in self.children():
+                    child.kill()
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker with two workers shared by the tests that leave it as they found it."""
+    b = Broker(free_port(), tmp_path_factory.mktemp("broker") / "broker.log", ["--workers", "2"])
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
+    """Start a dedicated broker (for tests that kill or reconfigure it); stopped after the test."""
+    started: list[Broker] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Broker:
+        b = Broker(free_port(), tmp_path / f"broker{len(started)}.log", list(args) or ["--workers", "2"], env)
+        started.append(b)
+        return b
+
+    yield start
+    for b in started:
+        b.stop()

@@ -1,0 +1,116 @@
+"""Test clients: a raw-socket client for byte-exact checks and a thin paho wrapper that awaits events."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+
+import paho.mqtt.client as paho
+
+from workers import packets as p
+
+
+class RawClient:
+    """Speaks bytes to the broker and reads whole packets back (framing from the project's codec)."""
+
+    def __init__(self, port: int, timeout: float = 5.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    @property
+    def local_port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(self, client_id: str, clean: bool = True, keepalive: int = 60, **kw: object) -> tuple[bool, int]:
+        self.send(p.encode_connect(client_id, clean, keepalive, **kw))  # type: ignore[arg-type]
+        first, body = self.recv()
+        assert first == 0x20, f"expected CONNACK, got {first:#x}"
+        return p.decode_connack(0, body)
+
+    def recv(self, timeout: float = 5.0) -> tuple[int, bytes]:
+        """(first byte, body) of the next packet; AssertionError if none comes in time or the socket closes."""
+        self.sock.settimeout(timeout)
+        while True:
+            found = p.frame(self.buf, 0, 1 << 28)
+            if found:
+                first, start, end = found
+                body = self.buf[start:end]
+                self.buf = self.buf[end:]
+                return first, body
+            data = self.sock.recv(65536)
+            if not data:
+                raise AssertionError("connection closed by the broker")
+            self.buf += data
+
+    def expect_closed(self, timeout: float = 5.0) -> None:
+        """The broker closes the connection (anything it sent first is discarded)."""
+        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if not self.sock.recv(65536):
+                    return
+        except ConnectionResetError:
+            return
+        raise AssertionError("the broker did not close the connection")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Client:
+    """A paho-mqtt 3.1.1 client whose events land in queues the test can wait on."""
+
+    def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
+                 will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311) -> None:
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                  clean_session=clean, protocol=protocol)
+        self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
+        self.connacks: queue.Queue[tuple[bool, int]] = queue.Queue()
+        self.subacks: queue.Queue[list[int]] = queue.Queue()
+        self.disconnected = threading.Event()
+        self.client.on_message = lambda c, u, msg: self.messages.put(msg)
+        self.client.on_connect = lambda c, u, flags, rc, props: self.connacks.put((flags.session_present, rc.value))
+        self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put([r.value for r in codes])
+        self.client.on_disconnect = lambda *a: self.disconnected.set()
+        if will:
+            self.client.will_set(will[0], will[1], will[2], will[3])
+        self.client.connect("127.0.0.1", port, keepalive)
+        self.client.loop_start()
+        self.session_present, rc = self.connacks.get(timeout=5)
+        assert rc == 0, f"CONNACK {rc}"
+
+    def subscribe(self, topic: str, qos: int = 0) -> list[int]:
+        self.client.subscribe(topic, qos)
+        return self.subacks.get(timeout=5)
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 0, retain: bool = False) -> None:
+        info = self.client.publish(topic, payload, qos, retain)
+        if qos:
+            info.wait_for_publish(5)
+            assert info.is_published()
+
+    def get(self, timeout: float = 5.0) -> paho.MQTTMessage:
+        return self.messages.get(timeout=timeout)
+
+    def nothing(self, timeout: float = 0.3) -> bool:
+        """True when no message arrives within `timeout` (the one place a test waits for an absence)."""
+        try:
+            self.messages.get(timeout=timeout)
+        except queue.Empty:
+            return True
+        return False
+
+    def disconnect(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+    def drop(self) -> None:
+        """Close the socket without DISCONNECT (so the will fires)."""
+        self.client.loop_stop()
+        self.client.socket().close()  # type: ignore[union-attr]
