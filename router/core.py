@@ -23,9 +23,29 @@ _pack_deliver = wire.DELIVER_HEAD.pack
 _unpack_pub = wire.PUB_HEAD.unpack_from
 _pub_head_size = wire.PUB_HEAD.size
 
-# one cached match: per online worker (worker, packed clean subscribers, persistent (session, granted)),
-# then the offline persistent sessions
-Targets = tuple[list[tuple[bytes, bytes, list[tuple[Session, int]]]], list[tuple[Session, int]]]
+
+class Dest:
+    """A worker's share of one topic's subscribers, collecting raw QoS 0 packets during a turn."""
+
+    __slots__ = ("worker", "subs", "pending")
+
+    def __init__(self, worker: bytes, subs: bytes) -> None:
+        self.worker = worker
+        self.subs = subs  # every online subscriber on that worker, packed
+        self.pending: list[bytes] = []
+
+
+class Targets:
+    """One cached match of a topic."""
+
+    __slots__ = ("raw", "online", "offline")
+
+    def __init__(self, raw: list[Dest], online: list[tuple[bytes, bytes, list[tuple[Session, int]]]],
+                 offline: list[tuple[Session, int]]) -> None:
+        self.raw = raw  # for plain QoS 0 runs
+        self.online = online  # per worker: (worker, packed clean subscribers, persistent (session, granted))
+        self.offline = offline  # persistent sessions without a connection
+
 
 MATCH_CACHE_SIZE = 100_000
 
@@ -42,6 +62,7 @@ class Router:
         self.batches: dict[bytes, wire.Batch] = {}
         self.routed: dict[bytes, int] = {}
         self.cache: dict[bytes, Targets] = {}
+        self.raw_dirty: list[Dest] = []
         self.pending_limit = max_inflight + max_queued
         self.received = 0
         self.delivered = 0
@@ -52,6 +73,7 @@ class Router:
             wire.SUBSCRIBE: self._on_subscribe,
             wire.UNSUBSCRIBE: self._on_unsubscribe,
             wire.PUB: self._on_pub,
+            wire.PUB0: self._on_pub0,
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
@@ -68,10 +90,14 @@ class Router:
     def handle_frame(self, worker: bytes, frame: bytes) -> None:
         handlers = self._handlers
         for kind, header, payload in wire.records(frame):
+            if kind != wire.PUB0 and self.raw_dirty:
+                self._flush_raw()  # keep every worker's records in the order they were caused
             handlers[kind](worker, header, payload)
 
     def take_frames(self) -> list[tuple[bytes, bytes]]:
         """The frames to send this turn: one per worker, acknowledgements of routed PUBs last."""
+        if self.raw_dirty:
+            self._flush_raw()
         for worker, count in self.routed.items():
             self.out(worker).add(wire.ROUTED, wire.COUNT.pack(count))
         self.routed.clear()
@@ -205,6 +231,48 @@ class Router:
                     session.incoming.add(packet_id)
         self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
 
+    def _on_pub0(self, worker: bytes, header: bytes, data: bytes) -> None:
+        """A run of plain QoS 0 PUBLISH packets: each is matched and queued as it is for its workers."""
+        cache = self.cache
+        raw_dirty = self.raw_dirty
+        pos = 0
+        end = len(data)
+        count = 0
+        while pos < end:
+            i = pos + 1
+            b = data[i]
+            length = b & 127
+            shift = 7
+            while b & 128:
+                i += 1
+                b = data[i]
+                length |= (b & 127) << shift
+                shift += 7
+            body = i + 1
+            stop = body + length
+            topic = data[body + 2:body + 2 + ((data[body] << 8) | data[body + 1])]
+            targets = cache.get(topic)
+            if targets is None:
+                targets = self._match(topic)
+            if targets.raw:
+                packet = data[pos:stop]
+                for dest in targets.raw:
+                    pending = dest.pending
+                    if not pending:
+                        raw_dirty.append(dest)
+                    pending.append(packet)
+            count += 1
+            pos = stop
+        self.received += count
+
+    def _flush_raw(self) -> None:
+        for dest in self.raw_dirty:
+            pending = dest.pending
+            self.out(dest.worker).add(wire.DELIVER_RAW, dest.subs, b"".join(pending))
+            self.delivered += len(pending) * (len(dest.subs) // wire.SUBSCRIBER.size)
+            pending.clear()
+        self.raw_dirty.clear()
+
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id = wire.CONN_PID.unpack(header)
         session = self.by_conn.get((worker, conn))
@@ -232,7 +300,8 @@ class Router:
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
-        online, offline = targets
+        online = targets.online
+        offline = targets.offline
         head = _pack_deliver(qos, len(topic)) + topic
         limit = self.pending_limit
         for worker, clean_subs, persistent in online:
@@ -259,7 +328,7 @@ class Router:
                 self.dropped += 1
 
     def _match(self, topic: bytes) -> Targets:
-        by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]]]] = {}
+        by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
         offline: list[tuple[Session, int]] = []
         for session, granted in self.trie.match(topic.decode()).items():
             worker = session.worker
@@ -268,12 +337,15 @@ class Router:
                 continue
             entry = by_worker.get(worker)
             if entry is None:
-                entry = by_worker[worker] = ([], [])
+                entry = by_worker[worker] = ([], [], [])
+            packed = _pack_sub(session.conn, granted, 0)
+            entry[2].append(packed)
             if session.clean:
-                entry[0].append(_pack_sub(session.conn, granted, 0))
+                entry[0].append(packed)
             else:
                 entry[1].append((session, granted))
-        targets: Targets = ([(w, b"".join(c), p) for w, (c, p) in by_worker.items()], offline)
+        targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
+                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline)
         if len(self.cache) >= MATCH_CACHE_SIZE:
             self.cache.clear()
         self.cache[topic] = targets

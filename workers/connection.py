@@ -31,8 +31,9 @@ MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
 _frame = p.frame
 _publish_header = p.publish_header
 
-# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0)
-Queued = tuple[bytes, bytes, int, bool, bool, int]
+# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0);
+# a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0)
+Queued = tuple[bytes | None, bytes, int, bool, bool, int]
 
 
 class Connection(asyncio.Protocol):
@@ -89,18 +90,35 @@ class Connection(asyncio.Protocol):
         pos = 0
         end = len(buf)
         max_size = worker.max_packet_size
+        run = -1  # start of a run of plain QoS 0 PUBLISH packets, forwarded to the router as they are
         try:
             while pos < end:
                 found = _frame(buf, pos, max_size)
                 if found is None:
                     break
-                first, start, pos = found
-                self._packet(first >> 4, first & 15, buf[start:pos])
-                if self.state == CLOSED:
-                    return
+                first, start, stop = found
+                if first == 0x30 and self.state != NEW:
+                    topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
+                    if topic_end > stop or buf[start + 2:topic_end] not in worker.valid_topics:
+                        p.decode_publish(0, buf[start:stop])  # validates, raises MalformedPacket
+                        worker.remember_topic(buf[start + 2:topic_end])
+                    if run < 0:
+                        run = pos
+                else:
+                    if run >= 0:
+                        worker.link.pub0(buf[run:pos])
+                        run = -1
+                    self._packet(first >> 4, first & 15, buf[start:stop])
+                    if self.state == CLOSED:
+                        return
+                pos = stop
         except p.MalformedPacket as exc:
+            if run >= 0:
+                worker.link.pub0(buf[run:pos])
             self.close(f"malformed packet: {exc}")
             return
+        if run >= 0:
+            worker.link.pub0(buf[run:pos])
         self.buf = buf[pos:] if pos < end else b""
         worker.flush_soon()
         if self.keepalive:
@@ -194,6 +212,17 @@ class Connection(asyncio.Protocol):
             return
         self._send_qos(topic, payload, qos, retain, dup, packet_id)
 
+    def deliver_raw(self, packets: bytes) -> None:
+        """Plain QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
+        if not (self.paused or self.queue):
+            self.write(packets)
+            return
+        pos = 0
+        while pos < len(packets):
+            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
+            self._enqueue((None, packets[pos:stop], 0, False, False, 0))
+            pos = stop
+
     def _send_qos(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int) -> None:
         if not packet_id:
             packet_id = self._take_pid()
@@ -231,7 +260,9 @@ class Connection(asyncio.Protocol):
         max_inflight = self.worker.max_inflight
         while queue and not self.paused and self.state != CLOSED:
             topic, payload, qos, retain, dup, packet_id = queue[0]
-            if qos == 0:
+            if topic is None:
+                self.write(payload)
+            elif qos == 0:
                 self.write(p.encode_publish(topic, payload, 0, retain))
             elif len(self.inflight) < max_inflight:
                 self._send_qos(topic, payload, qos, retain, dup, packet_id)

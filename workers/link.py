@@ -49,6 +49,9 @@ class RouterLink:
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
         self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
 
+    def pub0(self, packets: bytes) -> None:
+        self.batch.add(wire.PUB0, b"", packets)
+
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
 

@@ -29,6 +29,7 @@ from workers.link import RouterLink
 log = logging.getLogger("plexmq.worker")
 
 FD_RESERVE = 64  # descriptors kept for ZeroMQ, the channel, logs and the archive
+VALID_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
@@ -53,6 +54,7 @@ class Worker:
         self.awaiting: deque[tuple[Connection, int, int]] = deque()  # QoS>0 PUBs the router has not routed yet
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
+        self.valid_topics: set[bytes] = set()
         self.dropped = 0
         self.refused = 0
         self.refused_logged_at = 0.0
@@ -112,6 +114,11 @@ class Worker:
             self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
             self.flush_soon()
 
+    def remember_topic(self, topic: bytes) -> None:
+        if len(self.valid_topics) >= VALID_TOPICS_MAX:
+            self.valid_topics.clear()
+        self.valid_topics.add(topic)
+
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes) -> None:
         self.link.pub(conn.conn_id, packet_id, qos, retain, topic.encode(), payload)
         if qos:
@@ -122,7 +129,12 @@ class Worker:
     def on_frame(self, frame: bytes) -> None:
         conns = self.conns
         for kind, header, payload in wire.records(frame):
-            if kind == wire.DELIVER:
+            if kind == wire.DELIVER_RAW:
+                for conn_id, _granted, _packet_id in _iter_subs(header):
+                    conn = conns.get(conn_id)
+                    if conn is not None and conn.state != CLOSED:
+                        conn.deliver_raw(payload)
+            elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
                 self._routed(wire.COUNT.unpack(header)[0])
