@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any
 
@@ -19,11 +20,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
     serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
+    for name, (_module, text) in TOOLS.items():
+        commands.add_parser(name, help=text, add_help=False)
     return parser
+
+
+# subcommands that parse their own arguments: name -> (module with main(argv) -> int, help)
+TOOLS = {
+    "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
+    "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in TOOLS:  # each tool parses its own arguments
+        return importlib.import_module(TOOLS[args[0]][0]).main(args[1:])
     if not args or args[0].startswith("-") and args[0] not in ("-h", "--help"):
         args.insert(0, "serve")
     parser = _parser()

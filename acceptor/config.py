@@ -86,14 +86,19 @@ def _coerce(option: Option, value: Any) -> Any:
 
 
 def _line_of(text: str, section: str, key: str) -> int:
-    """The line where `key` is set in `section` of the TOML text (0 when not found)."""
+    """The line where `key` of `section` is set in the TOML text: `key =` under `[section]`,
+    `section.key =` at the top, or a `[key]` table header (0 when not found)."""
     current = ""
-    pattern = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
+    dotted = re.escape(f"{section}.{key}" if section else key)
+    assignment = re.compile(rf"^\s*(\"?){re.escape(key)}\1\s*=")
+    top_level = re.compile(rf"^\s*{dotted}\s*=")
     for number, line in enumerate(text.splitlines(), 1):
         header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
         if header:
             current = header.group(1)
-        elif current == section and pattern.match(line):
+            if not section and current == key:
+                return number
+        elif current == section and assignment.match(line) or current == "" and top_level.match(line):
             return number
     return 0
 

@@ -13,7 +13,7 @@ import orjson
 
 from router import wire
 from router.retain import RetainedStore
-from router.sessions import QUEUED, RELEASING, SENT, Session, Will
+from router.sessions import RELEASING, Pending, Session, Will
 from router.trie import SubscriptionTrie
 
 log = logging.getLogger("plexmq.router")
@@ -64,6 +64,7 @@ class Router:
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
         self.pending_limit = max_inflight + max_queued
+        self.window = max_inflight
         self.received = 0
         self.delivered = 0
         self.dropped = 0
@@ -140,16 +141,21 @@ class Router:
             self._resend(session, out)
 
     def _resend(self, session: Session, out: wire.Batch) -> None:
-        """Send again what a persistent session has not acknowledged, in order, with original ids."""
-        conn = session.conn
-        for pid, pending in session.unacked.items():
+        """Send again what a persistent session has not acknowledged, in order, with original ids,
+        then what waited for it, as far as its window allows."""
+        for pid, pending in session.in_flight():
             if pending.state == RELEASING:
-                out.add(wire.RESEND_REL, wire.CONN_PID.pack(conn, pid))
-                continue
-            flags = wire.pub_flags(pending.qos, False, pending.state == SENT)
-            pending.state = SENT
-            topic = pending.topic
-            out.add(wire.DELIVER, _pack_deliver(flags, len(topic)) + topic + _pack_sub(conn, pending.qos, pid), pending.payload)
+                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
+            else:
+                self._send_pending(session, out, pid, pending, dup=True)
+        for pid, pending in session.ready(self.window):
+            self._send_pending(session, out, pid, pending, dup=False)
+
+    @staticmethod
+    def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
+        topic = pending.topic
+        head = _pack_deliver(wire.pub_flags(pending.qos, pending.retain, dup), len(topic))
+        out.add(wire.DELIVER, head + topic + _pack_sub(session.conn, pending.qos, pid), pending.payload)
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, publish_will = wire.GONE_HEAD.unpack(header)
@@ -285,7 +291,11 @@ class Router:
         if session is None:
             return
         if stage == wire.ACK_DONE:
-            session.unacked.pop(packet_id, None)
+            session.release(packet_id)
+            if session.queued:
+                out = self.out(worker)
+                for pid, pending in session.ready(self.window):
+                    self._send_pending(session, out, pid, pending, dup=False)
         else:
             pending = session.unacked.get(packet_id)
             if pending is not None:
@@ -304,6 +314,7 @@ class Router:
         offline = targets.offline
         head = _pack_deliver(qos, len(topic)) + topic
         limit = self.pending_limit
+        window = self.window
         for worker, clean_subs, persistent in online:
             subs = clean_subs
             if persistent:
@@ -311,11 +322,11 @@ class Router:
                 for session, granted in persistent:
                     eff = granted if granted < qos else qos
                     if eff:
-                        pid = session.add_pending(topic, payload, eff, SENT, limit)
-                        if not pid:
+                        pid = session.keep(topic, payload, eff, False, limit, window)
+                        if pid > 0:
+                            parts.append(_pack_sub(session.conn, eff, pid))
+                        elif pid < 0:
                             self.dropped += 1
-                            continue
-                        parts.append(_pack_sub(session.conn, eff, pid))
                     else:
                         parts.append(_pack_sub(session.conn, 0, 0))
                 subs = b"".join(parts)
@@ -324,7 +335,7 @@ class Router:
                 self.delivered += len(subs) // 7
         for session, granted in offline:
             eff = granted if granted < qos else qos
-            if eff and not session.add_pending(topic, payload, eff, QUEUED, limit):
+            if eff and session.keep(topic, payload, eff, False, limit, window) < 0:
                 self.dropped += 1
 
     def _match(self, topic: bytes) -> Targets:
@@ -354,8 +365,8 @@ class Router:
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
         pid = 0
         if qos and not session.clean:
-            pid = session.add_pending(topic, payload, qos, SENT, self.pending_limit)
-            if not pid:
-                self.dropped += 1
-                return
+            pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.window)
+            if pid <= 0:
+                self.dropped += pid < 0
+                return  # dropped, or queued until the client's window has room
         out.add(wire.DELIVER, _pack_deliver(wire.pub_flags(qos, retain), len(topic)) + topic + _pack_sub(session.conn, qos, pid), payload)

@@ -7,7 +7,8 @@ id they will carry, so that a reconnect resends them with their original ids (MQ
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from typing import Iterator
 
 QUEUED = 0  # never sent to the client
 SENT = 1  # sent, neither PUBACK nor PUBREC seen: resend with DUP
@@ -19,12 +20,13 @@ MAX_PACKET_ID = 65535
 class Pending:
     """One outgoing QoS 1/2 message of a persistent session."""
 
-    __slots__ = ("topic", "payload", "qos", "state")
+    __slots__ = ("topic", "payload", "qos", "retain", "state")
 
-    def __init__(self, topic: bytes, payload: bytes, qos: int, state: int) -> None:
+    def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, state: int) -> None:
         self.topic = topic
         self.payload = payload
         self.qos = qos
+        self.retain = retain
         self.state = state
 
 
@@ -41,7 +43,8 @@ class Will:
 class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
-    __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "next_pid", "incoming", "will", "dropped")
+    __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
+                 "incoming", "will", "dropped")
 
     def __init__(self, client_id: str, clean: bool) -> None:
         self.client_id = client_id
@@ -50,20 +53,52 @@ class Session:
         self.conn = 0
         self.subs: dict[str, int] = {}
         self.unacked: OrderedDict[int, Pending] = OrderedDict()
+        self.queued: deque[int] = deque()  # packet ids of QUEUED messages, oldest first
+        self.inflight = 0  # SENT or RELEASING messages: the client's window is full at max_inflight
         self.next_pid = 1
         self.incoming: set[int] = set()  # QoS 2 packet ids received and not yet released
         self.will: Will | None = None
         self.dropped = 0
 
-    def add_pending(self, topic: bytes, payload: bytes, qos: int, state: int, limit: int) -> int:
-        """Keep a QoS 1/2 message for this session; its packet id, or 0 when the session is full."""
+    def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, limit: int, window: int) -> int:
+        """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits, -1 when dropped."""
         unacked = self.unacked
         if len(unacked) >= limit:
             self.dropped += 1
-            return 0
+            return -1
         pid = self.next_pid
         while pid in unacked:
             pid = pid % MAX_PACKET_ID + 1
         self.next_pid = pid % MAX_PACKET_ID + 1
-        unacked[pid] = Pending(topic, payload, qos, state)
-        return pid
+        if self.worker is not None and self.inflight < window:
+            unacked[pid] = Pending(topic, payload, qos, retain, SENT)
+            self.inflight += 1
+            return pid
+        unacked[pid] = Pending(topic, payload, qos, retain, QUEUED)
+        self.queued.append(pid)
+        return 0
+
+    def release(self, pid: int) -> None:
+        """The client finished this message (PUBACK or PUBCOMP)."""
+        pending = self.unacked.pop(pid, None)
+        if pending is not None and pending.state != QUEUED:
+            self.inflight -= 1
+
+    def ready(self, window: int) -> Iterator[tuple[int, Pending]]:
+        """Queued messages that now fit in the client's window, marked SENT."""
+        queued = self.queued
+        while queued and self.inflight < window:
+            pid = queued.popleft()
+            pending = self.unacked.get(pid)
+            if pending is not None:
+                pending.state = SENT
+                self.inflight += 1
+                yield pid, pending
+
+    def in_flight(self) -> Iterator[tuple[int, Pending]]:
+        """What was sent and not finished, for the resend after a reconnect; recounts the window."""
+        self.inflight = 0
+        for pid, pending in self.unacked.items():
+            if pending.state != QUEUED:
+                self.inflight += 1
+                yield pid, pending

@@ -38,7 +38,7 @@ Queued = tuple[bytes | None, bytes, int, bool, bool, int]
 
 class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "peer", "keepalive",
-                 "deadline", "out", "inflight", "queue", "next_pid", "paused", "persistent",
+                 "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
                  "disconnected", "kicked")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
@@ -51,6 +51,7 @@ class Connection(asyncio.Protocol):
         self.peer = ""
         self.keepalive = 0
         self.deadline = deadline
+        self.wheel_slot = -1
         self.out: list[bytes] = []
         self.inflight: dict[int, int] = {}  # packet id -> qos (2 becomes -2 once PUBREL is sent)
         self.queue: deque[Queued] = deque()
@@ -188,6 +189,7 @@ class Connection(asyncio.Protocol):
         self.persistent = not connect.clean_session
         self.keepalive = connect.keepalive
         self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
+        self.worker.wheel.add(self)  # the keepalive deadline may come before the CONNECT timeout
         self.state = CONNECTING
         will = connect.will
         header = [self.conn_id, client_id, connect.clean_session, connect.username,

@@ -2,7 +2,9 @@
 
 Entries sit in one-second slots. Activity only moves a connection's `deadline` forward; the sweep
 re-files an entry whose deadline moved and returns the ones whose deadline has passed, so a busy
-connection costs one float store per read and one re-filing per keepalive period.
+connection costs one float store per read and one re-filing per keepalive period. A deadline that
+moves earlier (CONNECT's keepalive replacing the CONNECT timeout) is filed again with `add`; the
+item remembers its slot so the entry left behind in the later slot is ignored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Protocol
 
 class Deadlined(Protocol):
     deadline: float
+    wheel_slot: int
 
     @property
     def closed(self) -> bool: ...
@@ -29,8 +32,10 @@ class TimerWheel:
         """File `item` under its current deadline (an infinite deadline is never due)."""
         deadline = item.deadline
         if deadline == math.inf:
+            item.wheel_slot = -1
             return
         second = max(int(deadline) + 1, self.cursor)
+        item.wheel_slot = second
         slot = self.slots.get(second)
         if slot is None:
             self.slots[second] = [item]
@@ -43,12 +48,13 @@ class TimerWheel:
         last = int(now)
         slots = self.slots
         while self.cursor <= last:
-            items = slots.pop(self.cursor, None)
+            second = self.cursor
+            items = slots.pop(second, None)
             self.cursor += 1
             if not items:
                 continue
             for item in items:
-                if item.closed:
+                if item.closed or item.wheel_slot != second:
                     continue
                 if item.deadline <= now:
                     due.append(item)

@@ -1,0 +1,232 @@
+"""The command line and the config: `--help`, TOML errors (one line: file, line, key), precedence,
+`python -m acceptor` versus the `plexmq` console script, and `acceptor.config.load` itself."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from acceptor import config as cfg
+from tests.conftest import ROOT, Broker, free_port
+
+MODULE = [sys.executable, "-m", "acceptor"]
+
+
+def run(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
+    """Run the program to completion; a config that is wrongly accepted starts a broker and times out."""
+    try:
+        return subprocess.run([*MODULE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"`plexmq {' '.join(args)}` did not stop (it accepted the config?): {exc.stderr!r}") from None
+
+
+def write(tmp_path: Path, text: str, name: str = "plexmq.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """Exit status 2 and exactly one line on stderr; that line."""
+    assert result.returncode == 2, f"exit status {result.returncode}, stderr:\n{result.stderr}"
+    lines = result.stderr.strip("\n").splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def names_line(message: str, path: Path, line: int) -> bool:
+    """The message names `path` and line `line` (as path:LINE, or 'line LINE' elsewhere in it)."""
+    rest = message.replace(str(path), "\0")
+    return f"\0:{line}" in rest or re.search(rf"\bline {line}\b", rest) is not None
+
+
+# -- the program ------------------------------------------------------------------------------------
+
+
+def test_help() -> None:
+    top = run("--help")
+    assert top.returncode == 0, top.stderr
+    assert "serve" in top.stdout
+    serve = run("serve", "--help")
+    assert serve.returncode == 0, serve.stderr
+    for option in ("--host", "--port", "--workers", "--config", "--log-level"):
+        assert option in serve.stdout, f"{option} missing from `serve --help`:\n{serve.stdout}"
+
+
+def test_console_script_is_the_same_program() -> None:
+    script = shutil.which("plexmq")
+    if script is None:
+        pytest.skip("the plexmq console script is not installed (pip install .)")
+    for args in (["--help"], ["serve", "--help"], ["serve", "--port", "-1"]):
+        ours = run(*args)
+        theirs = subprocess.run([script, *args], capture_output=True, text=True, timeout=15)
+        assert (theirs.returncode, theirs.stdout) == (ours.returncode, ours.stdout), args
+        assert theirs.stderr.replace("plexmq", "P") == ours.stderr.replace("plexmq", "P"), args
+
+
+# -- errors in the file -----------------------------------------------------------------------------
+
+
+ERRORS = [  # (file text, the key the message must name, its line)
+    pytest.param("# settings\nport = 0\n\nbogus_key = 3\n", "bogus_key", 4, id="unknown-key"),
+    pytest.param('port = "x"\n', "port", 1, id="port-string"),
+    pytest.param("port = 0\nmax_inflight = 0\n", "max_inflight", 2, id="max_inflight-0"),
+    pytest.param("port = 70000\n", "port", 1, id="port-range"),
+    pytest.param("port = true\n", "port", 1, id="port-bool"),
+    pytest.param("workers = -1\n", "workers", 1, id="workers-negative"),
+    pytest.param('log_level = "loud"\n', "log_level", 1, id="log_level-choice"),
+    pytest.param("port = 0\nconnect_timeout = 0\n", "connect_timeout", 2, id="connect_timeout-0"),
+    pytest.param("port = 0\nenabled = true\n", "enabled", 2, id="archive-key-at-top"),
+    pytest.param("port = 0\n[archive]\nenabled = true\nbogus = 1\n", "bogus", 4, id="archive-unknown-key"),
+    pytest.param("port = 0\n[archive]\ntopics = [1, 2]\n", "topics", 3, id="archive-topics-type"),
+    pytest.param('port = 0\n[archive]\nroll_bytes = "big"\n', "roll_bytes", 3, id="archive-roll_bytes-type"),
+    # an unknown section is an unknown key too
+    pytest.param("port = 0\n\n[nosuch]\nx = 1\n", "nosuch", 3, id="unknown-section"),
+    # a dotted key is TOML for a key of that section
+    pytest.param('port = 0\narchive.enabled = "yes"\n', "enabled", 2, id="archive-dotted-key"),
+]
+
+
+@pytest.mark.parametrize("text,key,line", ERRORS)
+def test_bad_file_stops_startup_with_one_line(tmp_path: Path, text: str, key: str, line: int) -> None:
+    path = write(tmp_path, text)
+    message = one_error_line(run("serve", "--config", str(path)))
+    assert str(path) in message, message
+    assert key in message, message
+    assert names_line(message, path, line), f"line {line} not named: {message}"
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = 0\nworkers = = 2\n")
+    message = one_error_line(run("serve", "--config", str(path)))
+    assert str(path) in message, message
+    assert "2" in message.replace(str(path), ""), f"the line of the syntax error is not named: {message}"
+
+
+def test_missing_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.toml"
+    message = one_error_line(run("serve", "--config", str(path)))
+    assert str(path) in message, message
+
+
+# -- errors on the command line ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,option", [(["--port", "-1"], "--port"), (["--port", "65536"], "--port"),
+                                         (["--workers", "-1"], "--workers")])
+def test_bad_command_line_value_gives_one_line(args: list[str], option: str) -> None:
+    message = one_error_line(run("serve", *args))
+    assert option in message, message
+    assert args[1] in message, message
+
+
+def test_bad_command_line_value_wins_over_a_good_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = 0\n")
+    message = one_error_line(run("serve", "--config", str(path), "--port", "-1"))
+    assert "--port" in message, message
+
+
+# -- precedence, on a running broker ----------------------------------------------------------------
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_command_line_wins_over_the_file(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    file_port = free_port()
+    path = write(tmp_path, f'host = "127.0.0.1"\nport = {file_port}\nworkers = 1\n')
+    b = start_broker("--config", str(path))  # the fixture adds --port with another free port
+    assert b.port != file_port
+    assert listening(b.port)
+    assert not listening(file_port), "the broker also (or instead) listens on the file's port"
+    assert len(b.workers()) == 1, "the file's other keys were not applied"
+    assert f":{b.port}" in b.output() and f":{file_port}" not in b.output()
+
+
+# -- acceptor.config.load ---------------------------------------------------------------------------
+
+
+def test_load_defaults() -> None:
+    config = cfg.load(None, {})
+    assert config == cfg.defaults()
+    expected: dict[str, Any] = {"host": "127.0.0.1", "port": 1883, "workers": 0, "log_level": "info",
+                                "connect_timeout": 10.0, "max_packet_size": 1 << 20, "max_inflight": 20,
+                                "max_queued_messages": 1000}
+    assert {k: config[k] for k in expected} == expected
+    assert config["archive"]["enabled"] is False
+    assert config["archive"]["topics"] == ["#"]
+
+
+def test_load_does_not_share_mutable_defaults() -> None:
+    first = cfg.load(None, {})
+    first["archive"]["topics"].append("mutated")
+    first["archive"]["enabled"] = True
+    second = cfg.load(None, {})
+    assert second["archive"]["topics"] == ["#"]
+    assert second["archive"]["enabled"] is False
+    assert cfg.defaults()["archive"]["topics"] == ["#"]
+
+
+def test_load_file(tmp_path: Path) -> None:
+    path = write(tmp_path, 'host = "0.0.0.0"\nport = 2883\nconnect_timeout = 3\nmax_inflight = 5\n'
+                           'log_level = "debug"\n')
+    config = cfg.load(str(path), {})
+    assert (config["host"], config["port"], config["max_inflight"], config["log_level"]) == ("0.0.0.0", 2883, 5, "debug")
+    assert config["connect_timeout"] == 3.0 and isinstance(config["connect_timeout"], float)
+    assert config["workers"] == 0 and config["max_queued_messages"] == 1000  # untouched keys keep defaults
+
+
+def test_load_overrides_win(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = 2883\nworkers = 3\n")
+    config = cfg.load(str(path), {"port": 3883, "host": "::1"})
+    assert (config["port"], config["workers"], config["host"]) == (3883, 3, "::1")
+
+
+def test_load_archive_section(tmp_path: Path) -> None:
+    path = write(tmp_path, '[archive]\nenabled = true\ntopics = ["sensors/#", "alerts/+"]\nroll_bytes = 2048\n'
+                           "roll_seconds = 5\n")
+    archive = cfg.load(str(path), {})["archive"]
+    assert archive["enabled"] is True
+    assert archive["topics"] == ["sensors/#", "alerts/+"]
+    assert archive["roll_bytes"] == 2048
+    assert archive["roll_seconds"] == 5.0
+    assert archive["dir"] == cfg.defaults()["archive"]["dir"]
+
+
+@pytest.mark.parametrize("text,key,line", ERRORS)
+def test_load_errors_name_file_line_and_key(tmp_path: Path, text: str, key: str, line: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load(str(path), {})
+    message = str(err.value)
+    assert "\n" not in message
+    assert str(path) in message and key in message, message
+    assert names_line(message, path, line), f"line {line} not named: {message}"
+
+
+@pytest.mark.parametrize("overrides,option", [({"port": -1}, "--port"), ({"workers": 5000}, "--workers"),
+                                              ({"log_level": "loud"}, "--log-level")])
+def test_load_bad_override(overrides: dict[str, Any], option: str) -> None:
+    with pytest.raises(cfg.ConfigError, match=re.escape(option)):
+        cfg.load(None, overrides)
+
+
+def test_load_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "port = [\n")
+    with pytest.raises(cfg.ConfigError, match=re.escape(str(path))):
+        cfg.load(str(path), {})
+    with pytest.raises(cfg.ConfigError, match=re.escape(str(tmp_path / "nope.toml"))):
+        cfg.load(str(tmp_path / "nope.toml"), {})

@@ -1,0 +1,282 @@
+"""End to end: the CONNECT rules of MQTT 3.1.1 (and 3.1), checked byte for byte on raw sockets."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Callable
+
+import paho.mqtt.client as paho
+import pytest
+
+from tests.conftest import Broker
+from tests.mqtt import Client, RawClient
+from workers import packets as p
+
+CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
+
+
+def connect_body(name: bytes = b"MQTT", level: int = 4, flags: int = 0x02, keepalive: int = 60,
+                 payload: bytes = b"") -> bytes:
+    """A CONNECT written out field by field, so that any field can be wrong."""
+    body = len(name).to_bytes(2, "big") + name + bytes((level, flags)) + keepalive.to_bytes(2, "big") + payload
+    return bytes((0x10,)) + p.encode_remaining_length(len(body)) + body
+
+
+def string(text: str) -> bytes:
+    data = text.encode()
+    return len(data).to_bytes(2, "big") + data
+
+
+def read_exact(raw: RawClient, n: int, timeout: float = 5.0) -> bytes:
+    """Exactly n bytes from the socket (AssertionError when it closes first or they do not come in time)."""
+    raw.sock.settimeout(timeout)
+    data = raw.buf
+    while len(data) < n:
+        chunk = raw.sock.recv(n - len(data))
+        if not chunk:
+            raise AssertionError(f"connection closed after {data!r}, expected {n} bytes")
+        data += chunk
+    raw.buf = data[n:]
+    return data[:n]
+
+
+def read_until_closed(raw: RawClient, timeout: float = 5.0) -> bytes:
+    """Everything the broker sends until it closes the socket; AssertionError if it stays open."""
+    deadline = time.monotonic() + timeout
+    data = raw.buf
+    raw.buf = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"the broker did not close the connection (got {data!r})")
+        raw.sock.settimeout(left)
+        try:
+            chunk = raw.sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        except socket.timeout:
+            continue
+        if not chunk:
+            return data
+        data += chunk
+
+
+def assert_served(raw: RawClient) -> None:
+    """The connection is alive and answered: PINGREQ gets PINGRESP."""
+    raw.send(p.PINGREQ_PACKET)
+    assert raw.recv() == (0xD0, b"")
+
+
+# -- accepted connections ------------------------------------------------------------------------
+
+
+def test_connack_accepted_is_byte_exact(broker: Broker) -> None:
+    raw = RawClient(broker.port)
+    raw.send(p.encode_connect("connect-exact", clean_session=True, keepalive=60))
+    assert read_exact(raw, 4) == CONNACK_ACCEPTED
+    assert_served(raw)
+    raw.close()
+
+
+def test_hand_written_connect_is_accepted(broker: Broker) -> None:
+    raw = RawClient(broker.port)
+    # CONNECT, remaining length 23, "MQTT", level 4, clean session, keepalive 60, client id "connect-hand"
+    raw.send(b"\x10\x18\x00\x04MQTT\x04\x02\x00\x3c\x00\x0cconnect-hand")
+    assert read_exact(raw, 4) == CONNACK_ACCEPTED
+    assert_served(raw)
+    raw.close()
+
+
+def test_mqtt31_mqisdp_level3_is_accepted_raw(broker: Broker) -> None:
+    raw = RawClient(broker.port)
+    raw.send(b"\x10\x16\x00\x06MQIsdp\x03\x02\x00\x3c\x00\x08conn-v31")
+    assert read_exact(raw, 4) == CONNACK_ACCEPTED
+    raw.send(p.encode_subscribe(1, [("connect/v31/raw", 1)]))
+    assert raw.recv() == (0x90, b"\x00\x01\x01")
+    raw.send(p.encode_publish(b"connect/v31/raw", b"hello", 1, packet_id=5))
+    got = {raw.recv(), raw.recv()}  # PUBACK and the delivery, in either order
+    assert (0x40, b"\x00\x05") in got
+    delivery = next(item for item in got if item[0] >> 4 == p.PUBLISH)
+    topic, _pid, payload = p.decode_publish(delivery[0] & 15, delivery[1])
+    assert (topic, payload) == ("connect/v31/raw", b"hello")
+    raw.close()
+
+
+def test_mqtt31_with_paho(broker: Broker) -> None:
+    client = Client(broker.port, "connect-paho-v31", protocol=paho.MQTTv31)
+    assert client.subscribe("connect/v31/paho", 2) == [2]
+    client.publish("connect/v31/paho", b"v31", qos=2)
+    msg = client.get()
+    assert (msg.topic, msg.payload, msg.qos) == ("connect/v31/paho", b"v31", 2)
+    client.disconnect()
+
+
+# -- refused with a CONNACK return code, then closed ---------------------------------------------
+
+
+@pytest.mark.parametrize("name,level", [(b"MQTT", 5), (b"MQTT", 3), (b"MQTT", 0), (b"MQIsdp", 5)],
+                         ids=["MQTT-5", "MQTT-3", "MQTT-0", "MQIsdp-5"])
+def test_unsupported_protocol_level_gets_connack_1_then_close(broker: Broker, name: bytes, level: int) -> None:
+    raw = RawClient(broker.port)
+    raw.send(connect_body(name, level, payload=string(f"connect-level-{name.decode()}-{level}")))
+    assert read_until_closed(raw) == b"\x20\x02\x00\x01"
+    raw.close()
+
+
+def test_empty_client_id_with_clean_session_is_assigned_one(broker: Broker) -> None:
+    first = RawClient(broker.port)
+    first.send(connect_body(flags=0x02, payload=string("")))
+    assert read_exact(first, 4) == CONNACK_ACCEPTED
+    second = RawClient(broker.port)
+    second.send(connect_body(flags=0x02, payload=string("")))
+    assert read_exact(second, 4) == CONNACK_ACCEPTED
+    # each got an id of its own: the second did not take the first over
+    assert_served(first)
+    assert_served(second)
+    first.send(p.encode_subscribe(3, [("connect/empty-id", 0)]))
+    assert first.recv() == (0x90, b"\x00\x03\x00")
+    second.send(p.encode_publish(b"connect/empty-id", b"x"))
+    first_byte, body = first.recv()
+    assert first_byte == 0x30 and p.decode_publish(0, body) == ("connect/empty-id", 0, b"x")
+    first.close()
+    second.close()
+
+
+def test_empty_client_id_without_clean_session_gets_connack_2_then_close(broker: Broker) -> None:
+    raw = RawClient(broker.port)
+    raw.send(connect_body(flags=0x00, payload=string("")))
+    assert read_until_closed(raw) == b"\x20\x02\x00\x02"
+    raw.close()
+
+
+# -- session present -------------------------------------------------------------------------------
+
+
+def test_session_present_flag(broker: Broker) -> None:
+    cid = "connect-session-present"
+    raw = RawClient(broker.port)
+    assert raw.connect(cid, clean=False) == (False, 0)  # new persistent session
+    raw.send(p.DISCONNECT_PACKET)
+    raw.expect_closed()
+    raw.close()
+
+    raw = RawClient(broker.port)
+    raw.send(p.encode_connect(cid, clean_session=False))
+    assert read_exact(raw, 4) == b"\x20\x02\x01\x00"  # the session exists: session present 1
+    raw.send(p.DISCONNECT_PACKET)
+    raw.expect_closed()
+    raw.close()
+
+    raw = RawClient(broker.port)
+    assert raw.connect(cid, clean=True) == (False, 0)  # clean session: always 0, and the old one is gone
+    raw.send(p.DISCONNECT_PACKET)
+    raw.expect_closed()
+    raw.close()
+
+    raw = RawClient(broker.port)
+    assert raw.connect(cid, clean=False) == (False, 0)  # discarded by the clean session above
+    raw.send(p.DISCONNECT_PACKET)
+    raw.expect_closed()
+    raw.close()
+
+    raw = RawClient(broker.port)  # leave no persistent session behind on the shared broker
+    assert raw.connect(cid, clean=True) == (False, 0)
+    raw.close()
+
+
+def test_session_present_while_the_old_connection_is_still_open(broker: Broker) -> None:
+    """Takeover of a live persistent session: the new connection sees session present 1."""
+    cid = "connect-session-live"
+    old = RawClient(broker.port)
+    assert old.connect(cid, clean=False) == (False, 0)
+    new = RawClient(broker.port)
+    new.send(p.encode_connect(cid, clean_session=False))
+    assert read_exact(new, 4) == b"\x20\x02\x01\x00"
+    old.expect_closed()
+    new.close()
+    cleanup = RawClient(broker.port)
+    cleanup.connect(cid, clean=True)
+    cleanup.close()
+
+
+# -- closed without CONNACK --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [0x03, 0x01], ids=["clean+reserved", "reserved"])
+def test_reserved_connect_flag_closes_without_connack(broker: Broker, flags: int) -> None:
+    raw = RawClient(broker.port)
+    raw.send(connect_body(flags=flags, payload=string(f"connect-reserved-{flags}")))
+    assert read_until_closed(raw) == b""
+    raw.close()
+
+
+@pytest.mark.parametrize("flags", [0x0A, 0x12, 0x22, 0x3A, 0x1E],
+                         ids=["willqos1-no-will", "willqos2-no-will", "willretain-no-will",
+                              "willqos1-retain-no-will", "will-qos3"])
+def test_inconsistent_will_flags_close_without_connack(broker: Broker, flags: int) -> None:
+    raw = RawClient(broker.port)
+    payload = string(f"connect-will-{flags:x}")
+    if flags & 0x04:
+        payload += string("connect/will") + string("bye")
+    raw.send(connect_body(flags=flags, payload=payload))
+    assert read_until_closed(raw) == b""
+    raw.close()
+
+
+def test_second_connect_closes_the_connection(broker: Broker) -> None:
+    raw = RawClient(broker.port)
+    assert raw.connect("connect-twice") == (False, 0)
+    raw.send(p.encode_connect("connect-twice"))
+    assert read_until_closed(raw) == b""
+    raw.close()
+    # and the client id is free again: a fresh connection with it is not refused
+    again = RawClient(broker.port)
+    assert again.connect("connect-twice") == (False, 0)
+    again.close()
+
+
+@pytest.mark.parametrize("packet", [
+    p.PINGREQ_PACKET,
+    p.encode_publish(b"connect/early", b"x"),
+    p.encode_publish(b"connect/early", b"x", 1, packet_id=1),
+    p.encode_subscribe(1, [("connect/early", 0)]),
+    p.DISCONNECT_PACKET,
+], ids=["PINGREQ", "PUBLISH-qos0", "PUBLISH-qos1", "SUBSCRIBE", "DISCONNECT"])
+def test_first_packet_other_than_connect_closes(broker: Broker, packet: bytes) -> None:
+    watcher = Client(broker.port, f"connect-early-watch-{packet[0]:x}-{len(packet)}")
+    watcher.subscribe("connect/early", 0)
+    raw = RawClient(broker.port)
+    raw.send(packet)
+    assert read_until_closed(raw) == b""  # no PINGRESP, no PUBACK, no SUBACK
+    raw.close()
+    # nothing published before CONNECT reached anybody: the next message is the marker
+    marker = Client(broker.port, f"connect-early-marker-{packet[0]:x}-{len(packet)}")
+    marker.publish("connect/early", b"marker", qos=1)
+    assert watcher.get().payload == b"marker"
+    marker.disconnect()
+    watcher.disconnect()
+
+
+def test_no_connect_within_the_timeout_closes(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text("connect_timeout = 1\n")
+    b = start_broker("--workers", "2", "--config", str(config))
+    started = time.monotonic()
+    silent = RawClient(b.port)
+    partial = RawClient(b.port)
+    partial.send(p.encode_connect("connect-partial")[:5])  # a CONNECT that never completes
+    connected = RawClient(b.port)
+    assert connected.connect("connect-timely", keepalive=0) == (False, 0)
+
+    assert read_until_closed(silent, timeout=6) == b""
+    silent_after = time.monotonic() - started
+    assert read_until_closed(partial, timeout=6) == b""
+    partial_after = time.monotonic() - started
+    assert 0.9 <= silent_after <= 4.0, f"closed after {silent_after:.2f} s"
+    assert 0.9 <= partial_after <= 4.0, f"closed after {partial_after:.2f} s"
+    # a client that did connect in time is not touched by the CONNECT timeout
+    assert_served(connected)
+    for raw in (silent, partial, connected):
+        raw.close()

@@ -1,0 +1,311 @@
+"""End to end: topic filters (`+`, `#`, `$` topics), SUBACK codes, overlapping subscriptions, UNSUBSCRIBE, order.
+
+Raw clients throughout, so that every check is on the bytes. An absence ("this client got nothing
+more") is never waited for with a sleep: the subscriber sends a SUBSCRIBE to a fresh filter, and the
+SUBACK is a barrier. The router answers it after every earlier PUBLISH it has routed (those were
+acknowledged to the publisher before), and the worker writes the deliveries it got first.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import NamedTuple
+
+from tests.conftest import Broker, wait_for
+from tests.mqtt import RawClient
+from workers import packets as p
+
+BARRIER_PID = 0xBEEF
+
+
+class Pub(NamedTuple):
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    dup: bool
+    packet_id: int
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def connect(port: int, client_id: str | None = None, clean: bool = True) -> RawClient:
+    c = RawClient(port)
+    _present, rc = c.connect(client_id or f"c-{uid()}", clean)
+    assert rc == 0
+    return c
+
+
+def as_pub(first: int, body: bytes) -> Pub:
+    topic, packet_id, payload = p.decode_publish(first & 15, body)
+    return Pub(topic, payload, (first >> 1) & 3, bool(first & 1), bool(first & 8), packet_id)
+
+
+def read_until(c: RawClient, stop: Callable[[int, bytes], bool], ack: bool = True) -> list[Pub]:
+    """The PUBLISHes that arrive before the packet `stop` accepts.
+
+    With `ack`, QoS 1 gets PUBACK and QoS 2 gets PUBREC, and the QoS 2 flows are completed (PUBREL
+    answered with PUBCOMP) before returning, so that no PUBREL is left for the next read.
+    """
+    pubs = []
+    releasing: set[int] = set()
+    stopped = False
+    while not stopped or releasing:
+        first, body = c.recv()
+        if not stopped and stop(first, body):
+            stopped = True
+        elif first >> 4 == p.PUBLISH:
+            pub = as_pub(first, body)
+            pubs.append(pub)
+            if ack and pub.qos == 1:
+                c.send(p.encode_puback(pub.packet_id))
+            elif ack and pub.qos == 2:
+                c.send(p.encode_pubrec(pub.packet_id))
+                releasing.add(pub.packet_id)
+        elif first == 0x62 and ack:
+            packet_id = p.decode_packet_id(2, body, 2)
+            assert packet_id in releasing, f"PUBREL for {packet_id}, not awaited"
+            releasing.discard(packet_id)
+            c.send(p.encode_pubcomp(packet_id))
+        else:
+            raise AssertionError(f"unexpected packet {first:#x} {body!r}")
+    return pubs
+
+
+def subscribe(c: RawClient, packet_id: int, filters: list[tuple[str, int]]) -> list[int]:
+    """SUBSCRIBE and the SUBACK's return codes (no PUBLISH may come first)."""
+    c.send(p.encode_subscribe(packet_id, filters))
+    first, body = c.recv()
+    assert first == 0x90, f"expected SUBACK, got {first:#x}"
+    got_pid, codes = p.decode_suback(0, body)
+    assert got_pid == packet_id
+    return codes
+
+
+def sync(c: RawClient, ack: bool = True) -> list[Pub]:
+    """Every PUBLISH the broker routed to `c` before now (see the module docstring).
+
+    With `ack`, also what the acknowledgements release from the queue beyond the inflight window:
+    PINGREQ rounds until one brings nothing (the worker writes what an ack released before PINGRESP).
+    """
+    c.send(p.encode_subscribe(BARRIER_PID, [(f"barrier/{uid()}", 0)]))
+    got = read_until(c, lambda first, body: first == 0x90 and body[:2] == BARRIER_PID.to_bytes(2, "big"), ack)
+    while ack:
+        c.send(p.PINGREQ_PACKET)
+        more = read_until(c, lambda first, body: first == 0xD0, ack)
+        if not more:
+            break
+        got += more
+    return got
+
+
+def publish(c: RawClient, topic: str, payload: bytes, qos: int = 0, retain: bool = False, packet_id: int = 1) -> None:
+    """PUBLISH from a client that subscribes to nothing, and complete its QoS flow."""
+    c.send(p.encode_publish(topic.encode(), payload, qos, retain, packet_id=packet_id if qos else 0))
+    pid = packet_id.to_bytes(2, "big")
+    if qos == 1:
+        assert c.recv() == (0x40, pid)
+    elif qos == 2:
+        assert c.recv() == (0x50, pid)
+        c.send(p.encode_pubrel(packet_id))
+        assert c.recv() == (0x70, pid)
+
+
+def worker_of(broker: Broker, c: RawClient) -> int:
+    def look() -> tuple[int] | None:
+        try:
+            return (broker.worker_of(c.local_port),)
+        except AssertionError:
+            return None
+    return wait_for(look, 5, "the socket to reach a worker")[0]  # type: ignore[index]
+
+
+def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) -> RawClient:
+    """A raw socket (not yet CONNECTed) held by worker `want`, or by any worker but `avoid`.
+
+    Sockets that land elsewhere stay open meanwhile, so that the balancer (least loaded first, from
+    the counts the workers report) sends the next one to the other worker.
+    """
+    spare: list[RawClient] = []
+    try:
+        def attempt() -> RawClient | None:
+            c = RawClient(broker.port)
+            w = worker_of(broker, c)
+            if (want is None or w == want) and (avoid is None or w != avoid):
+                return c
+            spare.append(c)
+            return None
+        return wait_for(attempt, 10, f"a socket on the wanted worker (want {want}, avoid {avoid})")  # type: ignore[return-value]
+    finally:
+        for c in spare:
+            c.close()
+
+
+# ------------------------------------------------------------------------------------ matching
+
+
+def test_plus_and_hash_match_end_to_end(broker: Broker) -> None:
+    pre = f"tm{uid()}"
+    topics = [f"{pre}/a", f"{pre}/a/b", f"{pre}/a/b/c", f"{pre}/x/b", f"{pre}/a/c", f"{pre}/a//c", pre]
+    expected = {
+        f"{pre}/+": {f"{pre}/a"},
+        f"{pre}/+/b": {f"{pre}/a/b", f"{pre}/x/b"},
+        f"{pre}/a/+/c": {f"{pre}/a/b/c", f"{pre}/a//c"},
+        f"{pre}/+/+": {f"{pre}/a/b", f"{pre}/x/b", f"{pre}/a/c"},
+        f"{pre}/a/#": {f"{pre}/a", f"{pre}/a/b", f"{pre}/a/b/c", f"{pre}/a/c", f"{pre}/a//c"},
+        f"{pre}/a/b/c/#": {f"{pre}/a/b/c"},  # '#' matches the parent level
+        f"{pre}/#": set(topics),
+        "+/a": {f"{pre}/a"},
+        pre: {pre},
+        f"{pre}/a/b": {f"{pre}/a/b"},
+    }
+    subs = {}
+    for i, topic_filter in enumerate(expected):
+        subs[topic_filter] = connect(broker.port)
+        assert subscribe(subs[topic_filter], i + 1, [(topic_filter, 0)]) == [0]
+    pub = connect(broker.port)
+    for topic in topics:
+        publish(pub, topic, topic.encode(), qos=1)
+    for topic_filter, c in subs.items():
+        got = [m for m in sync(c) if m.topic.startswith(pre)]  # "+/a" may see other tests' topics
+        assert sorted(m.topic for m in got) == sorted(expected[topic_filter]), topic_filter
+        assert all(m.payload == m.topic.encode() and m.qos == 0 and not m.retain for m in got)
+        c.close()
+    pub.close()
+
+
+def test_hash_matches_the_parent_level(broker: Broker) -> None:
+    topic = f"parent/{uid()}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(f"{topic}/#", 1)]) == [1]
+    pub = connect(broker.port)
+    publish(pub, topic, b"parent", qos=1)
+    assert [(m.topic, m.payload, m.qos) for m in sync(sub)] == [(topic, b"parent", 1)]
+    sub.close()
+    pub.close()
+
+
+def test_dollar_topics_escape_first_level_wildcards(broker: Broker) -> None:
+    u = uid()
+    dollar, plain = f"$test{u}/x", f"test{u}/x"
+    subs = {f: connect(broker.port) for f in ("#", "+/x", f"$test{u}/#", f"$test{u}/+", "+/+")}
+    for i, (topic_filter, c) in enumerate(subs.items()):
+        assert subscribe(c, i + 1, [(topic_filter, 0)]) == [0]
+    pub = connect(broker.port)
+    publish(pub, dollar, b"dollar", qos=1)
+    publish(pub, plain, b"plain", qos=1)
+    expected = {"#": [plain], "+/x": [plain], "+/+": [plain], f"$test{u}/#": [dollar], f"$test{u}/+": [dollar]}
+    for topic_filter, c in subs.items():
+        got = [m.topic for m in sync(c) if m.topic in (dollar, plain)]
+        assert got == expected[topic_filter], topic_filter
+        c.close()
+    pub.close()
+
+
+def test_invalid_filters_get_0x80_one_code_per_filter_in_order(broker: Broker) -> None:
+    u = uid()
+    sub = connect(broker.port)
+    filters = [(f"v{u}/ok", 1), ("a/#/b", 0), (f"v{u}/+/x", 2), ("a+", 1), ("#a", 0), (f"v{u}/#", 0), ("a/b#", 2),
+               ("+a/b", 1)]
+    sub.send(p.encode_subscribe(0x1234, filters))
+    assert sub.recv() == (0x90, b"\x12\x34" + bytes([0x01, 0x80, 0x02, 0x80, 0x80, 0x00, 0x80, 0x80]))
+    # the valid filters of that SUBSCRIBE work, at their granted QoS (one copy, the highest)
+    pub = connect(broker.port)
+    publish(pub, f"v{u}/ok", b"1", qos=2)
+    publish(pub, f"v{u}/y/x", b"2", qos=2)
+    assert [(m.topic, m.payload, m.qos) for m in sync(sub)] == [(f"v{u}/ok", b"1", 1), (f"v{u}/y/x", b"2", 2)]
+    sub.close()
+    pub.close()
+
+
+def test_overlapping_subscriptions_deliver_one_copy_at_the_highest_qos(broker: Broker) -> None:
+    pre = f"ov{uid()}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(f"{pre}/+", 0), (f"{pre}/#", 1)]) == [0, 1]
+    assert subscribe(sub, 2, [(f"{pre}/t", 2), ("+/t", 0)]) == [2, 0]
+    pub = connect(broker.port)
+    publish(pub, f"{pre}/t", b"q2", qos=2)
+    publish(pub, f"{pre}/t", b"q1", qos=1)
+    publish(pub, f"{pre}/t", b"q0", qos=0)
+    publish(pub, f"{pre}/u", b"u2", qos=2)  # matched by "+" (QoS 0) and "#" (QoS 1): at QoS 1
+    got = [(m.topic, m.payload, m.qos) for m in sync(sub) if m.topic.startswith(pre)]
+    assert got == [(f"{pre}/t", b"q2", 2), (f"{pre}/t", b"q1", 1), (f"{pre}/t", b"q0", 0), (f"{pre}/u", b"u2", 1)]
+    sub.close()
+    pub.close()
+
+
+def test_unsubscribe_stops_delivery_and_overlapping_filter_keeps_working(broker: Broker) -> None:
+    pre = f"un{uid()}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(f"{pre}/t", 2), (f"{pre}/#", 0)]) == [2, 0]
+    pub = connect(broker.port)
+    publish(pub, f"{pre}/t", b"before", qos=2)
+    assert [(m.payload, m.qos) for m in sync(sub)] == [(b"before", 2)]
+
+    sub.send(p.encode_unsubscribe(0x0107, [f"{pre}/t"]))
+    assert sub.recv() == (0xB0, b"\x01\x07")
+    publish(pub, f"{pre}/t", b"after", qos=2)
+    assert [(m.payload, m.qos) for m in sync(sub)] == [(b"after", 0)]  # only "#" is left, at QoS 0
+
+    sub.send(p.encode_unsubscribe(0x0108, [f"{pre}/#", f"{pre}/never-subscribed"]))
+    assert sub.recv() == (0xB0, b"\x01\x08")
+    publish(pub, f"{pre}/t", b"gone", qos=1)
+    assert sync(sub) == []
+    sub.close()
+    pub.close()
+
+
+def test_order_is_kept_per_topic_and_publisher(broker: Broker) -> None:
+    """500 QoS 1 messages pipelined by one publisher arrive in order at a subscriber on the other worker."""
+    topic = f"order/{uid()}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(topic, 1)]) == [1]
+    sub_worker = worker_of(broker, sub)
+    pub = raw_on(broker, avoid=sub_worker)
+    assert pub.connect(f"order-pub-{uid()}") == (False, 0)
+    n = 500
+    pub.send(b"".join(p.encode_publish(topic.encode(), b"%d" % i, 1, packet_id=i + 1) for i in range(n)))
+    for i in range(n):
+        assert pub.recv() == (0x40, (i + 1).to_bytes(2, "big"))
+    received: list[int] = []
+    while len(received) < n:
+        first, body = sub.recv()
+        m = as_pub(first, body)
+        assert (m.topic, m.qos) == (topic, 1)
+        received.append(int(m.payload))
+        sub.send(p.encode_puback(m.packet_id))
+    assert received == list(range(n))
+    assert sync(sub) == []
+    sub.close()
+    pub.close()
+
+
+def test_order_is_kept_across_qos_levels(broker: Broker) -> None:
+    """QoS 0, 1 and 2 messages of one publisher on one topic keep their order (one subscriber at QoS 2)."""
+    topic = f"order/mixed/{uid()}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(topic, 2)]) == [2]
+    pub = connect(broker.port)
+    n = 300
+    qos_of = [(0, 1, 0, 2, 0)[i % 5] for i in range(n)]
+    pub.send(b"".join(p.encode_publish(topic.encode(), b"%d" % i, qos_of[i], packet_id=i + 1 if qos_of[i] else 0)
+                      for i in range(n)))
+    pubacks, pubcomps = set(), set()
+    while len(pubacks) + len(pubcomps) < sum(1 for q in qos_of if q):
+        first, body = pub.recv()
+        pid = int.from_bytes(body, "big")
+        if first == 0x50:
+            pub.send(p.encode_pubrel(pid))
+        else:
+            assert first in (0x40, 0x70), hex(first)
+            (pubacks if first == 0x40 else pubcomps).add(pid)
+    assert pubacks == {i + 1 for i in range(n) if qos_of[i] == 1}
+    assert pubcomps == {i + 1 for i in range(n) if qos_of[i] == 2}
+    publish(pub, f"order/fence/{uid()}", b"", 1)  # the trailing QoS 0 messages are routed too
+    got = sync(sub)
+    assert [(int(m.payload), m.qos) for m in got] == [(i, qos_of[i]) for i in range(n)]
+    sub.close()
+    pub.close()
