@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import paho.mqtt.client as paho
 import pytest
@@ -56,7 +55,7 @@ def read_until_closed(raw: RawClient, timeout: float = 5.0) -> bytes:
             chunk = raw.sock.recv(65536)
         except ConnectionResetError:
             return data
-        except socket.timeout:
+        except TimeoutError:
             continue
         if not chunk:
             return data

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 from tests.conftest import Broker
@@ -24,7 +23,7 @@ def closed_after(raw: RawClient, timeout: float) -> float | None:
                 return time.monotonic() - started
         except ConnectionResetError:
             return time.monotonic() - started
-        except socket.timeout:
+        except TimeoutError:
             return None
 
 

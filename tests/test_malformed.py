@@ -4,10 +4,9 @@ and every other client (on the same worker too) goes on being served."""
 from __future__ import annotations
 
 import re
-import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -39,7 +38,7 @@ def read_until_closed(raw: RawClient, timeout: float = 5.0) -> bytes:
             chunk = raw.sock.recv(65536)
         except ConnectionResetError:
             return data
-        except socket.timeout:
+        except TimeoutError:
             continue
         if not chunk:
             return data

@@ -26,7 +26,7 @@ class RouterLink:
         sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.LINGER, 2000)
+        sock.setsockopt(zmq.LINGER, 0)  # at shutdown the router is stopping too: nothing to wait for
         sock.connect(endpoint)
         self.batch = wire.Batch()
         self.fd = sock.getsockopt(zmq.FD)
