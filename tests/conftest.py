@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,20 +36,27 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str =
 
 
 class Broker:
-    """A running `plexmq serve` and the processes under it."""
+    """A running `plexmq serve` on a port it picked itself (`--port 0`, read back from its log line,
+    so no other process can take the port between choosing and binding it)."""
 
-    def __init__(self, port: int, log_path: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.port = port
+    def __init__(self, log_path: Path, args: list[str], env: dict[str, str] | None = None,
+                 prefix: tuple[str, ...] = (), new_session: bool = False) -> None:
+        self.port = 0
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "acceptor", "serve", "--port", str(port), *args],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        wait_for(self._ready, 20, f"the broker on port {port}")
+            [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", "0", *args],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
+        wait_for(self._ready, 20, "the broker to serve")
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"broker exited with {self.proc.returncode}:\n{self.output()}")
+        if not self.port:
+            found = re.search(rb"listening on [^ ]+:(\d+) ", self.log_path.read_bytes())
+            if not found:
+                return False
+            self.port = int(found.group(1))
         if len(self.workers()) < 1 or self.router() is None:
             return False
         try:
@@ -113,7 +120,7 @@ class Broker:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     """One broker with two workers shared by the tests that leave it as they found it."""
-    b = Broker(free_port(), tmp_path_factory.mktemp("broker") / "broker.log", ["--workers", "2"])
+    b = Broker(tmp_path_factory.mktemp("broker") / "broker.log", ["--workers", "2"])
     yield b
     b.stop()
 
@@ -124,7 +131,7 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     started: list[Broker] = []
 
     def start(*args: str, env: dict[str, str] | None = None) -> Broker:
-        b = Broker(free_port(), tmp_path / f"broker{len(started)}.log", list(args) or ["--workers", "2"], env)
+        b = Broker(tmp_path / f"broker{len(started)}.log", list(args) or ["--workers", "2"], env)
         started.append(b)
         return b
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from router.process import CONFIG_ENV
-from tests.conftest import ROOT, Broker, free_port, wait_for
+from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from workers import packets as p
 
@@ -137,16 +137,73 @@ def roundtrip(port: int, topic: str, timeout: float = 1.0) -> bool:
             c.close()
 
 
-def connect_spread(b: Broker, prefix: str, per_worker: int = 2, limit: int = 12) -> dict[int, list[RawClient]]:
+def _broker_side_inodes(b: Broker, by_port: dict[int, RawClient]) -> dict[int, RawClient]:
+    """inode of the broker's end of each client's connection -> that client.
+
+    `ss` asks the kernel (sock_diag) to filter by port; reading /proc/net/tcp instead, as psutil does
+    for `Broker.worker_of`, takes seconds when a benchmark next door holds 100k connections."""
+    inodes: dict[int, RawClient] = {}
+    if shutil.which("ss"):
+        out = subprocess.run(["ss", "-tnHe", "state", "established", f"( sport = :{b.port} )"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+        for line in out.splitlines():
+            fields = line.split()
+            inode = re.search(r"\bino:(\d+)", line)
+            client = by_port.get(int(fields[3].rsplit(":", 1)[1]))
+            if client is not None and inode:
+                inodes[int(inode.group(1))] = client
+        return inodes
+    broker_port = f":{b.port:04X}"
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if fields[1].endswith(broker_port):
+                client = by_port.get(int(fields[2].rsplit(":", 1)[1], 16))
+                if client is not None:
+                    inodes[int(fields[9])] = client
+    return inodes
+
+
+def holders(b: Broker, clients: list[RawClient]) -> dict[RawClient, int]:
+    """Which worker holds each client's connection (one query for all of them)."""
+    inodes = _broker_side_inodes(b, {c.local_port: c for c in clients})
+    found: dict[RawClient, int] = {}
+    for worker_id, proc in b.workers().items():
+        try:
+            fds = os.listdir(f"/proc/{proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                client = inodes.get(int(target[8:-1]))
+                if client is not None:
+                    found[client] = worker_id
+    missing = [c.local_port for c in clients if c not in found]
+    assert not missing, f"no worker holds the connections from ports {missing}"
+    return found
+
+
+def connect_spread(b: Broker, prefix: str, per_worker: int = 2, limit: int = 16) -> dict[int, list[RawClient]]:
     """Connect clients until every worker holds at least `per_worker` of them."""
     held: dict[int, list[RawClient]] = {w: [] for w in b.workers()}
-    for i in range(limit):
-        c = RawClient(b.port)
-        c.connect(f"{prefix}-{i}")
-        held.setdefault(b.worker_of(c.local_port), []).append(c)
+    made = 0
+    while made < limit:
+        batch = []
+        for _ in range(per_worker * len(held)):
+            c = RawClient(b.port)
+            c.connect(f"{prefix}-{made}")
+            made += 1
+            batch.append(c)
+        for c, worker_id in holders(b, batch).items():
+            held.setdefault(worker_id, []).append(c)
         if all(len(cs) >= per_worker for cs in held.values()):
             return held
-    raise AssertionError(f"{limit} clients did not spread over the workers: "
+    raise AssertionError(f"{made} clients did not spread over the workers: "
                          f"{ {w: len(cs) for w, cs in held.items()} }")
 
 
@@ -178,16 +235,10 @@ def port_closed(port: int) -> bool:
 class OwnBroker(Broker):
     """A broker in its own session (a terminal's process group) or under `prlimit`."""
 
-    def __init__(self, port: int, log_path: Path, args: list[str], *, session: bool = False,
+    def __init__(self, log_path: Path, args: list[str], *, session: bool = False,
                  nofile: tuple[int, int] | None = None) -> None:
-        self.port = port
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        prefix = ["prlimit", f"--nofile={nofile[0]}:{nofile[1]}"] if nofile else []
-        self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", str(port), *args],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=session)
-        wait_for(self._ready, 20, f"the broker on port {port}")
+        prefix = ("prlimit", f"--nofile={nofile[0]}:{nofile[1]}") if nofile else ()
+        super().__init__(log_path, args, prefix=prefix, new_session=session)
 
 
 @pytest.fixture
@@ -195,7 +246,7 @@ def own_broker(tmp_path: Path) -> Iterator[Callable[..., OwnBroker]]:
     started: list[OwnBroker] = []
 
     def start(*args: str, **kw: object) -> OwnBroker:
-        b = OwnBroker(free_port(), tmp_path / f"own{len(started)}.log", list(args) or ["--workers", "2"], **kw)  # type: ignore[arg-type]
+        b = OwnBroker(tmp_path / f"own{len(started)}.log", list(args) or ["--workers", "2"], **kw)  # type: ignore[arg-type]
         started.append(b)
         return b
 
@@ -249,7 +300,7 @@ def test_killed_worker_is_replaced_and_the_other_worker_keeps_its_clients(start_
     # new clients are served, by both workers, and messages cross between the new and the old worker
     fresh = [c for c in (try_connect(b.port, f"kw-new-{i}") for i in range(4)) if c is not None]
     assert len(fresh) == 4, "new clients were not served after the worker was replaced"
-    on = {c: b.worker_of(c.local_port) for c in fresh}
+    on = holders(b, fresh)
     assert victim in on.values(), f"no new client went to the replacement worker: {on}"
     assert b.workers()[victim].pid == new.pid
     newcomer = next(c for c in fresh if on[c] == victim)
@@ -272,11 +323,11 @@ def test_clients_of_a_killed_worker_leave_their_will_and_no_subscription(start_b
     for _attempt in range(6):  # until the balancer puts the victim on worker 0
         victim = RawClient(b.port)
         victim.connect("kwill-victim", will=WILL)
-        if b.worker_of(victim.local_port) == 0:
+        if holders(b, [victim])[victim] == 0:
             break
         victim.close()  # no DISCONNECT: its will goes out now
         assert receive(watcher) == ("proc/kwill/will/v", b"victim gone")
-    assert b.worker_of(victim.local_port) == 0, "the victim never landed on worker 0"
+    assert holders(b, [victim])[victim] == 0, "the victim never landed on worker 0"
     subscribe(victim, "proc/kwill/stale")
     old_pid = b.workers()[0].pid
 
@@ -285,22 +336,18 @@ def test_clients_of_a_killed_worker_leave_their_will_and_no_subscription(start_b
     assert receive(watcher) == ("proc/kwill/will/v", b"victim gone")
     wait_for(lambda: (w := b.workers().get(0)) is not None and w.pid != old_pid, 5, "a new worker 0")
     # enough new connections on the replacement that one of them reuses the victim's place there
-    fresh: list[RawClient] = []
-    newcomers: list[RawClient] = []
-    while len(newcomers) < 10:
-        assert len(fresh) < 30, f"only {len(newcomers)} of {len(fresh)} new clients went to the new worker"
-        c = try_connect(b.port, f"kwill-new-{len(fresh)}")
-        assert c is not None, "a new client was not served"
-        fresh.append(c)
-        if b.worker_of(c.local_port) == 0:
-            newcomers.append(c)
+    fresh = [try_connect(b.port, f"kwill-new-{i}") for i in range(24)]
+    assert None not in fresh, "a new client was not served"
+    on = holders(b, fresh)  # type: ignore[arg-type]
+    newcomers = [c for c, worker_id in on.items() if worker_id == 0]
+    assert len(newcomers) >= 10, f"only {len(newcomers)} of 24 new clients went to the new worker"
     for c in newcomers:
         subscribe(c, "proc/kwill/marker")
     publish_qos1(pub, "proc/kwill/stale", b"for the dead subscriber", 1)
     publish_qos1(pub, "proc/kwill/marker", b"marker", 2)
     for c in newcomers:  # the stale message would come first (same publisher, same router turn order)
         assert receive(c) == ("proc/kwill/marker", b"marker")
-    for c in [*fresh, *held[0], *held[1]]:
+    for c in [*newcomers, *on, *held[0], *held[1]]:
         c.close()
 
 
@@ -355,8 +402,8 @@ def test_ctrl_c_stops_everything(own_broker: Callable[..., OwnBroker], no_orphan
     assert os.getpgid(b.proc.pid) == b.proc.pid
     children = descendants(b)
     assert len(children) == 3
-    c = RawClient(b.port)
-    c.connect("ctrl-c")
+    client = RawClient(b.port)
+    client.connect("ctrl-c")
 
     if target == "process group":
         os.killpg(b.proc.pid, signal.SIGINT)
@@ -366,7 +413,7 @@ def test_ctrl_c_stops_everything(own_broker: Callable[..., OwnBroker], no_orphan
     stopped_within(b)
     assert [c for c in children if alive(c)] == [], "children outlived the acceptor"
     assert spawned_by(b.proc.pid) == []
-    c.expect_closed(1)
+    client.expect_closed(1)
     assert port_closed(b.port)
     assert "Traceback" not in b.output(), b.output()[-3000:]
 

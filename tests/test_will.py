@@ -18,7 +18,7 @@ def worker_holding(b: Broker, raw: RawClient) -> int:
             return b.worker_of(raw.local_port) + 1  # +1: worker 0 must read as found
         except AssertionError:
             return None
-    return int(wait_for(find, 5, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
+    return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
 
 
 def raw_on_worker(b: Broker, want: Callable[[int], bool]) -> RawClient:

@@ -1,0 +1,69 @@
+"""The load generator against a real plexmq: each scenario briefly, checking the accounting, not the speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import cli, report, runner, samples
+from bench.plan import Options, assign, with_defaults
+
+
+def _records(out: Path, kind: samples.Kind) -> list[tuple]:
+    rows = []
+    for path in (out / kind.name).glob("*" + samples.SUFFIX):
+        region, damage, _ = samples.records_region(path.read_bytes(), kind)
+        assert damage is None
+        rows += kind.record.iter_unpack(region)
+    return rows
+
+
+def _run(broker, scenario: str, **fields) -> dict:
+    opts = Options(scenario, port=broker.port, broker_pid=broker.proc.pid, progress=False, procs=2, settle=0.1,
+                   **fields)
+    return runner.run(opts)
+
+
+def test_p2p_qos1_json_samples_then_conn(start_broker, tmp_path: Path, capsys) -> None:
+    broker = start_broker()
+    out = tmp_path / "samples"
+    status = cli.main(["p2p", "-p", str(broker.port), "--broker-pid", str(broker.proc.pid), "-c", "4",
+                       "-q", "1", "-d", "0.7", "--settle", "0.1", "--procs", "2", "--quiet", "--json", "--out", str(out)])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    assert set(report.KEYS) <= set(result)
+    assert result["sent"] > 100
+    assert result["received"] == result["sent"] == result["expected"] == result["acked"]
+    assert result["lost"] == result["duplicated"] == 0
+    assert result["connected"] == 8 and result["broker_procs"] >= 3
+    assert result["latency_ms"]["samples"] == result["received"]
+    latencies = _records(out, samples.LATENCY)
+    assert len(latencies) == result["received"]
+    assert all(lat >= 0 and abs(recv - send - lat) <= 1 for send, recv, lat, *_ in latencies)
+    assert sum(row[2] for row in _records(out, samples.RATES)) == result["received"]
+    assert {"router", "worker-0"} <= {row[2].rstrip(b"\0").decode() for row in _records(out, samples.PROCESSES)}
+    assert next(out.glob("summary-*.json"))
+
+    conn = _run(broker, "conn", clients=300, duration=1.2, keepalive=2)  # the same broker: starting one is slow
+    assert conn["connected"] == 300 and conn["connect_failed"] == 0 and conn["dropped"] == 0
+    assert conn["connect_rate"] > 0 and conn["pongs"] > 0
+    assert conn["rss_per_conn_kb"] is not None
+
+
+def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
+    broker = start_broker()
+    fanin = _run(broker, "fanin", pubs=6, subs=2, rate=200, duration=0.7)
+    assert fanin["sent"] >= 700 and fanin["expected"] == 2 * fanin["sent"]
+    assert fanin["received"] == fanin["expected"] and fanin["lost"] == 0 and fanin["ok"]
+    fanout = _run(broker, "fanout", pubs=1, subs=20, duration=0.7, qos=2)  # max rate, end-to-end window
+    assert fanout["sent"] > 50 and fanout["received"] == 20 * fanout["sent"]
+    assert fanout["lost"] == fanout["duplicated"] == 0 and fanout["ok"]
+
+
+def test_clients_spread_under_the_fd_cap() -> None:
+    opts = with_defaults(Options("fanin", pubs=100, subs=1))
+    shares = assign(opts, 2, cap=1000)
+    assert shares[0].subs == [0] and shares[0].pubs == []  # the busy subscriber gets a process of its own
+    assert sorted(shares[1].pubs) == list(range(100))
+    pairs = assign(with_defaults(Options("p2p", clients=10)), 3, cap=1000)
+    assert all(s.pubs == s.subs for s in pairs)  # a pair never spans processes
