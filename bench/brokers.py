@@ -1,0 +1,144 @@
+"""Start and stop the brokers that compare and sweep measure: plexmq, and mosquitto from its Debian package.
+
+Each measurement gets a fresh broker on a free loopback port (so no queue or session of an earlier
+scenario is left behind), with the soft open-file limit raised to the hard one as for plexmq.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from bench import runner
+from bench.plan import Options
+
+ROOT = Path(__file__).resolve().parent.parent
+MOSQUITTO = "/usr/sbin/mosquitto"
+CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x00\x00\x00"  # CONNECT, clean session, empty client id
+
+
+@dataclass
+class BrokerSpec:
+    name: str  # the column title: plexmq, mosquitto, mosquitto-nodelay, plexmq-w2, ...
+    kind: str  # "plexmq" or "mosquitto"
+    workers: int = 1
+    nodelay: bool = False
+    max_queued: int = 1000
+    extra: list[str] = field(default_factory=list)  # more arguments for `plexmq serve`
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _raise_nofile() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class RunningBroker:
+    """A broker process we started; `stop()` ends it and everything under it."""
+
+    def __init__(self, spec: BrokerSpec, log_dir: str) -> None:
+        self.spec = spec
+        self.port = free_port()
+        self.log_path = os.path.join(log_dir, f"{spec.name}-{self.port}.log")
+        if spec.kind == "plexmq":
+            cmd = [sys.executable, "-m", "acceptor", "serve", "--port", str(self.port),
+                   "--workers", str(spec.workers), *spec.extra]
+        else:
+            conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
+            with open(conf, "w") as f:
+                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued))
+            cmd = [MOSQUITTO, "-c", conf]
+        self.cmd = cmd
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_raise_nofile)
+        self._wait_ready(30)
+        time.sleep(0.5 if spec.kind == "plexmq" else 0.2)  # let every worker register with the router
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.spec.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    s.sendall(CONNECT)
+                    if s.recv(4) == b"\x20\x02\x00\x00":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.spec.name} did not accept MQTT on port {self.port} in {timeout} s")
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            return " | ".join(Path(self.log_path).read_text(errors="replace").strip().splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        try:
+            tree = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for child in tree:  # anything the broker left behind
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+
+
+def mosquitto_conf(port: int, nodelay: bool, max_queued: int) -> str:
+    lines = [f"listener {port} 127.0.0.1", "allow_anonymous true", f"max_queued_messages {max_queued}",
+             "persistence false", "log_dest stderr", "log_type error", "log_type warning"]
+    if nodelay:
+        lines.append("set_tcp_nodelay true")
+    return "\n".join(lines) + "\n"
+
+
+def measure(spec: BrokerSpec, opts: Options, log_dir: str | None = None) -> dict:
+    """Start the broker, run the scenario against it (its pid monitored), stop it; the report."""
+    log_dir = log_dir or tempfile.mkdtemp(prefix="plexbench-")
+    broker = RunningBroker(spec, log_dir)
+    try:
+        opts.port = broker.port
+        opts.broker_pid = broker.pid
+        result = runner.run(opts)
+        if not broker.alive():
+            result["notes"].append(f"BROKER DIED during the run: {broker.log_tail()}")
+            result["ok"] = False
+    finally:
+        broker.stop()
+    result["broker_name"] = spec.name
+    result["broker_cmd"] = " ".join(broker.cmd)
+    return result

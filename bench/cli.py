@@ -1,0 +1,120 @@
+"""`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 broker.
+
+`plexmq bench compare ...` and `plexmq bench sweep ...` hand over to bench.compare and bench.sweep.
+Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
+3 clients failed to connect or were dropped (a limit, or the broker refused them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench.client import MIN_SIZE
+from bench.plan import SCENARIOS, Options
+
+_EPILOG = """scenarios:
+  conn    open -c clients at --conn-rate, hold them -d seconds with keepalive pings
+  fanin   -P publishers to <topic>/<i>, -S subscribers on <topic>/# (default 100 -> 1)
+  fanout  -P publishers (default 1) to <topic>/all, -S subscribers (default 1000)
+  p2p     -c pairs: publisher i -> <topic>/p2p/<i> -> subscriber i (default 100)
+also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K); see their --help"""
+
+
+def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
+    """The load options, shared with compare and sweep."""
+    if scenario:
+        parser.add_argument("scenario", choices=SCENARIOS)
+        parser.add_argument("-H", "--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
+        parser.add_argument("-p", "--port", type=int, default=1883, help="broker port (default 1883)")
+        parser.add_argument("--broker-pid", type=int, help="sum CPU and RSS over this process and its children")
+    parser.add_argument("-c", "--clients", type=int, default=0, help="conn: connections (1000); p2p: pairs (100)")
+    parser.add_argument("-P", "--pubs", type=int, default=0, help="publishers (fanin 100, fanout 1)")
+    parser.add_argument("-S", "--subs", type=int, default=0, help="subscribers (fanin 1, fanout 1000)")
+    parser.add_argument("-q", "--qos", type=int, choices=(0, 1, 2), default=0)
+    parser.add_argument("-s", "--size", type=int, default=64, help=f"payload bytes, >= {MIN_SIZE} (default 64)")
+    parser.add_argument("-r", "--rate", type=float, default=0.0,
+                        help="msgs/s per publisher; 0 = max rate, closed loop (default)")
+    parser.add_argument("-w", "--window", type=int, default=10, help="QoS 1/2: unacknowledged per publisher (10)")
+    parser.add_argument("-e", "--e2e-window", type=int, default=10,
+                        help="max rate: messages per publisher not yet received by its subscribers (10); 0 = open loop")
+    parser.add_argument("-d", "--duration", type=float, default=10.0, help="publish (or conn: hold) seconds (10)")
+    parser.add_argument("-R", "--conn-rate", type=float, default=0.0, help="new connections/s, 0 = unlimited")
+    parser.add_argument("--max-pending", type=int, default=64, help="handshakes in flight per process (64)")
+    parser.add_argument("--connect-timeout", type=float, default=10.0)
+    parser.add_argument("-k", "--keepalive", type=int, default=30, help="keepalive s; PINGREQ every k/2 (30)")
+    parser.add_argument("--client-prefix", default="plexbench-")
+    parser.add_argument("--topic-prefix", default="bench")
+    parser.add_argument("--procs", type=int, default=0, help="generator processes (default: cores, more for fds)")
+    parser.add_argument("--source-addrs", type=int, default=-1,
+                        help="bind to N source addresses 127.0.0.2..; -1 auto above 25k connections, 0 never")
+    parser.add_argument("--drain", type=float, default=10.0, help="max seconds to wait for late deliveries (10)")
+    parser.add_argument("--settle", type=float, default=0.3, help="pause after the last SUBACK (0.3 s)")
+    parser.add_argument("--out", metavar="DIR", help="write raw samples (gzip JSON lines) here")
+    parser.add_argument("--max-samples", type=int, default=1_000_000, help="latency samples kept per process")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (table to stderr)")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def options_from(ns: argparse.Namespace, **override: object) -> Options:
+    fields = {k: v for k, v in vars(ns).items() if k in Options.__dataclass_fields__}
+    fields["progress"] = not ns.quiet
+    fields.update(override)
+    return Options(**fields)
+
+
+def check(opts: Options) -> str | None:
+    """A usage error, or None."""
+    if opts.size < MIN_SIZE:
+        return f"--size must be at least {MIN_SIZE} (the payload carries time, run, publisher and sequence)"
+    if opts.qos and opts.window < 1:
+        return "--window must be at least 1 for QoS 1/2"
+    if opts.window > 65535:
+        return "--window must be at most 65535 (packet identifiers)"
+    if opts.duration <= 0:
+        return "--duration must be positive"
+    if opts.scenario in ("conn", "p2p") and opts.clients < 0 or min(opts.pubs, opts.subs) < 0:
+        return "client counts must be positive"
+    return None
+
+
+def exit_status(result: dict) -> int:
+    if result["protocol_errors"] or (result["qos"] and result["lost"]):
+        return 1
+    if result["connect_failed"] or result["dropped"]:
+        return 3
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "compare":
+        from bench import compare
+        return compare.main(args[1:])
+    if args and args[0] == "sweep":
+        from bench import sweep
+        return sweep.main(args[1:])
+    parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 load generator.",
+                                     epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser)
+    ns = parser.parse_args(args)
+    opts = options_from(ns)
+    error = check(opts)
+    if error:
+        parser.error(error)
+    from bench import report, runner
+
+    result = runner.run(opts)
+    text = report.table(result)
+    if ns.json:
+        print(text, file=sys.stderr)
+        print(json.dumps(result, indent=1))
+    else:
+        print(text)
+    sys.stdout.flush()
+    return exit_status(result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""The MQTT clients of one generator process: pre-encoded packets out, `packets.frame` in.
+
+Why it is shaped this way: Python must not be the bottleneck, so a publisher patches only the
+timestamp, sequence number and packet id into copies of one pre-encoded PUBLISH (one pack_into per
+message, many messages per write), every write of a loop turn to one socket is joined into one
+`transport.write` by the process's flush, and a subscriber's receive loop is inlined.
+
+Payload of every PUBLISH (big-endian): send time (CLOCK_MONOTONIC ns, the same clock in every
+process of the host), run id, publisher index, per-publisher sequence number, then zero filler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import Counter
+from time import monotonic_ns
+from typing import TYPE_CHECKING
+
+from workers.packets import MalformedPacket, encode_publish, encode_subscribe, frame
+
+if TYPE_CHECKING:
+    from bench.agent import Agent
+    from bench.connector import Raw
+
+PAYLOAD = struct.Struct(">QIII")  # send time ns, run id, publisher index, sequence
+STAMP = struct.Struct(">Q")
+SEQ = struct.Struct(">I")
+PID = struct.Struct(">H")
+MIN_SIZE = PAYLOAD.size
+MAX_PACKET = 1 << 28
+MAX_MISSING = 1_000_000  # sequence gaps remembered per subscriber (to tell a late message from a duplicate)
+
+PUBACK, PUBREC, PUBREL, PUBCOMP = 0x40, 0x50, 0x62, 0x70
+ACK = struct.Struct(">BBH")
+PINGREQ = b"\xc0\x00"
+DISCONNECT = b"\xe0\x00"
+
+
+class Client(asyncio.Protocol):
+    """A connection that connects, answers pings and acks; subclasses publish or subscribe."""
+
+    __slots__ = ("agent", "index", "gid", "transport", "buf", "out", "ready", "raw", "paused")
+    role = "c"
+
+    def __init__(self, agent: Agent, index: int, gid: int) -> None:
+        self.agent = agent
+        self.index = index
+        self.gid = gid  # position among all the run's connections: picks the source address
+        self.transport: asyncio.Transport | None = None
+        self.buf = b""
+        self.out: list[bytes] = []
+        self.ready = False
+        self.raw: Raw | None = None  # its handshake (bench.connector), which did CONNECT/CONNACK
+        self.paused = False
+
+    @property
+    def client_id(self) -> str:
+        return f"{self.agent.opts.client_prefix}{self.agent.run_id:08x}-{self.role}{self.index}"
+
+    # -- transport callbacks (the socket arrives connected, CONNACK already read) -----------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.on_connected()
+
+    def on_connected(self) -> None:
+        self.agent.on_ready(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.agent.lost(self, exc)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self.agent.wake(self)
+
+    def send(self, data: bytes | bytearray) -> None:
+        """Queue bytes for this turn's single write to the socket."""
+        if not self.out:
+            self.agent.dirty.append(self)
+            if not self.agent.flush_scheduled:
+                self.agent.schedule_flush()
+        self.out.append(data)
+
+    def data_received(self, data: bytes) -> None:
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        pos, end = 0, len(data)
+        try:
+            while pos < end:
+                found = frame(data, pos, MAX_PACKET)
+                if found is None:
+                    break
+                first, start, pos = found
+                self.on_packet(first, data, start, pos)
+        except (MalformedPacket, IndexError, struct.error) as exc:
+            self.agent.protocol_error(self, str(exc) or type(exc).__name__)
+            return
+        if pos < end:
+            self.buf = data[pos:]
+
+    # -- control packets --------------------------------------------------------------------------
+
+    def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
+        if first == 0xD0:
+            self.agent.pongs += 1
+        else:
+            raise MalformedPacket(f"unexpected packet type {first >> 4} (first byte {first:#04x})")
+
+
+class Publisher(Client):
+    """Publishes pre-encoded messages; keeps at most `window` unacknowledged (QoS 1/2)."""
+
+    __slots__ = ("qos", "tmpl", "plen", "stamp_off", "seq_off", "pid_off", "seq", "unacked", "pending", "released",
+                 "delivered", "reset_base", "progress_ns", "queued", "phase_ns")
+    role = "p"
+
+    def __init__(self, agent: Agent, index: int, gid: int) -> None:
+        super().__init__(agent, index, gid)
+        opts = agent.opts
+        self.qos = opts.qos
+        packet = encode_publish(opts.topic(index).encode(), bytes(opts.size), opts.qos, packet_id=1 if opts.qos else 0)
+        self.tmpl = bytearray(packet)
+        self.plen = len(packet)
+        self.stamp_off = self.plen - opts.size  # the payload starts with the send time
+        self.seq_off = self.stamp_off + 16
+        self.pid_off = self.stamp_off - 2
+        PAYLOAD.pack_into(self.tmpl, self.stamp_off, 0, agent.run_id, index, 0)
+        self.seq = 0  # messages sent; the next sequence number
+        self.unacked = 0
+        self.pending: set[int] = set()  # packet ids awaiting PUBACK / PUBREC
+        self.released: set[int] = set()  # QoS 2 packet ids awaiting PUBCOMP
+        self.delivered = 0  # deliveries to subscribers counted so far (end-to-end window)
+        self.reset_base = 0  # messages written off as lost by an end-to-end window reset
+        self.progress_ns = 0
+        self.queued = False
+        self.phase_ns = 0
+
+    def inflight(self) -> int:
+        """Messages sent that the subscribers have not all received (end-to-end window)."""
+        return self.seq - self.reset_base - self.delivered // self.agent.fan
+
+    def credit(self) -> int:
+        agent = self.agent
+        room = agent.window - self.unacked if self.qos else 1 << 30
+        if agent.e2e:
+            room = min(room, agent.e2e - self.inflight())
+        return room
+
+    def emit(self, n: int, now: int) -> None:
+        """Send n messages stamped `now` in one write: the time goes into the template once, then
+        only the sequence number (and packet id) is patched per copy."""
+        tmpl = self.tmpl
+        STAMP.pack_into(tmpl, self.stamp_off, now)
+        buf = tmpl * n
+        seq, plen = self.seq, self.plen
+        off = self.seq_off
+        if self.qos:
+            pack, pending, pid_back = SEQ.pack_into, self.pending, self.seq_off - self.pid_off
+            for _ in range(n):
+                pid = seq % 65535 + 1
+                pack(buf, off, seq)
+                PID.pack_into(buf, off - pid_back, pid)
+                pending.add(pid)
+                seq += 1
+                off += plen
+            self.unacked += n
+        else:
+            pack = SEQ.pack_into
+            for _ in range(n):
+                pack(buf, off, seq)
+                seq += 1
+                off += plen
+        self.agent.sent += n
+        self.seq = seq
+        self.send(buf)
+
+    def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
+        if first in (PUBACK, PUBREC, PUBCOMP):
+            if stop - start != 2:
+                raise MalformedPacket("bad acknowledgement length")
+            pid = (data[start] << 8) | data[start + 1]
+            if first == PUBREC:
+                if pid not in self.pending:
+                    raise MalformedPacket(f"PUBREC for unknown packet id {pid}")
+                self.pending.discard(pid)
+                self.released.add(pid)
+                self.send(ACK.pack(PUBREL, 2, pid))
+                return
+            waiting = self.pending if first == PUBACK else self.released
+            if pid not in waiting or (first == PUBACK) != (self.qos == 1):
+                raise MalformedPacket(f"unexpected {'PUBACK' if first == PUBACK else 'PUBCOMP'} for packet id {pid}")
+            waiting.discard(pid)
+            self.unacked -= 1
+            self.agent.acked += 1
+            if not self.queued:
+                self.agent.wake(self)
+        else:
+            super().on_packet(first, data, start, stop)
+
+
+class Subscriber(Client):
+    """Subscribes, then counts every message: latency, duplicates, reordering, per-publisher receipts."""
+
+    __slots__ = ("expect", "missing")
+    role = "s"
+
+    def __init__(self, agent: Agent, index: int, gid: int) -> None:
+        super().__init__(agent, index, gid)
+        self.expect: dict[int, int] = {}  # publisher -> next sequence number expected
+        self.missing: dict[int, set[int]] = {}  # publisher -> sequence numbers skipped so far
+
+    def on_connected(self) -> None:
+        opts = self.agent.opts
+        self.transport.write(encode_subscribe(1, [(opts.filter(self.index), opts.qos)]))  # type: ignore[union-attr]
+
+    def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
+        if first == 0x90:
+            codes = data[start + 2:stop]
+            if stop - start < 3 or (data[start] << 8 | data[start + 1]) != 1:
+                raise MalformedPacket("bad SUBACK")
+            if 0x80 in codes:
+                self.agent.fail(self, "suback_refused")
+            else:
+                if codes[0] < self.agent.opts.qos:
+                    self.agent.note(f"the broker granted QoS {codes[0]} for QoS {self.agent.opts.qos}")
+                self.agent.on_ready(self)
+        elif first == PUBREL:
+            self.send(ACK.pack(PUBCOMP, 2, (data[start] << 8) | data[start + 1]))
+        else:
+            super().on_packet(first, data, start, stop)
+
+    def data_received(self, data: bytes) -> None:
+        """The hot path: a message in sequence after the previous one of the same publisher costs a
+        frame() call, one unpack, three comparisons and an append; the dicts are touched only when
+        the publisher changes, and latencies are counted per distinct send time (publishers stamp a
+        whole batch with one time) once per read."""
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        agent = self.agent
+        now = monotonic_ns()
+        run_id = agent.run_id
+        counts = agent.receipts if agent.e2e else None
+        samples = agent.samples
+        expect = self.expect
+        unpack = PAYLOAD.unpack_from
+        stamps: list[int] = []
+        stamp = stamps.append
+        cur, nxt, run_start = -1, 0, 0  # the current stretch: publisher, next sequence, its first sequence
+        pos, end = 0, len(data)
+        dup = late = foreign = 0
+        acks: list[bytes] | None = None
+        try:
+            while pos < end:
+                found = frame(data, pos, MAX_PACKET)
+                if found is None:
+                    break
+                first, p, pos = found
+                if first & 0xF0 != 0x30:
+                    self.on_packet(first, data, p, pos)
+                    continue
+                p += 2 + ((data[p] << 8) | data[p + 1])
+                if first & 0x06:
+                    if acks is None:
+                        acks = []
+                    acks.append(ACK.pack(PUBACK if first & 0x06 == 0x02 else PUBREC, 2, (data[p] << 8) | data[p + 1]))
+                    p += 2
+                if pos - p < MIN_SIZE:
+                    foreign += 1
+                    continue
+                sent, run, pub, seq = unpack(data, p)
+                if seq == nxt and pub == cur and run == run_id:
+                    nxt += 1
+                    stamp(sent)
+                    if samples is not None:
+                        samples.add(sent, now, pub, seq, self.index)
+                    continue
+                if run != run_id:
+                    foreign += 1
+                    continue
+                if cur >= 0:  # close the stretch of the previous publisher
+                    expect[cur] = nxt
+                    if counts is not None:
+                        counts[cur] = counts.get(cur, 0) + nxt - run_start
+                cur = pub
+                nxt = expect.get(pub, 0)
+                if seq >= nxt:
+                    if seq > nxt:
+                        self._gap(pub, nxt, seq)
+                    run_start, nxt = seq, seq + 1
+                elif self._late(pub, seq):
+                    run_start = nxt
+                    late += 1
+                    if counts is not None:
+                        counts[pub] = counts.get(pub, 0) + 1
+                else:
+                    run_start = nxt
+                    dup += 1
+                    continue
+                stamp(sent)
+                if samples is not None:
+                    samples.add(sent, now, pub, seq, self.index)
+        except (MalformedPacket, IndexError, struct.error) as exc:
+            agent.protocol_error(self, str(exc) or type(exc).__name__)
+            return
+        if cur >= 0:
+            expect[cur] = nxt
+            if counts is not None:
+                counts[cur] = counts.get(cur, 0) + nxt - run_start
+        if pos < end:
+            self.buf = data[pos:]
+        if acks:
+            self.send(b"".join(acks))
+        if stamps:
+            hist = agent.hist
+            for sent, n in (Counter(stamps).items() if len(stamps) > 4 else ((s, 1) for s in stamps)):
+                lat = (now - sent) // 1000
+                key = lat if lat < 1000 else (lat // 10 * 10 if lat < 100_000 else lat // 1000 * 1000)
+                hist[key] = hist.get(key, 0) + n
+        agent.received += len(stamps) + dup
+        if dup or late or foreign:
+            agent.dups += dup
+            agent.reordered += late
+            agent.foreign += foreign
+        if counts and not agent.flush_scheduled:
+            agent.schedule_flush()
+
+    def _gap(self, pub: int, nxt: int, seq: int) -> None:
+        missing = self.missing.setdefault(pub, set())
+        if len(missing) + seq - nxt <= MAX_MISSING:
+            missing.update(range(nxt, seq))
+
+    def _late(self, pub: int, seq: int) -> bool:
+        missing = self.missing.get(pub)
+        if missing and seq in missing:
+            missing.discard(seq)
+            return True
+        return False

@@ -1,0 +1,51 @@
+"""The named scenarios of issue 3's targets, so compare, sweep and RESULTS.md mean the same runs.
+
+Each preset is a set of Options fields plus what the comparison shows for it (the key metrics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.plan import Options, with_defaults
+
+PRESETS: dict[str, dict] = {
+    "fanin0": dict(scenario="fanin", pubs=100, subs=1, qos=0, rate=0.0),
+    "fanin1": dict(scenario="fanin", pubs=100, subs=1, qos=1, window=10, rate=0.0),
+    "fanout0": dict(scenario="fanout", pubs=1, subs=1000, qos=0, rate=0.0),
+    "lat0": dict(scenario="fanin", pubs=100, subs=1, qos=0, rate=100.0),
+    "connstorm": dict(scenario="conn", clients=10_000, conn_rate=0.0, duration=3.0, keepalive=60),
+    "p2p1": dict(scenario="p2p", clients=100, qos=1, window=10, rate=0.0),
+    "idle100k": dict(scenario="conn", clients=100_000, duration=60.0, keepalive=30),
+}
+DEFAULT = ("fanin0", "fanin1", "fanout0", "lat0", "connstorm")
+
+# (label, result key or latency percentile, digits) shown per scenario kind
+METRICS = {
+    "pubsub": [("msgs/s out", "msgs_out_per_s", 0), ("msgs/s in", "msgs_in_per_s", 0), ("lost", "lost", 0),
+               ("latency p50 ms", "p50", 3), ("latency p99 ms", "p99", 3), ("broker cpu %", "broker_cpu_pct", 0),
+               ("generator cpu %", "generator_cpu_pct", 0), ("broker rss MB", "broker_rss_mb", 0)],
+    "conn": [("connected", "connected", 0), ("connect/s", "connect_rate", 0), ("failed", "connect_failed", 0),
+             ("broker cpu % connecting", "broker_connect_cpu_pct", 0),
+             ("generator cpu % connecting", "generator_connect_cpu_pct", 0),
+             ("dropped", "dropped", 0), ("KB/conn (rss)", "rss_per_conn_kb", 2), ("broker rss MB", "broker_rss_mb", 0),
+             ("broker cpu % holding", "broker_cpu_pct", 0)],
+}
+
+
+def options(name: str, duration: float | None = None, **override: object) -> Options:
+    """The Options of a preset with overrides (None values ignored); `duration` applies to the
+    publishing scenarios only, the conn presets keep their hold time."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown scenario {name!r}: one of {', '.join(PRESETS)}")
+    fields = dict(PRESETS[name])
+    if duration is not None and fields["scenario"] != "conn":
+        fields["duration"] = duration
+    fields.update({k: v for k, v in override.items() if v is not None})
+    return with_defaults(replace(Options(scenario=fields.pop("scenario")), **fields))
+
+
+def metric(result: dict, key: str) -> float | None:
+    if key in ("p50", "p90", "p99", "p99.9", "max"):
+        return result["latency_ms"][key]
+    return result.get(key)
