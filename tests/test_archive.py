@@ -112,7 +112,7 @@ def test_records_wait_for_a_full_chunk_under_load(tmp_path: Path) -> None:
     assert part.stat().st_size > size
 
 
-def test_a_torn_last_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
+def test_a_torn_or_damaged_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
     first = [Record(T0, "a", 0, False, b"one", "c", None)]
     second = [Record(T0 + 1, "b", 1, True, b"two", "c", "u")] * 3
     data = segment_header(1) + encode_chunk(first) + encode_chunk(second)
@@ -123,6 +123,10 @@ def test_a_torn_last_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
         assert segment.skipped_bytes == len(encode_chunk(second)) - cut
     zero_filled = decode_segment(segment_header(1) + encode_chunk(first) + bytes(4096))
     assert list(records(zero_filled)) == first and zero_filled.skipped_bytes == 4096
+    flipped = bytearray(data)
+    flipped[-2] ^= 0x10  # one bit of the last payload
+    damaged = decode_segment(bytes(flipped))
+    assert list(records(damaged)) == first and damaged.damage == "damaged chunk"
     assert decode_segment(b"PK\x03\x04 not a segment").damage == "not a plexmq archive segment (v1)"
 
 
