@@ -104,6 +104,15 @@ class Broker:
                     return worker_id
         raise AssertionError(f"no worker holds the connection from port {client_port}")
 
+    def worker_holding(self, client_port: int) -> int:
+        """`worker_of`, waiting until the acceptor has handed the socket over."""
+        def find() -> int | None:
+            try:
+                return self.worker_of(client_port) + 1  # +1: worker 0 must read as found
+            except AssertionError:
+                return None
+        return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

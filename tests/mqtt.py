@@ -47,17 +47,25 @@ class RawClient:
                 raise AssertionError("connection closed by the broker")
             self.buf += data
 
-    def expect_closed(self, timeout: float = 5.0) -> None:
-        """The broker closes the connection (anything it sent first is discarded)."""
-        self.sock.settimeout(timeout)
+    def read_until_closed(self, timeout: float = 5.0) -> bytes:
+        """Everything the broker sends until it closes the socket; AssertionError if it stays open."""
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if not self.sock.recv(65536):
-                    return
-        except ConnectionResetError:
-            return
-        raise AssertionError("the broker did not close the connection")
+        data = self.buf
+        self.buf = b""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"the broker did not close the connection (got {data!r})")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                return data
+            except TimeoutError:
+                continue
+            if not chunk:
+                return data
+            data += chunk
 
     def close(self) -> None:
         self.sock.close()

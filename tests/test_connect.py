@@ -41,26 +41,6 @@ def read_exact(raw: RawClient, n: int, timeout: float = 5.0) -> bytes:
     return data[:n]
 
 
-def read_until_closed(raw: RawClient, timeout: float = 5.0) -> bytes:
-    """Everything the broker sends until it closes the socket; AssertionError if it stays open."""
-    deadline = time.monotonic() + timeout
-    data = raw.buf
-    raw.buf = b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"the broker did not close the connection (got {data!r})")
-        raw.sock.settimeout(left)
-        try:
-            chunk = raw.sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        except TimeoutError:
-            continue
-        if not chunk:
-            return data
-        data += chunk
-
 
 def assert_served(raw: RawClient) -> None:
     """The connection is alive and answered: PINGREQ gets PINGRESP."""
@@ -120,7 +100,7 @@ def test_mqtt31_with_paho(broker: Broker) -> None:
 def test_unsupported_protocol_level_gets_connack_1_then_close(broker: Broker, name: bytes, level: int) -> None:
     raw = RawClient(broker.port)
     raw.send(connect_body(name, level, payload=string(f"connect-level-{name.decode()}-{level}")))
-    assert read_until_closed(raw) == b"\x20\x02\x00\x01"
+    assert raw.read_until_closed() == b"\x20\x02\x00\x01"
     raw.close()
 
 
@@ -146,7 +126,7 @@ def test_empty_client_id_with_clean_session_is_assigned_one(broker: Broker) -> N
 def test_empty_client_id_without_clean_session_gets_connack_2_then_close(broker: Broker) -> None:
     raw = RawClient(broker.port)
     raw.send(connect_body(flags=0x00, payload=string("")))
-    assert read_until_closed(raw) == b"\x20\x02\x00\x02"
+    assert raw.read_until_closed() == b"\x20\x02\x00\x02"
     raw.close()
 
 
@@ -158,26 +138,26 @@ def test_session_present_flag(broker: Broker) -> None:
     raw = RawClient(broker.port)
     assert raw.connect(cid, clean=False) == (False, 0)  # new persistent session
     raw.send(p.DISCONNECT_PACKET)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
 
     raw = RawClient(broker.port)
     raw.send(p.encode_connect(cid, clean_session=False))
     assert read_exact(raw, 4) == b"\x20\x02\x01\x00"  # the session exists: session present 1
     raw.send(p.DISCONNECT_PACKET)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
 
     raw = RawClient(broker.port)
     assert raw.connect(cid, clean=True) == (False, 0)  # clean session: always 0, and the old one is gone
     raw.send(p.DISCONNECT_PACKET)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
 
     raw = RawClient(broker.port)
     assert raw.connect(cid, clean=False) == (False, 0)  # discarded by the clean session above
     raw.send(p.DISCONNECT_PACKET)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
 
     raw = RawClient(broker.port)  # leave no persistent session behind on the shared broker
@@ -193,7 +173,7 @@ def test_session_present_while_the_old_connection_is_still_open(broker: Broker) 
     new = RawClient(broker.port)
     new.send(p.encode_connect(cid, clean_session=False))
     assert read_exact(new, 4) == b"\x20\x02\x01\x00"
-    old.expect_closed()
+    old.read_until_closed()
     new.close()
     cleanup = RawClient(broker.port)
     cleanup.connect(cid, clean=True)
@@ -207,7 +187,7 @@ def test_session_present_while_the_old_connection_is_still_open(broker: Broker) 
 def test_reserved_connect_flag_closes_without_connack(broker: Broker, flags: int) -> None:
     raw = RawClient(broker.port)
     raw.send(connect_body(flags=flags, payload=string(f"connect-reserved-{flags}")))
-    assert read_until_closed(raw) == b""
+    assert raw.read_until_closed() == b""
     raw.close()
 
 
@@ -220,7 +200,7 @@ def test_inconsistent_will_flags_close_without_connack(broker: Broker, flags: in
     if flags & 0x04:
         payload += string("connect/will") + string("bye")
     raw.send(connect_body(flags=flags, payload=payload))
-    assert read_until_closed(raw) == b""
+    assert raw.read_until_closed() == b""
     raw.close()
 
 
@@ -228,7 +208,7 @@ def test_second_connect_closes_the_connection(broker: Broker) -> None:
     raw = RawClient(broker.port)
     assert raw.connect("connect-twice") == (False, 0)
     raw.send(p.encode_connect("connect-twice"))
-    assert read_until_closed(raw) == b""
+    assert raw.read_until_closed() == b""
     raw.close()
     # and the client id is free again: a fresh connection with it is not refused
     again = RawClient(broker.port)
@@ -248,7 +228,7 @@ def test_first_packet_other_than_connect_closes(broker: Broker, packet: bytes) -
     watcher.subscribe("connect/early", 0)
     raw = RawClient(broker.port)
     raw.send(packet)
-    assert read_until_closed(raw) == b""  # no PINGRESP, no PUBACK, no SUBACK
+    assert raw.read_until_closed() == b""  # no PINGRESP, no PUBACK, no SUBACK
     raw.close()
     # nothing published before CONNECT reached anybody: the next message is the marker
     marker = Client(broker.port, f"connect-early-marker-{packet[0]:x}-{len(packet)}")
@@ -269,9 +249,9 @@ def test_no_connect_within_the_timeout_closes(start_broker: Callable[..., Broker
     connected = RawClient(b.port)
     assert connected.connect("connect-timely", keepalive=0) == (False, 0)
 
-    assert read_until_closed(silent, timeout=6) == b""
+    assert silent.read_until_closed(timeout=6) == b""
     silent_after = time.monotonic() - started
-    assert read_until_closed(partial, timeout=6) == b""
+    assert partial.read_until_closed(timeout=6) == b""
     partial_after = time.monotonic() - started
     assert 0.9 <= silent_after <= 4.0, f"closed after {silent_after:.2f} s"
     assert 0.9 <= partial_after <= 4.0, f"closed after {partial_after:.2f} s"

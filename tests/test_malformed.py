@@ -4,7 +4,6 @@ and every other client (on the same worker too) goes on being served."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,35 +23,6 @@ def packet(first: int, body: bytes) -> bytes:
     return bytes((first,)) + p.encode_remaining_length(len(body)) + body
 
 
-def read_until_closed(raw: RawClient, timeout: float = 5.0) -> bytes:
-    """Everything the broker sends until it closes the socket; AssertionError if it stays open."""
-    deadline = time.monotonic() + timeout
-    data = raw.buf
-    raw.buf = b""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"the broker did not close the connection (got {data!r})")
-        raw.sock.settimeout(left)
-        try:
-            chunk = raw.sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        except TimeoutError:
-            continue
-        if not chunk:
-            return data
-        data += chunk
-
-
-def worker_holding(b: Broker, raw: RawClient) -> int:
-    """The worker that holds `raw` (waiting until the acceptor has handed the socket over)."""
-    def find() -> int | None:
-        try:
-            return b.worker_of(raw.local_port) + 1  # +1: worker 0 must read as found
-        except AssertionError:
-            return None
-    return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
 
 
 def watcher_on(b: Broker, worker: int, name: str, topic: str) -> RawClient:
@@ -151,7 +121,7 @@ def test_malformed_packet_closes_that_client_only(broker: Broker, case: str) -> 
     watcher = watcher_on(broker, broker.worker_of(bad.local_port), name, topic)
 
     bad.send(data)
-    assert read_until_closed(bad) == b""
+    assert bad.read_until_closed() == b""
     bad.close()
 
     assert_logged_once(broker, f"{name}-bad", reason)
@@ -188,11 +158,11 @@ def test_malformed_connect_closes_that_client_only(broker: Broker, case: str) ->
     name = f"malformed-connect-{case}"
     topic = f"malformed/connect/{case}"
     bad = RawClient(broker.port)
-    watcher = watcher_on(broker, worker_holding(broker, bad), name, topic)
+    watcher = watcher_on(broker, broker.worker_holding(bad.local_port), name, topic)
     peer = f"127.0.0.1:{bad.local_port}"
 
     bad.send(data)
-    assert read_until_closed(bad) == b""  # no CONNACK
+    assert bad.read_until_closed() == b""  # no CONNACK
     bad.close()
 
     assert_logged_once(broker, peer, reason)
@@ -237,7 +207,7 @@ def test_packet_above_max_packet_size_closes_that_client_only(start_broker: Call
     over = RawClient(b.port)
     assert over.connect("malformed-size-over") == (False, 0)
     over.send(publish_of_size(1025))
-    assert read_until_closed(over) == b""
+    assert over.read_until_closed() == b""
     over.close()
     assert_logged_once(b, "malformed-size-over", r"exceeds|size|maximum|large")
 
@@ -245,7 +215,7 @@ def test_packet_above_max_packet_size_closes_that_client_only(start_broker: Call
     huge = RawClient(b.port)
     assert huge.connect("malformed-size-huge") == (False, 0)
     huge.send(b"\x30" + p.encode_remaining_length(200_000_000) + string(topic) + b"z" * 100)
-    assert read_until_closed(huge) == b""
+    assert huge.read_until_closed() == b""
     huge.close()
     assert_logged_once(b, "malformed-size-huge", r"exceeds|size|maximum|large")
 

@@ -285,7 +285,7 @@ def test_killed_worker_is_replaced_and_the_other_worker_keeps_its_clients(start_
     os.kill(old.pid, signal.SIGKILL)
 
     for c in held[victim]:
-        c.expect_closed()
+        c.read_until_closed()
     new = wait_for(lambda: (w := b.workers().get(victim)) is not None and w.pid != old.pid and w, 5,
                    f"a new worker {victim}")
     assert b.workers()[survivor].pid == survivor_pid, "the surviving worker was restarted"
@@ -369,7 +369,7 @@ def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Brok
     assert spawned_by(b.proc.pid) == []
     for cs in clients.values():
         for c in cs:
-            c.expect_closed(1)
+            c.read_until_closed(1)
     assert port_closed(b.port)
     assert "Traceback" not in b.output(), b.output()[-3000:]
 
@@ -389,7 +389,7 @@ def test_sigkill_of_the_acceptor_leaves_no_orphan(start_broker: Callable[..., Br
     assert spawned_by(b.proc.pid) == []
     for cs in clients.values():
         for c in cs:
-            c.expect_closed(1)
+            c.read_until_closed(1)
     assert port_closed(b.port)
 
 
@@ -413,7 +413,7 @@ def test_ctrl_c_stops_everything(own_broker: Callable[..., OwnBroker], no_orphan
     stopped_within(b)
     assert [c for c in children if alive(c)] == [], "children outlived the acceptor"
     assert spawned_by(b.proc.pid) == []
-    client.expect_closed(1)
+    client.read_until_closed(1)
     assert port_closed(b.port)
     assert "Traceback" not in b.output(), b.output()[-3000:]
 

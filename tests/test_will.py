@@ -11,15 +11,6 @@ from tests.mqtt import Client, RawClient
 from workers import packets as p
 
 
-def worker_holding(b: Broker, raw: RawClient) -> int:
-    """The worker that holds `raw` (waiting until the acceptor has handed the socket over)."""
-    def find() -> int | None:
-        try:
-            return b.worker_of(raw.local_port) + 1  # +1: worker 0 must read as found
-        except AssertionError:
-            return None
-    return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
-
 
 def raw_on_worker(b: Broker, want: Callable[[int], bool]) -> RawClient:
     """A TCP connection (no CONNECT sent yet) held by a worker that `want` accepts."""
@@ -27,7 +18,7 @@ def raw_on_worker(b: Broker, want: Callable[[int], bool]) -> RawClient:
     try:
         for _ in range(8):
             raw = RawClient(b.port)
-            if want(worker_holding(b, raw)):
+            if want(b.worker_holding(raw.local_port)):
                 return raw
             spare.append(raw)
         raise AssertionError("the acceptor never put a connection on the wanted worker")
@@ -101,7 +92,7 @@ def test_will_on_keepalive_expiry(broker: Broker) -> None:
     raw = will_client(broker, "will-keepalive", topic, b"timed out", 1, False, keepalive=1)
     # silent: closed 1.5 s after CONNECT, plus up to ~2 s for the once-a-second sweep
     expect_will(sub, topic, b"timed out", 1, timeout=5.0)
-    raw.expect_closed(timeout=1)
+    raw.read_until_closed(timeout=1)
     raw.close()
     sub.disconnect()
 
@@ -113,7 +104,7 @@ def test_will_on_protocol_violation(broker: Broker, garbage: bytes) -> None:
     sub = subscriber(broker, f"will-violation-sub-{garbage[0]:x}-{len(garbage)}", topic)
     raw = will_client(broker, f"will-violation-{garbage[0]:x}-{len(garbage)}", topic, b"violated", 2, False)
     raw.send(garbage)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
     expect_will(sub, topic, b"violated", 2)
     sub.disconnect()
@@ -125,7 +116,7 @@ def test_will_on_second_connect(broker: Broker) -> None:
     sub = subscriber(broker, "will-second-sub", topic)
     raw = will_client(broker, "will-second", topic, b"twice", 1, False)
     raw.send(p.encode_connect("will-second"))
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
     expect_will(sub, topic, b"twice", 1)
     sub.disconnect()
@@ -147,7 +138,7 @@ def test_will_on_takeover(broker: Broker, placement: str, clean: bool) -> None:
     new.send(p.encode_connect(cid, clean_session=clean))  # no will of its own
     first, body = new.recv()
     assert first == 0x20 and p.decode_connack(0, body)[1] == 0
-    old.expect_closed()
+    old.read_until_closed()
     old.close()
     expect_will(sub, topic, b"taken over", 1)
     assert sub.nothing(), "the will was published more than once"
@@ -156,7 +147,7 @@ def test_will_on_takeover(broker: Broker, placement: str, clean: bool) -> None:
     new.send(p.PINGREQ_PACKET)
     assert new.recv() == (0xD0, b"")
     new.send(p.DISCONNECT_PACKET)
-    new.expect_closed()
+    new.read_until_closed()
     new.close()
     assert sub.nothing()
     sub.disconnect()
@@ -180,7 +171,7 @@ def test_no_will_after_disconnect(broker: Broker, retain: bool) -> None:
     assert marker.connect(f"{cid}-marker") == (False, 0)
 
     raw.send(p.DISCONNECT_PACKET)
-    raw.expect_closed()
+    raw.read_until_closed()
     raw.close()
     marker.send(p.encode_publish(topic.encode(), b"marker", 1, packet_id=1))
     assert marker.recv() == (0x40, b"\x00\x01")
