@@ -48,17 +48,20 @@ class Listener:
                 os.close(fd)  # no worker alive right now: the client retries
                 continue
             worker = min(live, key=lambda w: w.load)
-            worker.load += 1
+            worker.handed += 1
             bound.setdefault(worker.worker_id, []).append(fd)  # type: ignore[arg-type]
         for worker_id, fds in bound.items():
             self._hand(self.workers[worker_id], fds)
 
     def _hand(self, worker: Child, fds: list[int]) -> None:
+        sent = 0
         try:
             for start in range(0, len(fds), handoff.MAX_FDS_PER_MESSAGE):
                 chunk = fds[start:start + handoff.MAX_FDS_PER_MESSAGE]
                 handoff.send_fds(worker.channel, chunk, handoff.LISTENER_TCP * len(chunk))  # type: ignore[arg-type]
+                sent += len(chunk)
         except OSError as exc:
+            worker.handed -= len(fds) - sent  # never arrive: they must not count as load
             log.warning("cannot hand sockets to %s: %s", worker.name, exc)
         finally:
             for fd in fds:

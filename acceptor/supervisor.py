@@ -37,8 +37,15 @@ class Child:
         self.worker_id = worker_id
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
-        self.load = 0  # connections, as last reported plus those handed since
+        self.reported = 0  # connections the worker last said it holds
+        self.received = 0  # sockets it had received by then
+        self.handed = 0  # sockets handed to this worker process so far
         self.crashes: deque[float] = deque()
+
+    @property
+    def load(self) -> int:
+        """Connections held: the last report plus sockets still on their way (exact, not lagging)."""
+        return self.reported + self.handed - self.received
 
 
 def describe_exit(code: int) -> str:
@@ -76,7 +83,7 @@ class Supervisor:
                 env=self.env, pass_fds=(theirs.fileno(),))
             theirs.close()
             child.channel = mine
-            child.load = 0
+            child.reported = child.received = child.handed = 0
             self.loop.add_reader(mine.fileno(), self._read_load, child)
         log.info("%s started (pid %d)", child.name, child.proc.pid)
 
@@ -114,7 +121,7 @@ class Supervisor:
                 self._close_channel(child)
                 return
             if msg[0] == handoff.LOAD:
-                child.load = handoff.LOAD_REPORT.unpack_from(msg, 1)[0]
+                child.reported, child.received = handoff.LOAD_REPORT.unpack_from(msg, 1)
 
     def _close_channel(self, child: Child) -> None:
         if child.channel is not None:

@@ -2,7 +2,8 @@
 
 Messages (one datagram each):
   acceptor -> worker  b"F" + one listener-kind byte per fd, with the fds;  b"R": the router restarted
-  worker -> acceptor  b"L" + <I: connections held (the acceptor balances on it)
+  worker -> acceptor  b"L" + <II: connections held, sockets received since the worker started
+                      (the acceptor adds the sockets it handed that the worker has not yet seen)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ ROUTER_RESTARTED = ord("R")
 LOAD = ord("L")
 
 MAX_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
-LOAD_REPORT = struct.Struct("<I")
+LOAD_REPORT = struct.Struct("<II")
 LISTENER_TCP = b"t"
 
 

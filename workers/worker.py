@@ -58,7 +58,8 @@ class Worker:
         self.dropped = 0
         self.refused = 0
         self.refused_logged_at = 0.0
-        self.reported_load = -1
+        self.received = 0  # sockets the acceptor has passed us, refused ones included
+        self.reported_load = (-1, -1)
         self.stopped = False
         loop.add_reader(channel.fileno(), self._channel_readable)
         loop.call_later(1.0, self._tick)
@@ -205,6 +206,7 @@ class Worker:
                 self.stop()
                 return
             if msg[0] == handoff.FDS:
+                self.received += len(fds) + lost
                 for fd in fds:
                     self.adopt(fd)
                 if lost:
@@ -224,13 +226,13 @@ class Worker:
         self.flush_soon()
 
     def _report_load(self) -> None:
-        count = len(self.conns)
-        if count != self.reported_load:
-            self.reported_load = count
+        load = (len(self.conns), self.received)
+        if load != self.reported_load:
+            self.reported_load = load
             try:
-                self.channel.send(b"L" + handoff.LOAD_REPORT.pack(count))
+                self.channel.send(b"L" + handoff.LOAD_REPORT.pack(*load))
             except BlockingIOError:
-                self.reported_load = -1
+                self.reported_load = (-1, -1)
 
     def _tick(self) -> None:
         now = self.loop.time()
