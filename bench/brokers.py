@@ -66,7 +66,7 @@ class RunningBroker:
         self.cmd = cmd
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_raise_nofile)
+                                         preexec_fn=_raise_nofile)  # noqa: PLW1509 (no threads here)
         self._wait_ready(30)
         time.sleep(0.5 if spec.kind == "plexmq" else 0.2)  # let every worker register with the router
 

@@ -31,7 +31,7 @@ PINGRESP = 0xD0
 class Raw:
     """One connection until it is ready; an idle client's whole life."""
 
-    __slots__ = ("connector", "client", "index", "gid", "sock", "fd", "state", "t0", "buf")
+    __slots__ = ("buf", "client", "connector", "fd", "gid", "index", "sock", "state", "t0")
 
     def __init__(self, connector: Connector, client: Client | None, index: int, gid: int) -> None:
         self.connector = connector

@@ -51,8 +51,8 @@ class Options:
         return self.clients if self.scenario == "conn" else self.pubs + self.subs
 
     def topic(self, pub: int) -> str:
-        if self.scenario == "fanin":
-            return f"{self.topic_prefix}/{pub}"
+        if self.scenario == "fanin":  # zero-padded: every packet the same length (see bench.bulk)
+            return f"{self.topic_prefix}/{pub:0{len(str(max(self.pubs - 1, 0)))}d}"
         if self.scenario == "fanout":
             return f"{self.topic_prefix}/all"
         return f"{self.topic_prefix}/p2p/{pub}"
@@ -71,6 +71,8 @@ class Options:
 
 def with_defaults(opts: Options) -> Options:
     """Fill in the scenario's usual client counts (those of mqload and emqtt-bench)."""
+    if opts.scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {opts.scenario!r}: one of {', '.join(SCENARIOS)}")
     if opts.scenario == "conn" and not opts.clients:
         opts.clients = 1000
     if opts.scenario == "fanin":

@@ -10,13 +10,13 @@ from dataclasses import replace
 from bench.plan import Options, with_defaults
 
 PRESETS: dict[str, dict] = {
-    "fanin0": dict(scenario="fanin", pubs=100, subs=1, qos=0, rate=0.0),
-    "fanin1": dict(scenario="fanin", pubs=100, subs=1, qos=1, window=10, rate=0.0),
-    "fanout0": dict(scenario="fanout", pubs=1, subs=1000, qos=0, rate=0.0),
-    "lat0": dict(scenario="fanin", pubs=100, subs=1, qos=0, rate=100.0),
-    "connstorm": dict(scenario="conn", clients=10_000, conn_rate=0.0, duration=3.0, keepalive=60),
-    "p2p1": dict(scenario="p2p", clients=100, qos=1, window=10, rate=0.0),
-    "idle100k": dict(scenario="conn", clients=100_000, duration=60.0, keepalive=30),
+    "fanin0": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 0, "rate": 0.0},
+    "fanin1": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 1, "window": 10, "rate": 0.0},
+    "fanout0": {"scenario": "fanout", "pubs": 1, "subs": 1000, "qos": 0, "rate": 0.0},
+    "lat0": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 0, "rate": 100.0},
+    "connstorm": {"scenario": "conn", "clients": 10_000, "conn_rate": 0.0, "duration": 3.0, "keepalive": 60},
+    "p2p1": {"scenario": "p2p", "clients": 100, "qos": 1, "window": 10, "rate": 0.0},
+    "idle100k": {"scenario": "conn", "clients": 100_000, "duration": 60.0, "keepalive": 30},
 }
 DEFAULT = ("fanin0", "fanin1", "fanout0", "lat0", "connstorm")
 
@@ -41,7 +41,7 @@ def options(name: str, duration: float | None = None, **override: object) -> Opt
     fields = dict(PRESETS[name])
     if duration is not None and fields["scenario"] != "conn":
         fields["duration"] = duration
-    fields.update({k: v for k, v in override.items() if v is not None})
+    fields.update({k: v for k, v in override.items() if v is not None and k != "scenario"})
     return with_defaults(replace(Options(scenario=fields.pop("scenario")), **fields))
 
 

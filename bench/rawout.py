@@ -30,7 +30,7 @@ def utc_offset_ns() -> int:
 class LatencySamples:
     """Per-message (send time, receive time, publisher, sequence, subscriber), evenly decimated."""
 
-    __slots__ = ("cap", "stride", "skip", "sent_ns", "recv_ns", "pub", "seq", "sub")
+    __slots__ = ("cap", "pub", "recv_ns", "sent_ns", "seq", "skip", "stride", "sub")
 
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 2)

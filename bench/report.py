@@ -78,6 +78,10 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
         "fd_limit": fd_limit,
         "notes": all_notes,
     }
+    refused = sum(n for k, n in errors.items() if k in ("closed_by_broker", "ECONNRESET", "ECONNREFUSED"))
+    if refused and connected:
+        result["notes"].append(f"LIMIT?: the broker refused or closed {refused:,} connections while {connected:,} "
+                               "were open: a per-process open-file limit of the broker? (see its log)")
     result["ok"] = (result["connect_failed"] == 0 and result["dropped"] == 0 and result["protocol_errors"] == 0
                     and (opts.qos == 0 or result["lost"] == 0))
     return result
@@ -87,7 +91,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _n(value: float | int | None, unit: str = "") -> str:
+def _n(value: float | None, unit: str = "") -> str:
     if value is None:
         return "-"
     if isinstance(value, float) and not value.is_integer():
@@ -98,24 +102,24 @@ def _n(value: float | int | None, unit: str = "") -> str:
 def table(r: dict) -> str:
     """The human summary of one run."""
     lat = r["latency_ms"]
-    rows = [("scenario", f"{r['scenario']} qos={r['qos']} size={r['size']}B rate={_n(r['rate'])}/s"
-             f" window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s procs={r['procs']}"),
+    rows = [("scenario", (f"{r['scenario']} qos={r['qos']} size={r['size']}B rate={_n(r['rate'])}/s"
+             f" window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s procs={r['procs']}")),
             ("broker", r["broker"]),
-            ("connections", f"{_n(r['connected'])}/{_n(r['connections'])} in {r['connect_s']:.3f} s"
+            ("connections", (f"{_n(r['connected'])}/{_n(r['connections'])} in {r['connect_s']:.3f} s"
              f" = {_n(r['connect_rate'])}/s, failed {_n(r['connect_failed'])}, dropped {_n(r['dropped'])}"
              f" (cpu while connecting: broker {_n(r['broker_connect_cpu_pct'], '%')},"
-             f" generator {_n(r['generator_connect_cpu_pct'], '%')})")]
+             f" generator {_n(r['generator_connect_cpu_pct'], '%')})"))]
     if r["scenario"] != "conn":
-        rows += [("messages", f"sent {_n(r['sent'])}  received {_n(r['received'])} of {_n(r['expected'])}"
-                  f"  lost {_n(r['lost'])}  duplicated {_n(r['duplicated'])}  reordered {_n(r['reordered'])}"),
+        rows += [("messages", (f"sent {_n(r['sent'])}  received {_n(r['received'])} of {_n(r['expected'])}"
+                  f"  lost {_n(r['lost'])}  duplicated {_n(r['duplicated'])}  reordered {_n(r['reordered'])}")),
                  ("throughput", f"in {_n(r['msgs_in_per_s'])} msgs/s  out {_n(r['msgs_out_per_s'])} msgs/s"),
-                 ("latency ms", f"p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}"
-                  f"  p99.9 {lat['p99.9']:.3f}  max {lat['max']:.3f}  ({_n(lat['samples'])} samples)")]
+                 ("latency ms", (f"p50 {lat['p50']:.3f}  p90 {lat['p90']:.3f}  p99 {lat['p99']:.3f}"
+                  f"  p99.9 {lat['p99.9']:.3f}  max {lat['max']:.3f}  ({_n(lat['samples'])} samples)"))]
     else:
         rows.append(("keepalive", f"pings {_n(r['pings'])} pongs {_n(r['pongs'])}"))
-    rows += [("broker", f"cpu {_n(r['broker_cpu_pct'], '%')}  rss {_n(r['broker_rss_mb'], ' MB')}"
+    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')}  rss {_n(r['broker_rss_mb'], ' MB')}"
               f" (idle {_n(r['broker_rss_idle_mb'], ' MB')}, {_n(r['rss_per_conn_kb'], ' KB')}/conn,"
-              f" {_n(r['broker_procs'])} processes)"),
+              f" {_n(r['broker_procs'])} processes)")),
              ("generator", f"cpu {_n(r['generator_cpu_pct'], '%')} over {r['procs']} processes"),
              ("errors", ", ".join(f"{k} {v:,}" for k, v in sorted(r["errors"].items())) or "none")]
     rows += [("note", n) for n in r["notes"]]

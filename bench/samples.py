@@ -24,6 +24,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 MAGIC = b"PXSM"
 VERSION = 1
@@ -77,18 +78,18 @@ class SampleWriter:
     def __init__(self, out_dir: str | Path, kind: Kind, name: str, buffer_bytes: int = 1 << 20) -> None:
         path = Path(out_dir) / kind.name / (name + SUFFIX)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "wb", buffering=buffer_bytes)
+        self._file = open(path, "wb", buffering=buffer_bytes)  # noqa: SIM115 (closed by close())
         self._file.write(HEADER.pack(MAGIC, VERSION, kind.record.size))
         self._pack = kind.record.pack
         self.path = path
 
-    def add(self, *values: int | float | bytes) -> None:
+    def add(self, *values: float | bytes) -> None:
         self._file.write(self._pack(*values))
 
     def close(self) -> None:
         self._file.close()
 
-    def __enter__(self) -> SampleWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = tempfile.mkdtemp(prefix="plexbench-sweep-")
     for workers in range(1, ns.max_workers + 1):
         if ns.scenario in presets.PRESETS:
-            overrides = {k: v for k, v in given.items() if k in cli.Options.__dataclass_fields__}
+            overrides = {k: v for k, v in given.items() if k in cli.Options.__dataclass_fields__ and k != "scenario"}
             opts = presets.options(ns.scenario, **overrides)
             opts.progress = not ns.quiet
         else:
