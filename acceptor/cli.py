@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 TOOLS = {
     "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
     "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
+    "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 
 

@@ -46,6 +46,16 @@ def serve(config: dict) -> int:
     except OSError as exc:
         print(f"plexmq: cannot listen on {config['host']}:{config['port']}: {exc.strerror}", file=sys.stderr)
         return 1
+    archive = config["archive"]
+    if archive["enabled"]:
+        archive["dir"] = os.path.abspath(archive["dir"])
+        try:
+            os.makedirs(archive["dir"], exist_ok=True)
+            if not os.access(archive["dir"], os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable")
+        except OSError as exc:
+            print(f"plexmq: archive dir {archive['dir']}: {exc.strerror}", file=sys.stderr)
+            return 1
     own_run_dir = not config["run_dir"]
     run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
     os.makedirs(run_dir, mode=0o700, exist_ok=True)

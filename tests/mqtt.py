@@ -75,9 +75,12 @@ class Client:
     """A paho-mqtt 3.1.1 client whose events land in queues the test can wait on."""
 
     def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
-                 will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311) -> None:
+                 will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311,
+                 username: str | None = None, password: str | None = None) -> None:
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
                                   clean_session=clean, protocol=protocol)
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()
         self.connacks: queue.Queue[tuple[bool, int]] = queue.Queue()
         self.subacks: queue.Queue[list[int]] = queue.Queue()

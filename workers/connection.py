@@ -19,6 +19,7 @@ from router.topics import valid_filter
 from workers import packets as p
 
 if TYPE_CHECKING:
+    from workers.archive_format import Sender
     from workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
@@ -37,7 +38,7 @@ Queued = tuple[bytes | None, bytes, int, bool, bool, int]
 
 
 class Connection(asyncio.Protocol):
-    __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "peer", "keepalive",
+    __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
                  "disconnected", "kicked")
 
@@ -48,6 +49,8 @@ class Connection(asyncio.Protocol):
         self.buf = b""
         self.state = NEW
         self.client_id = ""
+        self.username: str | None = None
+        self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
         self.deadline = deadline
@@ -92,6 +95,9 @@ class Connection(asyncio.Protocol):
         end = len(buf)
         max_size = worker.max_packet_size
         run = -1  # start of a run of plain QoS 0 PUBLISH packets, forwarded to the router as they are
+        known_topics = worker.known_topics
+        archiving = worker.archive is not None
+        skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
         try:
             while pos < end:
                 found = _frame(buf, pos, max_size)
@@ -100,14 +106,18 @@ class Connection(asyncio.Protocol):
                 first, start, stop = found
                 if first == 0x30 and self.state != NEW:
                     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
-                    if topic_end > stop or buf[start + 2:topic_end] not in worker.valid_topics:
+                    topic = buf[start + 2:topic_end]
+                    to_archive = known_topics.get(topic) if topic_end <= stop else None
+                    if to_archive is None:
                         p.decode_publish(0, buf[start:stop])  # validates, raises MalformedPacket
-                        worker.remember_topic(buf[start + 2:topic_end])
+                        to_archive = worker.remember_topic(topic)
                     if run < 0:
                         run = pos
+                    if archiving and not to_archive:
+                        skipped.append((pos, stop))
                 else:
                     if run >= 0:
-                        worker.link.pub0(buf[run:pos])
+                        self._forward(buf, run, pos, skipped)
                         run = -1
                     self._packet(first >> 4, first & 15, buf[start:stop])
                     if self.state == CLOSED:
@@ -115,15 +125,33 @@ class Connection(asyncio.Protocol):
                 pos = stop
         except p.MalformedPacket as exc:
             if run >= 0:
-                worker.link.pub0(buf[run:pos])
+                self._forward(buf, run, pos, skipped)
             self.close(f"malformed packet: {exc}")
             return
         if run >= 0:
-            worker.link.pub0(buf[run:pos])
+            self._forward(buf, run, pos, skipped)
         self.buf = buf[pos:] if pos < end else b""
         worker.flush_soon()
         if self.keepalive:
             self.deadline = worker.now() + self.keepalive * 1.5
+
+    def _forward(self, buf: bytes, run: int, end: int, skipped: list[tuple[int, int]]) -> None:
+        """Send a run of plain QoS 0 PUBLISH packets to the router as they are, and archive them
+        (but the `skipped` ones) just as they are."""
+        packets = buf[run:end]
+        worker = self.worker
+        worker.link.pub0(packets)
+        if worker.archive is not None:
+            if skipped:
+                kept, at = [], run
+                for start, stop in skipped:
+                    kept.append(buf[at:start])
+                    at = stop
+                kept.append(buf[at:end])
+                skipped.clear()
+                packets = b"".join(kept)
+            if packets:
+                worker.archive_packets(self, packets)
 
     # -- packets from the client ------------------------------------------------------------------
 
@@ -186,6 +214,7 @@ class Connection(asyncio.Protocol):
             self.write(p.encode_connack(False, 0x02))
             return self.close("MQTT 3.1 client id longer than 23 characters")
         self.client_id = client_id
+        self.username = connect.username
         self.persistent = not connect.clean_session
         self.keepalive = connect.keepalive
         self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf

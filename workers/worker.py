@@ -21,6 +21,8 @@ import uvloop
 from router import wire
 from router.process import CONFIG_ENV, become_child
 from workers import handoff
+from workers.archive import ArchiveWriter
+from workers.archive_format import sender
 from workers import packets as p
 from workers.connection import CLOSED, NEW, Connection
 from workers.keepalive import TimerWheel
@@ -29,7 +31,7 @@ from workers.link import RouterLink
 log = logging.getLogger("plexmq.worker")
 
 FD_RESERVE = 64  # descriptors kept for ZeroMQ, the channel, logs and the archive
-VALID_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
+KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
@@ -54,7 +56,11 @@ class Worker:
         self.awaiting: deque[tuple[Connection, int, int]] = deque()  # QoS>0 PUBs the router has not routed yet
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
-        self.valid_topics: set[bytes] = set()
+        self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
+        self.turn_us = 0  # receive time of this loop turn's archived reads, taken at the first
+        archive = config["archive"]
+        self.archive = ArchiveWriter(archive["dir"], worker_id, archive["topics"], archive["roll_bytes"],
+                                     archive["roll_seconds"]) if archive["enabled"] else None
         self.dropped = 0
         self.refused = 0
         self.refused_logged_at = 0.0
@@ -77,11 +83,14 @@ class Worker:
 
     def flush(self) -> None:
         self.flush_pending = False
+        self.turn_us = 0
         dirty = self.dirty
         self.dirty = []
         for conn in dirty:
             conn.flush()
         self.link.send()
+        if self.archive is not None:
+            self.archive.flush()
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -115,13 +124,30 @@ class Worker:
             self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
             self.flush_soon()
 
-    def remember_topic(self, topic: bytes) -> None:
-        if len(self.valid_topics) >= VALID_TOPICS_MAX:
-            self.valid_topics.clear()
-        self.valid_topics.add(topic)
+    def remember_topic(self, topic: bytes) -> bool:
+        """Note a validated topic name; whether its PUBLISHes are archived."""
+        known = self.known_topics
+        if len(known) >= KNOWN_TOPICS_MAX:
+            known.clear()
+        archived = known[topic] = self.archive is not None and self.archive.wants(topic)
+        return archived
+
+    def archive_packets(self, conn: Connection, packets: bytes) -> None:
+        """Archive PUBLISH packets of `conn` that one read brought, as they are."""
+        if conn.sender is None:
+            conn.sender = sender(conn.client_id, conn.username)
+        if not self.turn_us:
+            self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
+        self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes) -> None:
-        self.link.pub(conn.conn_id, packet_id, qos, retain, topic.encode(), payload)
+        name = topic.encode()
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload)
+        to_archive = self.known_topics.get(name)
+        if to_archive is None:
+            to_archive = self.remember_topic(name)
+        if to_archive:
+            self.archive_packets(conn, p.publish_header(name, len(payload), qos, retain, False, packet_id) + payload)
         if qos:
             self.awaiting.append((conn, packet_id, qos))
 
@@ -239,6 +265,8 @@ class Worker:
         for conn in self.wheel.expire(now):
             conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state == NEW else "keepalive timeout")  # type: ignore[attr-defined]
         self._report_load()
+        if self.archive is not None:
+            self.archive.flush()  # seals a segment that has grown old while idle
         self.loop.call_later(1.0, self._tick)
 
     def stop(self) -> None:
@@ -250,6 +278,8 @@ class Worker:
             conn.close("broker shutting down")
         self.flush()
         self.link.close()
+        if self.archive is not None:
+            self.archive.close()
         self.loop.stop()
 
 

@@ -1,0 +1,85 @@
+"""`plexmq pipeline ...` and `python -m pipeline ...`: the PySpark jobs over the traffic archive and the
+benchmark samples (see deploy/spark.md for a cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from datetime import UTC, datetime
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `10m`, `2h` or `1d`."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 10m, 2h, 1d)")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def moment(text: str) -> datetime:
+    """An ISO 8601 date or time, UTC unless it names its offset."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r} (e.g. 2024-05-01T12:00)") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class Progress:
+    """Prints a job's steps on stderr with the time since it started."""
+
+    def __init__(self, job: str) -> None:
+        self._job = job
+        self._start = time.monotonic()
+
+    def __call__(self, step: str) -> None:
+        print(f"[{self._job} {time.monotonic() - self._start:6.1f}s] {step}", file=sys.stderr, flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
+    common.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit was given)")
+    common.add_argument("--verbose", action="store_true", help="Spark's own logs and web UI")
+    main_parser = argparse.ArgumentParser(prog="plexmq pipeline", description=__doc__)
+    jobs = main_parser.add_subparsers(dest="job", required=True)
+    traffic = jobs.add_parser("traffic", parents=[common], help="analyse the traffic archive")
+    traffic.add_argument("--archive", required=True, help="the archive directory ([archive] dir)")
+    traffic.add_argument("--since", type=moment, help="first receive time to include (UTC by default)")
+    traffic.add_argument("--until", type=moment, help="receive time to stop before; the end of the window")
+    traffic.add_argument("--silence", type=duration, default=600.0, help="silent devices: idle longer than this (10m)")
+    traffic.add_argument("--top", type=int, default=10, help="how many topics and clients the report ranks (10)")
+    bench = jobs.add_parser("bench", parents=[common], help="report on a benchmark's raw samples")
+    bench.add_argument("--samples", required=True, help="the benchmark's --out directory")
+    return main_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one job; 0 when done, 2 when its input is unusable (one line on stderr)."""
+    args = parser().parse_args(argv)
+    # Spark is imported only once the arguments are good: `--help` stays instant.
+    from pipeline import benchmark, traffic
+    from pipeline.inputs import BadInput
+    from pipeline.session import spark_session
+
+    progress = Progress(args.job)
+    progress(f"starting Spark ({args.master or 'its default master'})")
+    try:
+        with spark_session(args.master, args.verbose) as spark:
+            if args.job == "traffic":
+                traffic.run(spark, args.archive, args.out, args.since, args.until, args.silence, args.top, progress)
+            else:
+                benchmark.run(spark, args.samples, args.out, progress)
+    except BadInput as e:
+        print(f"plexmq pipeline {args.job}: {e}", file=sys.stderr)
+        return 2
+    progress(f"done: {args.out}/report.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""The traffic archive as a Spark DataFrame: one row per archived PUBLISH (payload bytes left out).
+
+Chunks map onto Arrow columns with NumPy (the format keeps each column contiguous), so decoding costs
+no Python per record. The payload itself stays in the segments: the traffic analysis needs only its
+size, and leaving it out keeps the cached records small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline.inputs import BadInput, Decoded, FileAccount, binary_files, decode
+from workers.archive_format import SEGMENT_SUFFIX, Chunk, decode_segment
+
+SCHEMA = pa.schema(
+    [
+        ("recv_time", pa.timestamp("us", tz="UTC")),
+        ("topic", pa.string()),
+        ("qos", pa.int8()),
+        ("retain", pa.bool_()),
+        ("payload_size", pa.int32()),
+        ("client_id", pa.string()),
+        ("username", pa.string()),
+        ("worker_id", pa.int32()),
+    ]
+)
+
+
+@contextmanager
+def read_archive(
+    spark: SparkSession, archive: str, since: datetime | None, until: datetime | None
+) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
+    """The records received in [since, until) (cached while the context lasts) and an account of the
+    segments read. Only the `date=/hour=` partitions that overlap the window are read."""
+    files = binary_files(spark, archive, SEGMENT_SUFFIX)
+    if "hour" not in files.columns:
+        raise BadInput(f"no segments under {archive} (no date=YYYY-MM-DD/hour=HH directories)")
+    hour_start = F.unix_timestamp(F.col("date").cast("timestamp")) + F.col("hour") * 3600
+    if since is not None:
+        files = files.where(hour_start + 3600 > since.timestamp())
+    if until is not None:
+        files = files.where(hour_start < until.timestamp())
+    with decode(files, _decode, SCHEMA) as (records, accounts):
+        if not accounts:
+            raise BadInput(f"no segments under {archive}{window(since, until)}")
+        if since is not None:
+            records = records.where(F.col("recv_time") >= since)
+        if until is not None:
+            records = records.where(F.col("recv_time") < until)
+        yield records, accounts
+
+
+def window(since: datetime | None, until: datetime | None) -> str:
+    """` from SINCE until UNTIL` for messages, or nothing for the whole archive."""
+    start = f" from {since:%Y-%m-%d %H:%M:%S}" if since else ""
+    return start + (f" until {until:%Y-%m-%d %H:%M:%S}" if until else "")
+
+
+def _decode(data: memoryview) -> Decoded:
+    segment = decode_segment(data)
+    worker_id = segment.worker_id or 0  # None only for a segment without chunks
+    batches = [_batch(chunk, worker_id) for chunk in segment.chunks]
+    return Decoded(batches, segment.records, segment.damage, segment.skipped_bytes)
+
+
+def _batch(c: Chunk, worker_id: int) -> pa.RecordBatch:
+    columns = [
+        pa.array(_numbers(c.recv_us, "<i8"), pa.timestamp("us", tz="UTC")),
+        _text(c.topic_len, c.topic),
+        pa.array(np.frombuffer(c.qos, np.int8)),
+        pa.array(np.frombuffer(c.retain, np.uint8).astype(bool)),
+        pa.array(_numbers(c.payload_len, "<i4")),
+        _text(c.client_len, c.client_id),
+        _text(c.username_len, c.username),
+        pa.array(np.full(c.count, worker_id, np.int32)),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+
+
+def _text(lengths_buffer: memoryview, data: memoryview) -> pa.Array:
+    """An Arrow string array straight from a text column's lengths (-1: null) and UTF-8 bytes."""
+    lengths = _numbers(lengths_buffer, "<i4")
+    offsets = np.zeros(len(lengths) + 1, np.int32)
+    np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
+    valid = lengths >= 0
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(lengths), buffers)
+
+
+def _numbers(buffer: memoryview, little_endian: str) -> np.ndarray:
+    """A column of the (little-endian) format as numbers in the host's byte order, which Arrow needs."""
+    values = np.frombuffer(buffer, little_endian)
+    return values.astype(values.dtype.newbyteorder("="), copy=False)

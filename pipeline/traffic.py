@@ -1,0 +1,207 @@
+"""`plexmq pipeline traffic`: which topics and devices are busy, which went silent, how big the messages are.
+
+Tables (Parquet, under OUT):
+- minutes/: minute, topic, client_id, messages, bytes (payload bytes): the finest grain, for roll-ups.
+- topics/: per topic: messages, bytes, distinct clients, QoS 0/1/2 and retained counts, first and last
+  seen, payload size p50/p90/p99/max.
+- clients/: per client id: messages, bytes, distinct topics, first and last seen, seconds silent at the
+  end of the window.
+- silent/: the clients silent for longer than `--silence` at the end of the window (`--until`, or the
+  last record received), as in clients/.
+
+Percentiles are exact: Spark's `percentile`, linear interpolation between the closest ranks (NumPy's
+default method). Times are UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import report
+from pipeline.archive_source import read_archive, window
+from pipeline.inputs import BadInput
+
+PERCENTILES = [0.5, 0.9, 0.99]
+
+
+def run(
+    spark: SparkSession,
+    archive: str,
+    out: str,
+    since: datetime | None,
+    until: datetime | None,
+    silence_s: float,
+    top: int,
+    progress: Callable[[str], None],
+) -> None:
+    """Write the tables and report.html under `out` for the records received in [since, until)."""
+    progress(f"reading the archive {archive}")
+    with read_archive(spark, archive, since, until) as (records, accounts):
+        progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
+        totals = _totals(records)
+        if totals["messages"] == 0:
+            damaged = sum(a.damage is not None for a in accounts)
+            raise BadInput(f"no records in {archive}{window(since, until)} ({damaged} damaged segments)")
+        start = since or report.utc(totals["first_us"])
+        end = until or report.utc(totals["last_us"])
+        tables = {"minutes": _minutes(records), "topics": _topics(records), "clients": _clients(records, end)}
+        tables["silent"] = tables["clients"].where(F.col("silent_s") > silence_s)
+        for name, table in tables.items():
+            progress(f"writing {out}/{name}/")
+            table.write.mode("overwrite").parquet(f"{out}/{name}")
+        progress("writing the report")
+        saved = {name: spark.read.schema(t.schema).parquet(f"{out}/{name}") for name, t in tables.items()}
+        sections = [
+            ("Summary", _summary(totals, start, end)),
+            ("Traffic per minute", _per_minute(saved["minutes"])),
+            (f"Top {top} topics", _top(saved["topics"], "topic", top)),
+            (f"Top {top} clients", _top(saved["clients"], "client_id", top)),
+            ("QoS and retain", _qos(totals)),
+            ("Payload sizes", _sizes(records, totals)),
+            (f"Devices silent for more than {silence_s:g} s at the end", _silent(saved["silent"], top)),
+            ("Input", report.files_section(accounts, "segments")),
+        ]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    report.write(Path(out) / "report.html", "plexmq traffic report", sections)
+
+
+def _count_if(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0))
+
+
+def _totals(records: DataFrame) -> dict[str, Any]:
+    row = records.agg(
+        F.count("*").alias("messages"),
+        F.sum("payload_size").alias("bytes"),
+        F.countDistinct("topic").alias("topics"),
+        F.countDistinct("client_id").alias("clients"),
+        F.unix_micros(F.min("recv_time")).alias("first_us"),
+        F.unix_micros(F.max("recv_time")).alias("last_us"),
+        *(_count_if(F.col("qos") == q).alias(f"qos{q}") for q in range(3)),
+        _count_if(F.col("retain")).alias("retained"),
+        F.percentile("payload_size", PERCENTILES).alias("size_percentiles"),
+        F.max("payload_size").alias("size_max"),
+    ).first()
+    assert row is not None
+    return row.asDict()
+
+
+def _minutes(records: DataFrame) -> DataFrame:
+    return records.groupBy(F.date_trunc("minute", "recv_time").alias("minute"), "topic", "client_id").agg(
+        F.count("*").alias("messages"), F.sum("payload_size").alias("bytes")
+    )
+
+
+def _topics(records: DataFrame) -> DataFrame:
+    sizes = F.percentile("payload_size", PERCENTILES)
+    return (
+        records.groupBy("topic")
+        .agg(
+            F.count("*").alias("messages"),
+            F.sum("payload_size").alias("bytes"),
+            F.countDistinct("client_id").alias("clients"),
+            *(_count_if(F.col("qos") == q).alias(f"qos{q}") for q in range(3)),
+            _count_if(F.col("retain")).alias("retained"),
+            F.min("recv_time").alias("first_seen"),
+            F.max("recv_time").alias("last_seen"),
+            sizes.alias("sizes"),
+            F.max("payload_size").alias("size_max"),
+        )
+        .select("*", *(F.col("sizes")[i].alias(f"size_p{round(p * 100)}") for i, p in enumerate(PERCENTILES)))
+        .drop("sizes")
+    )
+
+
+def _clients(records: DataFrame, end: datetime) -> DataFrame:
+    return (
+        records.groupBy("client_id")
+        .agg(
+            F.count("*").alias("messages"),
+            F.sum("payload_size").alias("bytes"),
+            F.countDistinct("topic").alias("topics"),
+            F.min("recv_time").alias("first_seen"),
+            F.max("recv_time").alias("last_seen"),
+        )
+        .withColumn("silent_s", (F.unix_micros(F.lit(end)) - F.unix_micros("last_seen")) / 1e6)
+    )
+
+
+def _summary(totals: dict[str, Any], start: datetime, end: datetime) -> str:
+    rows = [
+        ["window (UTC)", f"{start:%Y-%m-%d %H:%M:%S} to {end:%Y-%m-%d %H:%M:%S}"],
+        ["messages", totals["messages"]],
+        ["payload bytes", totals["bytes"]],
+        ["topics", totals["topics"]],
+        ["clients", totals["clients"]],
+    ]
+    return report.table(["", ""], rows)
+
+
+def _per_minute(minutes: DataFrame) -> str:
+    rows = (
+        minutes.groupBy(F.unix_seconds("minute").alias("minute"))
+        .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
+        .orderBy("minute")
+        .collect()
+    )
+    fig = report.figure(height=5)
+    ax_messages, ax_bytes = fig.subplots(2, 1, sharex=True)
+    times = [report.utc(r.minute * 1_000_000) for r in rows]
+    ax_messages.plot(times, [r.messages for r in rows], marker=".")
+    ax_messages.set_ylabel("messages / minute")
+    ax_bytes.plot(times, [r.bytes for r in rows], marker=".", color="tab:orange")
+    ax_bytes.set_ylabel("payload bytes / minute")
+    ax_bytes.set_xlabel("minute (UTC)")
+    return report.image(fig)
+
+
+def _top(table: DataFrame, key: str, top: int) -> str:
+    rows = (
+        table.orderBy(F.desc("messages"), key)
+        .limit(top)
+        .select(key, "messages", "bytes", *(report.text_time(c) for c in ("first_seen", "last_seen")))
+        .collect()
+    )
+    fig = report.figure(height=max(2.0, 0.3 * len(rows) + 1))
+    ax = fig.subplots()
+    ax.barh([r[key] for r in reversed(rows)], [r.messages for r in reversed(rows)])
+    ax.set_xlabel("messages")
+    return report.image(fig) + report.table([key, "messages", "bytes", "first seen", "last seen"], rows)
+
+
+def _qos(totals: dict[str, Any]) -> str:
+    labels = ["QoS 0", "QoS 1", "QoS 2", "retained"]
+    counts = [totals["qos0"], totals["qos1"], totals["qos2"], totals["retained"]]
+    fig = report.figure(width=6, height=2.5)
+    ax = fig.subplots()
+    ax.bar(labels, counts)
+    ax.set_ylabel("messages")
+    return report.image(fig) + report.table(labels, [counts])
+
+
+def _sizes(records: DataFrame, totals: dict[str, Any]) -> str:
+    # bucket k > 0 holds sizes in [2^(k-1), 2^k): the bit length, exact (no floating-point log)
+    bucket = F.when(F.col("payload_size") == 0, 0).otherwise(F.length(F.bin("payload_size")))
+    rows = records.groupBy(bucket.alias("bucket")).count().orderBy("bucket").collect()
+    fig = report.figure(height=3)
+    ax = fig.subplots()
+    ax.bar(["0" if r.bucket == 0 else f"<{2 ** r.bucket}" for r in rows], [r["count"] for r in rows])
+    ax.set_xlabel("payload bytes")
+    ax.set_ylabel("messages")
+    sizes = [*totals["size_percentiles"], totals["size_max"]]
+    return report.image(fig) + report.table(["p50", "p90", "p99", "max"], [sizes])
+
+
+def _silent(silent: DataFrame, top: int) -> str:
+    rows = silent.select("client_id", report.text_time("last_seen"), "silent_s", "messages").collect()
+    if not rows:
+        return report.note("none")
+    rows.sort(key=lambda r: (-r.silent_s, r.client_id))
+    shown = report.table(["client id", "last seen", "silent (s)", "messages"], rows[: 10 * top])
+    return shown if len(rows) <= 10 * top else shown + report.note(f"{len(rows)} devices in all: see silent/")

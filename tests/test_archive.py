@@ -1,0 +1,193 @@
+"""The worker's archive writer and the segment format (no Spark): what goes in comes out, in the right files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from workers import archive
+from workers.archive import ArchiveWriter
+from workers.archive_format import (
+    HOUR_US,
+    Record,
+    VERSION,
+    Run,
+    decode_segment,
+    encode_chunk,
+    records,
+    segment_header,
+)
+
+T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
+
+
+def sealed(root: Path) -> list[Path]:
+    return sorted(root.glob("date=*/hour=*/*.seg"))
+
+
+def parts(root: Path) -> list[Path]:
+    return sorted((root / archive.STAGING).glob("*" + archive.PART_SUFFIX))
+
+
+def read_all(root: Path) -> list[Record]:
+    out: list[Record] = []
+    for path in sealed(root):
+        segment = decode_segment(path.read_bytes())
+        assert segment.damage is None, path
+        out += records(segment)
+    return sorted(out)
+
+
+def run(recv_us: int, payload: bytes) -> Run:
+    """One QoS 0 message to topic t from client c."""
+    return Record(recv_us, "t", 0, False, payload, "c", None).run()
+
+
+def chunk(records: list[Record]) -> bytes:
+    return b"".join(encode_chunk([r.run() for r in records]))
+
+
+def append(w: ArchiveWriter, r: Record) -> None:
+    w.append(r.run())
+
+
+def writer(root: Path, worker_id: int = 0, roll_bytes: int = 1 << 20, roll_seconds: float = 60.0) -> ArchiveWriter:
+    return ArchiveWriter(str(root), worker_id, ["#"], roll_bytes, roll_seconds)
+
+
+def test_records_round_trip_exactly(tmp_path: Path) -> None:
+    sent = [
+        Record(T0, "sensors/a/temp", 0, False, b"21.5", "dev-a", "alice"),
+        Record(T0 + 1, "sensors/b/temp", 1, True, bytes(range(256)), "dev-b", None),
+        Record(T0 + 2, "capteurs/é/température", 2, False, b"", "appareil-ü", ""),
+        Record(T0 + 3, "bin", 1, False, b"\x00\r\n\xff" * 1000, "", "bob"),
+    ]
+    w = writer(tmp_path, worker_id=7)
+    for r in sent:
+        append(w, r)
+    w.close()
+    assert parts(tmp_path) == []
+    (path,) = sealed(tmp_path)
+    segment = decode_segment(path.read_bytes())
+    assert segment.worker_id == 7
+    assert list(records(segment)) == sent
+
+
+def test_segments_are_partitioned_by_utc_date_and_hour(tmp_path: Path) -> None:
+    times = [T0 - 1, T0, T0 + HOUR_US - 1, T0 + HOUR_US, T0 + 25 * HOUR_US]
+    w = writer(tmp_path)
+    for t in times:  # all in one chunk: the writer splits it at the hour boundaries
+        w.append(run(t, b"x"))
+    w.close()
+    found = {}
+    for path in sealed(tmp_path):
+        found[str(path.parent.relative_to(tmp_path))] = [r.recv_us for r in records(decode_segment(path.read_bytes()))]
+    assert found == {
+        "date=2024-04-30/hour=23": [T0 - 1],
+        "date=2024-05-01/hour=00": [T0, T0 + HOUR_US - 1],
+        "date=2024-05-01/hour=01": [T0 + HOUR_US],
+        "date=2024-05-02/hour=01": [T0 + 25 * HOUR_US],
+    }
+
+
+def test_segments_roll_by_bytes_between_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(archive, "WRITE_SECONDS", 0.0)  # every flush writes a chunk
+    sent = [Record(T0 + i, "t", 0, False, bytes(500), "c", None) for i in range(10)]
+    w = writer(tmp_path / "a", roll_bytes=2000)
+    for r in sent:
+        append(w, r)
+        w.flush()
+    w.close()
+    assert [len(list(records(decode_segment(p.read_bytes())))) for p in sealed(tmp_path / "a")] == [4, 4, 2]
+    w = writer(tmp_path / "b", roll_bytes=2000)
+    for r in sent:
+        append(w, r)
+    w.close()  # one chunk of 10: a chunk is never split
+    assert len(sealed(tmp_path / "b")) == 1
+    assert read_all(tmp_path / "a") == read_all(tmp_path / "b") == sent
+
+
+def test_segments_roll_by_age_even_when_idle(tmp_path: Path) -> None:
+    w = writer(tmp_path, roll_seconds=0.05)
+    w.append(run(T0, b"x"))
+    w.flush()  # the first write goes out at once
+    assert sealed(tmp_path) == [] and len(parts(tmp_path)) == 1
+    time.sleep(0.06)
+    w.flush()  # nothing pending: only the age check
+    assert parts(tmp_path) == [] and len(sealed(tmp_path)) == 1
+
+
+def test_records_wait_for_a_full_chunk_under_load(tmp_path: Path) -> None:
+    w = writer(tmp_path)
+    w.append(run(T0, b"x"))
+    w.flush()
+    (part,) = parts(tmp_path)
+    size = part.stat().st_size
+    big = run(T0, bytes(1000))
+    for i in range(archive.CHUNK_BYTES // len(big[2])):
+        w.append(big)
+        w.flush()
+    assert part.stat().st_size == size  # within WRITE_SECONDS of the last write: kept in memory
+    w.append(big)
+    w.flush()
+    assert part.stat().st_size > size
+
+
+def test_a_torn_or_damaged_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
+    first = [Record(T0, "a", 0, False, b"one", "c", None)]
+    second = [Record(T0 + 1, "b", 1, True, b"two", "c", "u")] * 3
+    data = segment_header(1) + chunk(first) + chunk(second)
+    for cut in (1, 10, len(chunk(second)) - 1):
+        segment = decode_segment(data[:-cut])
+        assert list(records(segment)) == first
+        assert segment.damage is not None and segment.damage.startswith("truncated")
+        assert segment.skipped_bytes == len(chunk(second)) - cut
+    zero_filled = decode_segment(segment_header(1) + chunk(first) + bytes(4096))
+    assert list(records(zero_filled)) == first and zero_filled.skipped_bytes == 4096
+    flipped = bytearray(data)
+    flipped[-2] ^= 0x10  # one bit of the last payload
+    damaged = decode_segment(bytes(flipped))
+    assert list(records(damaged)) == first and damaged.damage == "damaged chunk"
+    assert decode_segment(b"PK\x03\x04 not a segment").damage == f"not a plexmq archive segment (v{VERSION})"
+
+
+def test_a_restarted_worker_seals_what_its_crashed_predecessor_left(tmp_path: Path) -> None:
+    crashed = writer(tmp_path, worker_id=3)
+    crashed.append(run(T0, b"kept"))
+    crashed.flush()
+    crashed.append(run(T0, b"lost with the process"))
+    other = writer(tmp_path, worker_id=4)  # alive: its segment is left alone
+    other.append(run(T0, b"x"))
+    other.flush()
+    assert sealed(tmp_path) == []
+    writer(tmp_path, worker_id=3)
+    (path,) = sealed(tmp_path)
+    assert path.name.startswith("w3-") and [r.payload for r in records(decode_segment(path.read_bytes()))] == [b"kept"]
+    assert [p.name[:3] for p in parts(tmp_path)] == ["w4-"]
+
+
+def test_write_errors_drop_records_but_not_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    w = writer(tmp_path)
+
+    def full(fd: int, data: list[bytes]) -> int:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(archive.os, "writev", full)
+        w.append(run(T0, b"x"))
+        w.flush()
+    assert w.dropped_bytes == len(run(T0, b"x")[2])
+    w.append(run(T0 + 1, b"y"))
+    w.close()
+    assert [r.payload for r in read_all(tmp_path)] == [b"y"]
+
+
+def test_filters_match_like_subscriptions_and_hash_skips_sys(tmp_path: Path) -> None:
+    w = ArchiveWriter(str(tmp_path), 0, ["sensors/#", "+/status"], 1 << 20, 60)
+    assert w.wants(b"sensors/a/temp") and w.wants(b"sensors") and w.wants(b"dev1/status")
+    assert not w.wants(b"dev1/status/x") and not w.wants(b"other")
+    every = ArchiveWriter(str(tmp_path), 1, ["#"], 1 << 20, 60)
+    assert every.wants(b"a/b") and not every.wants(b"$SYS/broker/load")
+    assert ArchiveWriter(str(tmp_path), 2, ["$SYS/#"], 1 << 20, 60).wants(b"$SYS/broker/load")

@@ -1,0 +1,152 @@
+"""deploy/: the documented config file holds every key with its default, the systemd unit has what
+production needs (and `systemd-analyze verify` accepts it where it is installed), and the Docker and
+compose files agree with the config and the unit."""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptor import config as cfg
+from tests.conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+CONFIG = DEPLOY / "plexmq.toml"
+UNIT = DEPLOY / "plexmq.service"
+SECTION = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]\s*(#.*)?$")
+
+
+def assignments(text: str) -> dict[tuple[str, str], int]:
+    """(section, key) -> 0-based line index of every `key = value` line, active or commented out."""
+    found: dict[tuple[str, str], int] = {}
+    section = ""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        header = SECTION.match(line)
+        if header:
+            section = header.group(1)
+            continue
+        match = re.match(r"^\s*#?\s*\"?([A-Za-z0-9_-]+)\"?\s*=", line)
+        if match:
+            found.setdefault((section, match.group(1)), index)
+    return found
+
+
+def test_the_config_file_loads_to_exactly_the_defaults() -> None:
+    assert cfg.load(str(CONFIG), {}) == cfg.defaults()
+
+
+@pytest.mark.parametrize("section,key", [(s, k) for s, options in cfg.SCHEMA.items() for k in options],
+                         ids=lambda v: v or "top")
+def test_every_key_of_the_schema_is_in_the_file_with_a_comment_right_above(section: str, key: str) -> None:
+    text = CONFIG.read_text()
+    lines = text.splitlines()
+    found = assignments(text)
+    name = f"{section}.{key}" if section else key
+    assert (section, key) in found, f"deploy/plexmq.toml lacks `{name}`: document it (comment above, default as value)"
+    above = lines[found[(section, key)] - 1].strip() if found[(section, key)] else ""
+    assert above.startswith("#") and not re.match(r"^#\s*\"?[A-Za-z0-9_-]+\"?\s*=", above), (
+        f"`{name}` in deploy/plexmq.toml needs a comment line right above it (what it does, unit, default)")
+
+
+def test_the_comment_of_every_key_states_its_default() -> None:
+    text = CONFIG.read_text()
+    lines = text.splitlines()
+    for (section, key), index in assignments(text).items():
+        block = []
+        for line in reversed(lines[:index]):
+            if not line.strip().startswith("#"):
+                break
+            block.append(line)
+        assert any("Default:" in line for line in block), f"the comment of `{key}` says no `Default:`"
+
+
+def test_the_file_has_exactly_the_sections_of_the_schema() -> None:
+    text = CONFIG.read_text()
+    sections = {m.group(1) for m in map(SECTION.match, text.splitlines()) if m}
+    assert sections == {s for s in cfg.SCHEMA if s}
+
+
+def unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None, delimiters=("=",))
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # systemd keys are case-sensitive
+    parser.read_string(UNIT.read_text())
+    return parser
+
+
+def unit_values(section: str, key: str) -> list[str]:
+    """Every value of a key that systemd allows to repeat (configparser keeps only the last)."""
+    values, current = [], ""
+    for line in UNIT.read_text().splitlines():
+        header = SECTION.match(line)
+        if header:
+            current = header.group(1)
+        elif current == section and line.startswith(f"{key}="):
+            values.append(line.split("=", 1)[1].strip())
+    return values
+
+
+def test_the_systemd_unit_has_the_required_directives() -> None:
+    service = unit()["Service"]
+    assert service["Type"] == "simple"  # the broker does not speak sd_notify
+    assert service["ExecStart"] == "/usr/local/bin/plexmq serve --config /etc/plexmq/plexmq.toml"
+    assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert service["Restart"] == "on-failure"
+    assert service["User"] == "plexmq" and service["Group"] == "plexmq"
+    assert service["LimitNOFILE"] == "1048576"
+    assert service["KillSignal"] == "SIGTERM"
+    assert int(service["TimeoutStopSec"]) >= 5  # the broker stops within 5 s
+    assert service["StateDirectory"] == "plexmq"
+    for hardening, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"),
+                             ("PrivateTmp", "yes"), ("CapabilityBoundingSet", "")):
+        assert service[hardening] == value, hardening
+    writable = [path.lstrip("-") for value in unit_values("Service", "ReadWritePaths") for path in value.split()]
+    assert "/var/lib/plexmq" in writable
+    assert any("archive" in path for path in writable)
+    assert unit()["Install"]["WantedBy"] == "multi-user.target"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+    # verify insists that ExecStart's program exists: point it at one that does
+    text = UNIT.read_text().replace("/usr/local/bin/plexmq", shutil.which("plexmq") or sys.executable)
+    copy = tmp_path / "plexmq.service"
+    copy.write_text(text)
+    result = subprocess.run(["systemd-analyze", "verify", str(copy)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and "plexmq.service" not in result.stderr, result.stderr
+
+
+def test_the_dockerfile_runs_the_documented_config_as_a_non_root_user() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim", text, re.MULTILINE)
+    assert re.search(r"^COPY deploy/plexmq\.toml /etc/plexmq/plexmq\.toml$", text, re.MULTILINE)
+    users = re.findall(r"^USER (\S+)", text, re.MULTILINE)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r"^EXPOSE 1883$", text, re.MULTILINE)
+    assert re.search(r"^ARG WITH_PIPELINE=0$", text, re.MULTILINE)
+    cmd = re.findall(r"^CMD (.+)$", text, re.MULTILINE)
+    assert cmd and '"--host", "0.0.0.0"' in cmd[-1] and "/etc/plexmq/plexmq.toml" in cmd[-1]
+
+
+def test_the_compose_file_has_the_broker_and_a_spark_cluster_and_its_config_loads(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    assert {"plexmq", "spark-master", "spark-worker"} <= set(services)
+    broker = services["plexmq"]
+    assert broker["ulimits"]["nofile"]["hard"] >= 100_000
+    archive = next(v.split(":")[1] for v in broker["volumes"] if v.startswith("plexmq-archive:"))
+    for spark in ("spark-master", "spark-worker"):  # same path for the driver and the executors
+        assert any(v.split(":")[:2] == ["plexmq-archive", archive] for v in services[spark]["volumes"]), spark
+    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+    inline = tmp_path / "plexmq.toml"
+    inline.write_text(compose["configs"]["plexmq-config"]["content"])
+    loaded = cfg.load(str(inline), {})
+    assert loaded["archive"]["enabled"] and loaded["archive"]["dir"] == archive

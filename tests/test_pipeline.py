@@ -1,0 +1,233 @@
+"""The PySpark jobs in local mode, over inputs whose answers are known exactly. One SparkSession for all."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pyspark.sql import SparkSession
+
+from bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
+from pipeline.__main__ import main
+from tests.conftest import Broker
+from tests.mqtt import Client
+from pipeline.session import spark_session
+from workers.archive import ArchiveWriter
+from workers.archive_format import Record
+
+START = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    with spark_session("local[2]", verbose=False) as session:
+        # tiny data: few tasks, and no generated code, whose compiling costs more than it saves here
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+        session.conf.set("spark.sql.codegen.wholeStage", "false")
+        yield session
+
+
+def us(t: datetime) -> int:
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def at(minutes: float) -> int:
+    return us(START + timedelta(minutes=minutes))
+
+
+def archive(root: Path) -> list[tuple[int, Record]]:
+    """Traffic from several clients on three workers over two hours and a bit before; the last chunk
+    of worker 2's segment is torn. Returns the (worker, record) pairs that can be read back."""
+    traffic: dict[int, list[Record]] = {0: [], 1: [], 2: []}
+    for m in range(-20, 120):  # dev-a: every minute, from the day before
+        traffic[0].append(Record(at(m), "sensors/a/temp", 0, False, b"%d" % m, "dev-a", "alice"))
+    for m in range(0, 41, 2):  # dev-b: two topics until 00:40
+        traffic[0].append(Record(at(m), "sensors/b/temp", 1, False, b"x" * 12, "dev-b", None))
+        traffic[0].append(Record(at(m + 0.5), "sensors/b/hum", 1, False, b"y" * 7, "dev-b", None))
+    for m in range(3, 86, 7):  # dev-c: retained binary alerts until 01:25
+        traffic[1].append(Record(at(m), "alerts", 2, True, bytes(range(m % 256)) * 3, "dev-c", "carol"))
+    traffic[1].append(Record(at(5), "sensors/d/temp", 0, False, b"1", "dev-d", None))  # before --since only
+    writers = {w: ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in traffic}
+    for w, records in traffic.items():
+        for r in records:
+            writers[w].append(r.run())
+            writers[w].flush()
+    kept = [Record(at(30 + i), "sensors/e/temp", 1, False, b"e" * i, "dev-e", None) for i in range(3)]
+    torn = [Record(at(34), "sensors/e/temp", 1, False, b"lost", "dev-e", None)]
+    for r in kept:
+        writers[2].append(r.run())
+    writers[2].flush()  # its first chunk goes out at once; the next waits for close()
+    for r in torn:
+        writers[2].append(r.run())
+    for w in writers.values():
+        w.close()
+    (segment,) = root.glob("date=*/hour=*/w2-*.seg")
+    segment.write_bytes(segment.read_bytes()[:-1])
+    traffic[2] = kept
+    return [(w, r) for w, records in traffic.items() for r in records]
+
+
+def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tmp_path: Path) -> None:
+    since, until = START + timedelta(minutes=10), START + timedelta(minutes=90)
+    everything = archive(tmp_path / "archive")
+    window = [r for _, r in everything if us(since) <= r.recv_us < us(until)]
+    out = tmp_path / "out"
+    argv = ["traffic", "--archive", str(tmp_path / "archive"), "--out", str(out), "--silence", "10m"]
+    assert main(argv + ["--since", since.isoformat(), "--until", "2024-05-01T01:30"]) == 0
+
+    topics = {r.topic: r for r in spark.read.parquet(str(out / "topics")).collect()}
+    expected_topics = Counter(r.topic for r in window)
+    assert {t: row.messages for t, row in topics.items()} == expected_topics
+    for topic in expected_topics:
+        sizes = [len(r.payload) for r in window if r.topic == topic]
+        row = topics[topic]
+        assert row.bytes == sum(sizes) and row.size_max == max(sizes)
+        assert row.size_p50 == pytest.approx(np.percentile(sizes, 50), rel=1e-12)
+    alerts = [r for r in window if r.topic == "alerts"]
+    assert topics["alerts"].qos2 == topics["alerts"].retained == len(alerts) > 0 == topics["alerts"].qos0
+
+    clients = {r.client_id: r for r in spark.read.parquet(str(out / "clients")).collect()}
+    expected_bytes: defaultdict[str, int] = defaultdict(int)
+    for r in window:
+        expected_bytes[r.client_id] += len(r.payload)
+    assert {c: row.bytes for c, row in clients.items()} == expected_bytes
+    assert {c: row.messages for c, row in clients.items()} == Counter(r.client_id for r in window)
+    assert clients["dev-b"].topics == 2
+
+    silent = {r.client_id: r.silent_s for r in spark.read.parquet(str(out / "silent")).collect()}
+    assert silent == {"dev-b": 49.5 * 60, "dev-e": 58 * 60}  # dev-c: exactly 10 min, not longer
+
+    minutes = spark.read.parquet(str(out / "minutes"))
+    assert minutes.groupBy().sum("messages").first()[0] == len(window)
+    (row,) = minutes.where("topic = 'sensors/b/hum' AND minute = '2024-05-01 00:20:00'").collect()
+    assert (row.client_id, row.messages, row.bytes) == ("dev-b", 1, 7)
+
+    page = (out / "report.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 5
+    assert "truncated chunk" in page
+
+
+def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int]]]:
+    """Latency samples over 5 seconds from two subscribers (plus a file with a torn last record),
+    rates from two writers, and broker process samples. Returns the latency rows and the rates."""
+    rng = random.Random(5)
+    t0 = us(START) // 1_000_000
+    rows = []
+    for sub in range(3):
+        with SampleWriter(root, LATENCY, f"run-p{sub}") as w:
+            for seq in range(1500 if sub < 2 else 10):
+                send = (t0 + rng.randrange(5)) * 1_000_000 + rng.randrange(1_000_000)
+                latency = int(rng.lognormvariate(6, 1))
+                rows.append((send, send + latency, latency, seq % 4, seq, sub))
+                w.add(*rows[-1])
+    with open(w.path, "ab") as f:
+        f.write(b"torn!!!")
+    rates: dict[int, tuple[int, int]] = {}
+    for name in ("controller", "agent"):
+        with SampleWriter(root, RATES, name) as w:
+            for s in range(5):
+                sent, received = rng.randrange(10_000), rng.randrange(10_000)
+                w.add(t0 + s, sent, received)
+                old = rates.get(t0 + s, (0, 0))
+                rates[t0 + s] = (old[0] + sent, old[1] + received)
+    with SampleWriter(root, PROCESSES, "monitor") as w:
+        for s in range(5):
+            w.add(t0 + s, 100, b"router", 90.0, 50 << 20)
+            w.add(t0 + s, 101, b"worker-0", 60.0 + s, 40 << 20)
+        w.add(t0 + 4, 102, b"worker-0", 5.0, 30 << 20)  # a restarted worker-0 alongside
+    return rows, rates
+
+
+def test_bench_throughput_load_and_percentiles_match_numpy(spark: SparkSession, tmp_path: Path) -> None:
+    rows, rates = samples(tmp_path / "samples")
+    out = tmp_path / "out"
+    assert main(["bench", "--samples", str(tmp_path / "samples"), "--out", str(out)]) == 0
+
+    by_second: defaultdict[int, list[int]] = defaultdict(list)
+    for send, _, latency, *_ in rows:
+        by_second[send // 1_000_000].append(latency)
+    latency_table = {r.second: r for r in spark.read.parquet(str(out / "latency")).collect()}
+    assert latency_table.keys() == by_second.keys()
+    for second, values in by_second.items():
+        row = latency_table[second]
+        # both exact, linear interpolation between closest ranks: equal but for float rounding
+        expected = np.percentile(values, [50, 90, 99], method="linear")
+        assert [row.p50, row.p90, row.p99] == pytest.approx(expected, rel=1e-12)
+        assert (row.samples, row.max) == (len(values), max(values))
+
+    throughput = {r.second: (r.sent, r.received) for r in spark.read.parquet(str(out / "throughput")).collect()}
+    assert throughput == rates
+
+    load = {(r.second - us(START) // 1_000_000, r.role): r for r in spark.read.parquet(str(out / "load")).collect()}
+    assert (load[4, "worker-0"].processes, load[4, "worker-0"].cpu_percent) == (2, 69.0)
+    assert (load[0, "router"].rss_bytes, len(load)) == (50 << 20, 10)
+
+    page = (out / "report.html").read_text()
+    assert page.count('<img src="data:image/png;base64,') == 3
+    assert "truncated last record" in page
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["traffic", "--archive", "{tmp}/missing"], "cannot read {tmp}/missing"),
+        (["traffic", "--archive", "{tmp}"], "no segments under {tmp}"),
+        (["bench", "--samples", "{tmp}"], "no .smp sample files under {tmp}"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    (tmp_path / "_writing").mkdir()  # a broker that has sealed nothing yet
+    args = [a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]  # not progress
+    assert len(errors) == 1 and errors[0].startswith(f"plexmq pipeline {argv[0]}: " + message.format(tmp=tmp_path))
+
+
+def test_traffic_of_a_real_broker_with_the_archive_on(
+        spark: SparkSession, tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """paho clients publish through two workers; after a clean stop the job counts exactly what was sent."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'[archive]\nenabled = true\ndir = "{tmp_path / "archive"}"\ntopics = ["sensors/#", "alerts"]\n')
+    b = start_broker("--workers", "2", "--config", str(config))
+    quiet = Client(b.port, "dev-quiet", username="quinn")
+    for size in (3, 5, 8):
+        quiet.publish("sensors/quiet/temp", b"q" * size, qos=1)
+    quiet_done = datetime.now(UTC)  # every later record was received after this
+    sent: list[tuple[str, str, int, int, bool]] = []  # (client, topic, size, qos, retain)
+    a, c = Client(b.port, "dev-a", username="alice"), Client(b.port, "dev-c")
+    for i in range(200):  # QoS 0 runs take the worker's raw path, some with packets the filters leave out
+        a.publish("sensors/a/temp", b"%d" % i)
+        sent.append(("dev-a", "sensors/a/temp", len(b"%d" % i), 0, False))
+        if i % 10 == 0:
+            a.publish("other/skipped", b"s")
+    a.publish("sensors/a/hum", b"h" * 40, qos=1)  # its PUBACK follows every QoS 0 message before it
+    sent.append(("dev-a", "sensors/a/hum", 40, 1, False))
+    for i in range(20):
+        c.publish("alerts", bytes(range(i)) * 3, qos=2, retain=True)
+        sent.append(("dev-c", "alerts", 3 * i, 2, True))
+    c.publish("other/not-archived", b"x", qos=1)
+    end = datetime.now(UTC)
+    for client in (quiet, a, c):
+        client.disconnect()
+    b.stop()
+    sent += [("dev-quiet", "sensors/quiet/temp", size, 1, False) for size in (3, 5, 8)]
+
+    out = tmp_path / "out"
+    silence = f"{(end - quiet_done).total_seconds():.6f}s"
+    assert main(["traffic", "--archive", str(tmp_path / "archive"), "--out", str(out),
+                 "--until", end.isoformat(), "--silence", silence]) == 0
+    topics = {r.topic: r for r in spark.read.parquet(str(out / "topics")).collect()}
+    assert {t: (r.messages, r.bytes) for t, r in topics.items()} == {
+        t: (sum(1 for s in sent if s[1] == t), sum(s[2] for s in sent if s[1] == t)) for t in {s[1] for s in sent}}
+    assert (topics["alerts"].qos2, topics["alerts"].retained, topics["sensors/a/temp"].qos0) == (20, 20, 200)
+    clients = {r.client_id: (r.messages, r.bytes) for r in spark.read.parquet(str(out / "clients")).collect()}
+    assert clients == {cid: (sum(1 for s in sent if s[0] == cid), sum(s[2] for s in sent if s[0] == cid))
+                       for cid in {s[0] for s in sent}}
+    assert [r.client_id for r in spark.read.parquet(str(out / "silent")).collect()] == ["dev-quiet"]

@@ -1,0 +1,185 @@
+"""The traffic archive writer that each worker runs on its hot path (format: `archive_format`).
+
+Why it is shaped this way: the worker hands over a `Run` per client read (the PUBLISH packets as
+received, plus what they share: receive time, client id, username), and the runs are written as one
+chunk once `CHUNK_BYTES` are pending (or whatever arrived in `WRITE_SECONDS` at light load), so the
+archive costs one list append per read and one `write` per chunk, nothing per message. Each worker writes its own files,
+so there are no locks between processes.
+
+Files: a segment being written lives in `dir/_writing/` as `.part` (Spark skips `_`-prefixed
+directories and the pipeline reads only `.seg`), and sealing renames it into
+`dir/date=YYYY-MM-DD/hour=HH/`. A segment holds one UTC hour (of its records' receive times) and is
+sealed when it reaches `roll_bytes`, is `roll_seconds` old, at the hour boundary and on `close`. There
+is no fsync (it would stall the event loop): after a crash a segment may end in a torn chunk, which
+readers skip and count, and a restarted worker seals the `.part` files its predecessor left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from itertools import groupby
+from pathlib import Path
+
+from router.topics import matches
+from workers.archive_format import (
+    HOUR_US,
+    SEGMENT_SUFFIX,
+    Run,
+    encode_chunk,
+    partition,
+    segment_header,
+)
+
+CHUNK_BYTES = 128 << 10  # packet bytes per chunk under load: large enough to amortise, small enough for the cache
+WRITE_SECONDS = 1.0  # at light load, records wait at most this long in memory (lost if the worker dies)
+STAGING = "_writing"
+PART_SUFFIX = ".part"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Open:
+    """The segment being written."""
+
+    fd: int
+    part: Path
+    final: Path
+    hour: int  # receive hour (recv_us // HOUR_US) of every record in it
+    size: int  # bytes of chunks written
+    seal_at: float  # time.monotonic() at which roll_seconds is reached
+
+
+class ArchiveWriter:
+    """Appends one worker's archived PUBLISH records to its rolling segment files."""
+
+    def __init__(
+        self, directory: str, worker_id: int, filters: list[str], roll_bytes: int, roll_seconds: float
+    ) -> None:
+        self._root = Path(directory)
+        self._staging = self._root / STAGING
+        self._staging.mkdir(parents=True, exist_ok=True)
+        self._worker_id = worker_id
+        self._filters = tuple(filters)
+        self._roll_bytes = roll_bytes
+        self._roll_seconds = roll_seconds
+        self._pending: list[Run] = []
+        self._pending_bytes = 0
+        self._written_at = -math.inf  # time.monotonic() of the last chunk written
+        self._open: _Open | None = None
+        self._opened = 0
+        self._failing = False
+        self.dropped_bytes = 0  # packet bytes lost to write errors (a full disk must not stop the broker)
+        self._seal_leftovers()
+
+    def wants(self, topic: bytes) -> bool:
+        """Whether PUBLISHes to `topic` (UTF-8, as received) are archived; the worker caches the answer."""
+        name = topic.decode()
+        return any(matches(f, name) for f in self._filters)
+
+    def append(self, run: Run) -> None:
+        """Queue a run of records; its payloads must be immutable bytes (kept until the chunk is written)."""
+        self._pending.append(run)
+        self._pending_bytes += len(run[2])
+
+    def flush(self) -> None:
+        """Write a chunk when enough is pending, and seal a segment that is old enough.
+
+        Call it once per event-loop turn, and also now and then when idle (e.g. from the keepalive
+        sweep) so that idle segments get sealed; with nothing to do it reads the clock and returns.
+        """
+        pending = self._pending
+        if self._pending_bytes < CHUNK_BYTES:
+            now = time.monotonic()
+            if not pending or now - self._written_at < WRITE_SECONDS:
+                if self._open is not None and now >= self._open.seal_at:
+                    self._seal()
+                return
+        self._pending = []
+        self._pending_bytes = 0
+        self._write(pending)
+
+    def close(self) -> None:
+        """Write what is pending and seal the segment (worker shutdown)."""
+        pending, self._pending = self._pending, []
+        self._pending_bytes = 0
+        if pending:
+            self._write(pending)
+        if self._open is not None:
+            self._seal()
+
+    def _write(self, runs: list[Run]) -> None:
+        self._written_at = time.monotonic()
+        if runs[0][0] // HOUR_US == runs[-1][0] // HOUR_US:
+            self._write_hour(runs[0][0] // HOUR_US, runs)
+        else:  # the chunk spans an hour boundary
+            for hour, group in groupby(runs, key=lambda run: run[0] // HOUR_US):
+                self._write_hour(hour, list(group))
+
+    def _write_hour(self, hour: int, runs: list[Run]) -> None:
+        if self._open is not None and self._open.hour != hour:
+            self._seal()
+        try:
+            segment = self._open or self._start(hour, runs[0][0])
+            chunk = encode_chunk(runs)
+            os.writev(segment.fd, chunk)
+        except OSError as e:
+            self.dropped_bytes += sum(len(run[2]) for run in runs)
+            self._error(e)
+            if self._open is not None:  # a failed write may have left a torn chunk: end the segment there
+                self._seal()
+            return
+        self._failing = False
+        segment.size += len(chunk[0]) + len(chunk[1])
+        if segment.size >= self._roll_bytes or self._written_at >= segment.seal_at:
+            self._seal()
+
+    def _start(self, hour: int, first_us: int) -> _Open:
+        self._opened += 1
+        name = f"w{self._worker_id}-{first_us}-{os.getpid()}-{self._opened}"
+        part = self._staging / (name + PART_SUFFIX)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._open = _Open(
+            fd,
+            part,
+            self._root / partition(first_us) / (name + SEGMENT_SUFFIX),
+            hour,
+            0,
+            time.monotonic() + self._roll_seconds,
+        )
+        os.write(fd, segment_header(self._worker_id))
+        return self._open
+
+    def _seal(self) -> None:
+        assert self._open is not None
+        segment, self._open = self._open, None
+        try:
+            os.close(segment.fd)
+            if segment.size == 0:  # its first chunk could not be written
+                os.unlink(segment.part)
+                return
+            segment.final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(segment.part, segment.final)
+        except OSError as e:  # the .part stays behind and is sealed when the worker restarts
+            self._error(e)
+
+    def _error(self, e: OSError) -> None:
+        """Log the first of a run of write errors."""
+        if not self._failing:
+            log.error("archive: worker %d cannot write to %s: %s", self._worker_id, self._root, e)
+        self._failing = True
+
+    def _seal_leftovers(self) -> None:
+        """Seal the `.part` files a crashed writer with this worker id left (one live writer per id)."""
+        for part in self._staging.glob(f"w{self._worker_id}-*{PART_SUFFIX}"):
+            if part.stat().st_size <= len(segment_header(self._worker_id)):
+                part.unlink()
+                continue
+            first_us = int(part.name.split("-")[1])
+            final = self._root / partition(first_us) / (part.stem + SEGMENT_SUFFIX)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(part, final)

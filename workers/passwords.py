@@ -1,0 +1,267 @@
+"""The password file: one `username:hash` line per user, with salted, deliberately slow hashes.
+
+Lines written here look like `alice:$scrypt$n=16384,r=8,p=1$<salt>$<hash>` (standard base64), so
+each line carries its own cost parameters and old lines keep working when the default changes.
+PBKDF2-SHA512 lines, `$pbkdf2-sha512$<iterations>$<salt>$<hash>`, are accepted too, and so is
+mosquitto's `$7$` spelling of the same thing, so a file made by `mosquitto_passwd` loads as it is.
+Blank lines and lines starting with `#` are ignored. The hash never contains `:`, so a user name may.
+
+Checking a password costs tens of milliseconds of CPU on purpose. The worker calls `check` through
+`loop.run_in_executor`: hashlib.scrypt and hashlib.pbkdf2_hmac release the GIL, so the event loop
+keeps serving the other connections meanwhile.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+
+SCRYPT_N = 2 ** 14
+SCRYPT_R = 8
+SCRYPT_P = 1
+SALT_BYTES = 16
+HASH_BYTES = 32
+MAX_SCRYPT_MEMORY = 1 << 30  # a line that asks for more is refused when the file is read
+MAX_FIELD_BYTES = 65535  # an MQTT string or binary field cannot be longer
+_NUMBER = re.compile(r"[0-9]{1,10}")
+
+
+class PasswordFileError(ValueError):
+    """One line that says what is wrong and where: `file:line: reason`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Hash:
+    """A parsed hash: `params` is (n, r, p) for scrypt and (iterations,) for PBKDF2-SHA512."""
+
+    scheme: str
+    params: tuple[int, ...]
+    salt: bytes
+    digest: bytes
+
+    def derive(self, password: bytes) -> bytes:
+        if self.scheme == "scrypt":
+            n, r, p = self.params
+            # OpenSSL needs 128 * r * (n + p + 2) bytes; its default cap (32 MiB) would refuse n = 2**15
+            return hashlib.scrypt(password, salt=self.salt, n=n, r=r, p=p, dklen=len(self.digest),
+                                  maxmem=128 * r * (n + p + 2) + (1 << 20))
+        return hashlib.pbkdf2_hmac("sha512", password, self.salt, self.params[0], len(self.digest))
+
+    def matches(self, password: bytes) -> bool:
+        return hmac.compare_digest(self.derive(password), self.digest)
+
+
+def _scrypt_params_error(n: int, r: int, p: int) -> str | None:
+    if n < 2 or n & (n - 1):
+        return "scrypt n must be a power of two, at least 2"
+    if not 1 <= r <= 64 or not 1 <= p <= 64:
+        return "scrypt r and p must be between 1 and 64"
+    if 128 * r * (n + p + 2) > MAX_SCRYPT_MEMORY:
+        return "scrypt parameters need more than 1 GiB of memory"
+    return None
+
+
+def _b64(text: str, what: str) -> bytes:
+    try:
+        value = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raise ValueError(f"{what} is not valid base64") from None
+    if not value:
+        raise ValueError(f"empty {what}")
+    return value
+
+
+def _parse(stored: str) -> _Hash:
+    """The hash in `stored`; a ValueError says why it is not one."""
+    fields = stored.split("$")
+    if len(fields) < 2 or fields[0]:
+        raise ValueError("not a hash of the form $scheme$params$salt$hash")
+    if fields[1] not in ("scrypt", "pbkdf2-sha512", "7"):
+        raise ValueError(f"unknown hash scheme {fields[1]!r} (scrypt, pbkdf2-sha512 or 7)")
+    if len(fields) != 5:
+        raise ValueError(f"not a hash of the form ${fields[1]}$params$salt$hash")
+    _, scheme, params, salt_text, digest_text = fields
+    numbers: tuple[int, ...]
+    if scheme == "scrypt":
+        values = dict(item.partition("=")[::2] for item in params.split(","))
+        if params.count(",") != 2 or sorted(values) != ["n", "p", "r"] or not all(map(_NUMBER.fullmatch, values.values())):
+            raise ValueError(f"scrypt parameters must be n=N,r=R,p=P, got {params!r}")
+        numbers = (int(values["n"]), int(values["r"]), int(values["p"]))
+        error = _scrypt_params_error(*numbers)
+        if error:
+            raise ValueError(error)
+    else:  # "7" is mosquitto_passwd's name for PBKDF2-SHA512
+        if not _NUMBER.fullmatch(params) or int(params) < 1:
+            raise ValueError(f"PBKDF2 iterations must be a positive integer, got {params!r}")
+        scheme, numbers = "pbkdf2-sha512", (int(params),)
+    digest = _b64(digest_text, "hash")
+    if len(digest) < 16:
+        raise ValueError("hash shorter than 16 bytes")
+    return _Hash(scheme, numbers, _b64(salt_text, "salt"), digest)
+
+
+def _bytes(password: str | bytes) -> bytes:
+    return password.encode() if isinstance(password, str) else password
+
+
+def hash_password(password: str | bytes, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    """A new salted scrypt hash of `password`; tests pass a small `n` to stay fast."""
+    error = _scrypt_params_error(n, r, p)
+    if error:
+        raise ValueError(error)
+    h = _Hash("scrypt", (n, r, p), secrets.token_bytes(SALT_BYTES), b"\0" * HASH_BYTES)
+    digest = h.derive(_bytes(password))
+    return (f"$scrypt$n={n},r={r},p={p}${base64.b64encode(h.salt).decode()}"
+            f"${base64.b64encode(digest).decode()}")
+
+
+def verify(stored: str, password: str | bytes) -> bool:
+    """True when `password` hashes to `stored` (any accepted scheme); ValueError when `stored` is no hash."""
+    return _parse(stored).matches(_bytes(password))
+
+
+def username_error(username: str) -> str | None:
+    """Why `username` cannot have a line in the file, or None when it can."""
+    if not username:
+        return "empty user name"
+    if any(c in username for c in "\n\r\0"):
+        return "user name contains a line break or U+0000"
+    if username.startswith("#"):
+        return "user name starts with '#' (a comment in the file)"
+    if len(username.encode()) > MAX_FIELD_BYTES:
+        return f"user name longer than {MAX_FIELD_BYTES} bytes"
+    return None
+
+
+# one entry per line of the file: (line as read, user name or None for a blank or comment line)
+_Lines = list[tuple[str, str | None]]
+
+
+def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash]]:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        if missing_ok:
+            return [], {}
+        raise PasswordFileError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise PasswordFileError(f"{path}: {exc.strerror}") from None
+    lines: _Lines = []
+    users: dict[str, _Hash] = {}
+    first_line: dict[str, int] = {}
+    for number, data in enumerate(raw.splitlines(), 1):
+        try:
+            line = data.decode()
+        except UnicodeDecodeError:
+            raise PasswordFileError(f"{path}:{number}: not UTF-8") from None
+        if not line.strip() or line.startswith("#"):
+            lines.append((line, None))
+            continue
+        username, sep, stored = line.rpartition(":")
+        try:
+            if not sep:
+                raise ValueError("expected username:hash")
+            error = username_error(username)
+            if error:
+                raise ValueError(error)
+            if username in users:
+                raise ValueError(f"user {username!r} again (first on line {first_line[username]})")
+            users[username] = _parse(stored.strip())
+        except ValueError as exc:
+            raise PasswordFileError(f"{path}:{number}: {exc}") from None
+        first_line[username] = number
+        lines.append((line, username))
+    return lines, users
+
+
+def _write(path: str, lines: _Lines) -> None:
+    """Replace the file in one step: a reader sees the old file or the new one, never half of one."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(line + "\n" for line, _user in lines)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a crash
+    finally:
+        os.close(dir_fd)
+
+
+def set_password(path: str, username: str, password: str | bytes, *, n: int = SCRYPT_N) -> bool:
+    """Add `username` or change its password (creating the file when missing); True when it is new.
+
+    The other lines, comments included, are kept as they are. PasswordFileError when the file is
+    malformed, ValueError when the user name or password cannot be stored.
+    """
+    error = username_error(username)
+    if error:
+        raise ValueError(error)
+    if len(_bytes(password)) > MAX_FIELD_BYTES:
+        raise ValueError(f"password longer than {MAX_FIELD_BYTES} bytes")
+    lines, users = _read(path, missing_ok=True)
+    line = f"{username}:{hash_password(password, n=n)}"
+    if username in users:
+        lines = [(line, user) if user == username else (old, user) for old, user in lines]
+    else:
+        lines.append((line, username))
+    _write(path, lines)
+    return username not in users
+
+
+def delete_user(path: str, username: str) -> bool:
+    """Remove `username` from the file; False (and nothing written) when it has no line there."""
+    lines, users = _read(path, missing_ok=False)
+    if username not in users:
+        return False
+    _write(path, [(line, user) for line, user in lines if user != username])
+    return True
+
+
+class PasswordFile:
+    """The users of one password file, parsed once; `load` again (on SIGHUP) to pick up changes."""
+
+    __slots__ = ("path", "_users", "_dummy")
+
+    def __init__(self, path: str, users: dict[str, _Hash]) -> None:
+        self.path = path
+        self._users = users
+        # an unknown user costs one hash like the file's own, so timing does not tell which names exist
+        model = next(iter(users.values()), None)
+        if model is None:
+            model = _Hash("scrypt", (SCRYPT_N, SCRYPT_R, SCRYPT_P), b"", b"\0" * HASH_BYTES)
+        self._dummy = _Hash(model.scheme, model.params, secrets.token_bytes(len(model.salt) or SALT_BYTES),
+                            secrets.token_bytes(len(model.digest)))
+
+    @classmethod
+    def load(cls, path: str) -> PasswordFile:
+        """Read and check every line; PasswordFileError (`file:line: reason`) for the first bad one."""
+        return cls(path, _read(path, missing_ok=False)[1])
+
+    def __len__(self) -> int:
+        return len(self._users)
+
+    def __contains__(self, username: object) -> bool:
+        return username in self._users
+
+    def check(self, username: str, password: str | bytes) -> bool:
+        """True when the user exists and the password is theirs. Slow: call it off the event loop."""
+        stored = self._users.get(username)
+        if stored is None:
+            self._dummy.matches(_bytes(password))
+            return False
+        return stored.matches(_bytes(password))
