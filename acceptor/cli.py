@@ -20,6 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
     serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
+    serve.add_argument("--data-dir", metavar="DIR", help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
+    serve.add_argument("--no-persistence", dest="persistence", action="store_const", const=False,
+                       help="keep everything in memory only")
+    serve.add_argument("--sync", choices=("normal", "full"), help="store durability: full also survives power loss (default normal)")
     for name, (_module, text) in TOOLS.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser

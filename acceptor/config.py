@@ -11,6 +11,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from router.units import parse_duration
+
 
 class ConfigError(Exception):
     """One line that says what is wrong and where."""
@@ -36,6 +38,16 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
     return lambda value: None if value in choices else f"must be one of {', '.join(choices)}"
 
 
+def _duration_or_never(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        parse_duration(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _strings(value: Any) -> str | None:
     return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
 
@@ -52,7 +64,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "max_packet_size": Option(int, 1 << 20, _range(2, 268_435_460), "largest packet a client may send, bytes"),
         "max_inflight": Option(int, 20, _range(1, 65535), "outgoing QoS 1/2 messages unacknowledged per client"),
         "max_queued_messages": Option(int, 1000, _range(0), "messages queued per client beyond the inflight window"),
+        "max_queued_bytes": Option(int, 0, _range(0), "payload bytes queued per client beyond the inflight window (0: no limit)"),
         "run_dir": Option(str, "", doc="private directory for the internal sockets (empty: a new temporary one)"),
+        "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
+        "persistence": Option(bool, True, doc="keep the store on disk (false: everything in memory only)"),
+        "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),
+        "persistent_client_expiration": Option(str, "", _duration_or_never,
+                                               "remove persistent sessions offline this long, e.g. 30d (empty: never)"),
     },
     "archive": {
         "enabled": Option(bool, False, doc="append matching PUBLISH traffic to segment files"),

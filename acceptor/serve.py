@@ -14,6 +14,7 @@ import tempfile
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
 from router.process import raise_fd_limit
+from router.store import Store, StoreError
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -24,6 +25,15 @@ LISTEN_BACKLOG = 4096
 def default_workers() -> int:
     """One per core less one for the router, at least one."""
     return max((os.cpu_count() or 2) - 1, 1)
+
+
+def check_store(data_dir: str, sync: str) -> None:
+    """Open and check the store before anything starts: a damaged one stops startup (StoreError)."""
+    store = Store(data_dir, sync)
+    try:
+        store.verify()
+    finally:
+        store.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -46,6 +56,13 @@ def serve(config: dict) -> int:
     except OSError as exc:
         print(f"plexmq: cannot listen on {config['host']}:{config['port']}: {exc.strerror}", file=sys.stderr)
         return 1
+    if config["persistence"]:
+        config["data_dir"] = os.path.abspath(config["data_dir"])
+        try:
+            check_store(config["data_dir"], config["sync"])
+        except StoreError as exc:
+            print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
+            return 1
     archive = config["archive"]
     if archive["enabled"]:
         archive["dir"] = os.path.abspath(archive["dir"])

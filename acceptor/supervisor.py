@@ -20,7 +20,7 @@ from typing import Callable
 
 import orjson
 
-from router.process import CONFIG_ENV
+from router.process import CONFIG_ENV, STORE_FAILED
 from workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
@@ -95,6 +95,9 @@ class Supervisor:
             reason = describe_exit(child.proc.returncode)
             if self.stopping:
                 continue
+            if child.worker_id is None and child.proc.returncode == STORE_FAILED:
+                self.on_give_up("the router cannot open its store (see the line above)")
+                return
             log.error("%s (pid %d) %s: restarting it", child.name, child.proc.pid, reason)
             now = time.monotonic()
             child.crashes.append(now)

@@ -9,15 +9,14 @@ import sys
 import time
 from datetime import UTC, datetime
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
+from router.units import parse_duration
 
 def duration(text: str) -> float:
     """Seconds from `90`, `90s`, `10m`, `2h` or `1d`."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 10m, 2h, 1d)")
-    return float(match[1]) * _UNITS[match[2] or "s"]
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def moment(text: str) -> datetime:

@@ -7,13 +7,16 @@ sessions. It never touches a socket: `main.py` feeds it frames and sends the bat
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 import orjson
 
+from router import store as db
 from router import wire
 from router.retain import RetainedStore
-from router.sessions import RELEASING, Pending, Session, Will
+from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Will
+from router.store import Store
 from router.trie import SubscriptionTrie
 
 log = logging.getLogger("plexmq.router")
@@ -53,7 +56,8 @@ MATCH_CACHE_SIZE = 100_000
 class Router:
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
 
-    def __init__(self, max_inflight: int, max_queued: int) -> None:
+    def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
+                 expiration: float = 0.0) -> None:
         self.sessions: dict[str, Session] = {}
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
@@ -64,7 +68,11 @@ class Router:
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
         self.pending_limit = max_inflight + max_queued
+        self.max_bytes = max_queued_bytes
         self.window = max_inflight
+        self.store = store
+        self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
+        self.seq = 1  # orders the stored messages
         self.received = 0
         self.delivered = 0
         self.dropped = 0
@@ -79,6 +87,21 @@ class Router:
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
         }
+        if store is not None:
+            self._restore(store)
+
+    def _restore(self, store: Store) -> None:
+        """Start from what the store kept: offline persistent sessions, their subscriptions, retained."""
+        loaded = store.load()
+        self.sessions = loaded.sessions
+        for session in loaded.sessions.values():
+            for topic_filter, qos in session.subs.items():
+                self.trie.add(topic_filter, session, qos)
+        self.retained.messages = loaded.retained
+        self.seq = loaded.next_seq
+        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
+                 store.path, len(loaded.sessions), sum(len(s.unacked) for s in loaded.sessions.values()),
+                 len(loaded.retained))
 
     # -- frames in, batches out ---------------------------------------------------------------
 
@@ -117,7 +140,7 @@ class Router:
                 self._disconnect(self.by_conn[key], publish_will=True)
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, client_id, clean, _username, will_topic, will_qos, will_retain = orjson.loads(header)
+        conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume = orjson.loads(header)
         old = self.sessions.get(client_id)
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
@@ -129,6 +152,8 @@ class Router:
         session = old if present else Session(client_id, clean)
         session.clean = clean
         self.sessions[client_id] = session
+        if not clean and self.store is not None:
+            self.store.record(db.SESSION_SAVE, (client_id, time.time()))
         session.worker = worker
         session.conn = conn
         session.will = Will(will_topic.encode(), payload, will_qos, will_retain) if will_topic is not None else None
@@ -136,7 +161,8 @@ class Router:
         if session.subs:
             self.cache.clear()
         out = self.out(worker)
-        out.add_json(wire.SESSION, [conn, present])
+        if not resume:  # a resumed connection (after a router restart) has had its CONNACK
+            out.add_json(wire.SESSION, [conn, present])
         if present:
             self._resend(session, out)
 
@@ -148,8 +174,35 @@ class Router:
                 out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
             else:
                 self._send_pending(session, out, pid, pending, dup=True)
+        self._send_ready(session, out)
+
+    def _send_ready(self, session: Session, out: wire.Batch) -> None:
+        """Send what waited for room in the session's window."""
+        store = self.store
         for pid, pending in session.ready(self.window):
+            if store is not None:
+                store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
             self._send_pending(session, out, pid, pending, dup=False)
+
+    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool) -> int:
+        """Session.keep, stored: the packet id to send it with now, 0 when it waits, -1 when dropped."""
+        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window)
+        if pid < 0:
+            self.dropped += 1
+            self._log_drops(session)
+        elif self.store is not None:
+            self.seq += 1
+            stored = next(reversed(session.unacked))  # the packet id it was kept under
+            self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
+                                                SENT if pid else QUEUED))
+        return pid
+
+    @staticmethod
+    def _log_drops(session: Session) -> None:
+        now = time.monotonic()
+        if now - session.dropped_logged >= 60.0:
+            session.dropped_logged = now
+            log.warning("client %s: queue full, %d messages dropped so far", session.client_id, session.dropped)
 
     @staticmethod
     def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
@@ -173,12 +226,19 @@ class Router:
         else:
             session.worker = None
             session.conn = 0
+            session.seen = time.time()
+            if self.store is not None:
+                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen))
             if session.subs:
                 self.cache.clear()
         if publish_will and will is not None:
             self.publish(will.topic, will.payload, will.qos, will.retain)
 
     def _discard(self, session: Session) -> None:
+        if not session.clean and self.store is not None:
+            client = (session.client_id,)
+            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
+                self.store.record(statement, client)
         for topic_filter in session.subs:
             self.trie.remove(topic_filter, session)
         if session.subs:
@@ -192,9 +252,9 @@ class Router:
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = orjson.loads(header)
         session = self.by_conn.get((worker, conn))
-        out = self.out(worker)
         if session is None:
             return
+        out = self.out(worker)
         codes = []
         retained: list[tuple[str, bytes, int]] = []
         for topic_filter, qos in filters:
@@ -204,9 +264,14 @@ class Router:
             codes.append(qos)
             session.subs[topic_filter] = qos
             self.trie.add(topic_filter, session, qos)
-            for topic, body, retained_qos in self.retained.matching(topic_filter):
-                retained.append((topic, body, min(qos, retained_qos)))
+            if not session.clean and self.store is not None:
+                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, qos))
+            if packet_id:
+                for topic, body, retained_qos in self.retained.matching(topic_filter):
+                    retained.append((topic, body, min(qos, retained_qos)))
         self.cache.clear()
+        if not packet_id:
+            return  # subscriptions registered again after a router restart: no SUBACK, no retained
         out.add_json(wire.SUBACK, [conn, packet_id, codes])
         for topic, body, qos in retained:
             self._deliver_one(session, out, topic.encode(), body, qos, retain=True)
@@ -219,6 +284,8 @@ class Router:
         for topic_filter in filters:
             if session.subs.pop(topic_filter, None) is not None:
                 self.trie.remove(topic_filter, session)
+                if not session.clean and self.store is not None:
+                    self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
         self.cache.clear()
         self.out(worker).add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id))
 
@@ -235,6 +302,8 @@ class Router:
                     if packet_id in session.incoming:
                         return  # a resend before PUBREL: received exactly once
                     session.incoming.add(packet_id)
+                    if not session.clean and self.store is not None:
+                        self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
         self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
 
     def _on_pub0(self, worker: bytes, header: bytes, data: bytes) -> None:
@@ -282,39 +351,44 @@ class Router:
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id = wire.CONN_PID.unpack(header)
         session = self.by_conn.get((worker, conn))
-        if session is not None:
+        if session is not None and packet_id in session.incoming:
             session.incoming.discard(packet_id)
+            if not session.clean and self.store is not None:
+                self.store.record(db.INCOMING_DELETE_ONE, (session.client_id, packet_id))
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, stage = wire.ACK_HEAD.unpack(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
+        store = self.store
         if stage == wire.ACK_DONE:
             session.release(packet_id)
+            if store is not None:
+                store.record(db.MESSAGE_DELETE, (session.client_id, packet_id))
             if session.queued:
-                out = self.out(worker)
-                for pid, pending in session.ready(self.window):
-                    self._send_pending(session, out, pid, pending, dup=False)
-        else:
-            pending = session.unacked.get(packet_id)
-            if pending is not None:
-                pending.state = RELEASING
-                pending.payload = b""
+                self._send_ready(session, self.out(worker))
+        elif session.releasing(packet_id) and store is not None:
+            store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
 
     def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
         """Route one message to every matching subscriber: matched once, one record per worker."""
         self.received += 1
         if retain:
-            self.retained.put(topic.decode(), payload, qos)
+            name = topic.decode()
+            self.retained.put(name, payload, qos)
+            if self.store is not None:
+                if payload:
+                    self.store.record(db.RETAINED_SAVE, (name, payload, qos))
+                else:
+                    self.store.record(db.RETAINED_DELETE, (name,))
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
         online = targets.online
         offline = targets.offline
         head = _pack_deliver(qos, len(topic)) + topic
-        limit = self.pending_limit
-        window = self.window
+        keep = self._keep
         for worker, clean_subs, persistent in online:
             subs = clean_subs
             if persistent:
@@ -322,11 +396,9 @@ class Router:
                 for session, granted in persistent:
                     eff = granted if granted < qos else qos
                     if eff:
-                        pid = session.keep(topic, payload, eff, False, limit, window)
+                        pid = keep(session, topic, payload, eff, False)
                         if pid > 0:
                             parts.append(_pack_sub(session.conn, eff, pid))
-                        elif pid < 0:
-                            self.dropped += 1
                     else:
                         parts.append(_pack_sub(session.conn, 0, 0))
                 subs = b"".join(parts)
@@ -335,8 +407,8 @@ class Router:
                 self.delivered += len(subs) // 7
         for session, granted in offline:
             eff = granted if granted < qos else qos
-            if eff and session.keep(topic, payload, eff, False, limit, window) < 0:
-                self.dropped += 1
+            if eff:
+                keep(session, topic, payload, eff, False)
 
     def _match(self, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
@@ -365,8 +437,19 @@ class Router:
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
         pid = 0
         if qos and not session.clean:
-            pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.window)
+            pid = self._keep(session, topic, payload, qos, retain)
             if pid <= 0:
-                self.dropped += pid < 0
                 return  # dropped, or queued until the client's window has room
         out.add(wire.DELIVER, _pack_deliver(wire.pub_flags(qos, retain), len(topic)) + topic + _pack_sub(session.conn, qos, pid), payload)
+
+    # -- housekeeping ------------------------------------------------------------------------------
+
+    def expire(self, now: float) -> int:
+        """Remove persistent sessions offline longer than `expiration`; how many went."""
+        if not self.expiration:
+            return 0
+        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration]
+        for session in stale:
+            log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
+            self._discard(session)
+        return len(stale)

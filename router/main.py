@@ -6,16 +6,20 @@ import logging
 import os
 import signal
 import sys
+import time
 
 import orjson
 import zmq
 
 from router.core import Router
-from router.process import CONFIG_ENV, become_child
+from router.process import CONFIG_ENV, STORE_FAILED, become_child
+from router.store import Store, StoreError
+from router.units import parse_duration
 
 log = logging.getLogger("plexmq.router")
 
 DRAIN_LIMIT = 500  # frames taken per turn before replies are flushed (rumqttd drains up to 500 too)
+EXPIRY_INTERVAL = 60.0  # seconds between sweeps for expired persistent sessions
 
 
 def serve(config: dict) -> None:
@@ -34,8 +38,11 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(config["router_endpoint"])
-    router = Router(config["max_inflight"], config["max_queued_messages"])
+    store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
+    expiration = parse_duration(config["persistent_client_expiration"] or "0")
+    router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration)
     log.info("router listening on %s", config["router_endpoint"])
+    next_expiry = time.monotonic() + EXPIRY_INTERVAL
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     recv = sock.recv_multipart
@@ -52,11 +59,19 @@ def serve(config: dict) -> None:
             except zmq.Again:
                 break
             handle(worker, frame)
-        for worker, frame in router.take_frames():
+        frames = router.take_frames()
+        if store is not None and store.ops:
+            store.commit()  # before any reply: what a PUBACK or SUBACK acknowledges is on disk
+        for worker, frame in frames:
             try:
                 sock.send_multipart((worker, frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 log.warning("cannot reach worker %r: %s", worker, exc)
+        if time.monotonic() >= next_expiry:
+            next_expiry = time.monotonic() + EXPIRY_INTERVAL
+            router.expire(time.time())
+    if store is not None:
+        store.close()
     sock.close(0)
     ctx.term()
     log.info("router stopped")
@@ -69,4 +84,7 @@ def main() -> None:
         serve(config)
     except KeyboardInterrupt:
         sys.exit(0)
+    except StoreError as exc:
+        log.critical("cannot open the store: %s", exc)
+        sys.exit(STORE_FAILED)
 

@@ -15,6 +15,7 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 CONFIG_ENV = "PLEXMQ_CONFIG"
+STORE_FAILED = 3  # the router's exit status when it cannot open its store: restarting would not help
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 

@@ -44,7 +44,7 @@ class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
     __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
-                 "incoming", "will", "dropped")
+                 "incoming", "will", "bytes", "seen", "dropped", "dropped_logged")
 
     def __init__(self, client_id: str, clean: bool) -> None:
         self.client_id = client_id
@@ -58,14 +58,20 @@ class Session:
         self.next_pid = 1
         self.incoming: set[int] = set()  # QoS 2 packet ids received and not yet released
         self.will: Will | None = None
-        self.dropped = 0
+        self.bytes = 0  # payload bytes of `unacked`
+        self.seen = 0.0  # time.time() the connection ended (persistent sessions: for expiry)
+        self.dropped = 0  # messages dropped because the queue was full (by count or by bytes)
+        self.dropped_logged = 0.0  # time.monotonic() the drops were last logged
 
-    def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, limit: int, window: int) -> int:
-        """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits, -1 when dropped."""
+    def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, limit: int, max_bytes: int,
+             window: int) -> int:
+        """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits, -1 when dropped
+        (the session holds `limit` messages already, or `max_bytes` of payload when that is not 0)."""
         unacked = self.unacked
-        if len(unacked) >= limit:
+        if len(unacked) >= limit or max_bytes and self.bytes + len(payload) > max_bytes:
             self.dropped += 1
             return -1
+        self.bytes += len(payload)
         pid = self.next_pid
         while pid in unacked:
             pid = pid % MAX_PACKET_ID + 1
@@ -81,8 +87,20 @@ class Session:
     def release(self, pid: int) -> None:
         """The client finished this message (PUBACK or PUBCOMP)."""
         pending = self.unacked.pop(pid, None)
-        if pending is not None and pending.state != QUEUED:
-            self.inflight -= 1
+        if pending is not None:
+            self.bytes -= len(pending.payload)
+            if pending.state != QUEUED:
+                self.inflight -= 1
+
+    def releasing(self, pid: int) -> bool:
+        """QoS 2: the client has the message (PUBREC); only PUBREL remains, the payload can go."""
+        pending = self.unacked.get(pid)
+        if pending is None:
+            return False
+        pending.state = RELEASING
+        self.bytes -= len(pending.payload)
+        pending.payload = b""
+        return True
 
     def ready(self, window: int) -> Iterator[tuple[int, Pending]]:
         """Queued messages that now fit in the client's window, marked SENT."""

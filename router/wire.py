@@ -15,8 +15,8 @@ import orjson
 
 # worker -> router
 HELLO = 1  # orjson [worker_id, pid]
-CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain]; payload: will payload
-SUBSCRIBE = 3  # orjson [conn, packet_id, [[filter, qos|None(invalid)], ...]]
+CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume]; payload: will payload
+SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos|None(invalid)], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
 PUB = 5  # PUB_HEAD (conn, packet_id, flags) + topic; payload
 ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged

@@ -44,6 +44,8 @@ class Broker:
         self.port = 0
         self.log_path = log_path
         self.log = open(log_path, "wb")
+        if "--data-dir" not in args:  # each broker its own store, next to its log
+            args = [*args, "--data-dir", str(log_path.with_suffix(".data"))]
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", "0", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)

@@ -40,7 +40,7 @@ Queued = tuple[bytes | None, bytes, int, bool, bool, int]
 class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
-                 "disconnected", "kicked")
+                 "disconnected", "kicked", "will", "subs", "waiting")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -63,6 +63,9 @@ class Connection(asyncio.Protocol):
         self.persistent = False
         self.disconnected = False  # a DISCONNECT arrived: no will
         self.kicked = False  # closed by the router (takeover): it handled the will already
+        self.will: p.Will | None = None
+        self.subs: dict[str, int] | None = None  # filters asked for, to register again with a new router
+        self.waiting = 0  # SUBSCRIBE and UNSUBSCRIBE the router has not answered yet
 
     @property
     def closed(self) -> bool:
@@ -184,9 +187,17 @@ class Connection(asyncio.Protocol):
         elif kind == p.SUBSCRIBE:
             packet_id, filters = p.decode_subscribe(flags, body)
             wanted = [[f, qos if valid_filter(f) else None] for f, qos in filters]
+            if self.subs is None:
+                self.subs = {}
+            self.subs.update((f, qos) for f, qos in wanted if qos is not None)
+            self.waiting += 1
             self.worker.link.batch.add_json(wire.SUBSCRIBE, [self.conn_id, packet_id, wanted])
         elif kind == p.UNSUBSCRIBE:
             packet_id, filters = p.decode_unsubscribe(flags, body)
+            if self.subs:
+                for f in filters:
+                    self.subs.pop(f, None)
+            self.waiting += 1
             self.worker.link.batch.add_json(wire.UNSUBSCRIBE, [self.conn_id, packet_id, filters])
         elif kind == p.PINGREQ:
             p.decode_empty(flags, body)
@@ -220,10 +231,19 @@ class Connection(asyncio.Protocol):
         self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
         self.worker.wheel.add(self)  # the keepalive deadline may come before the CONNECT timeout
         self.state = CONNECTING
-        will = connect.will
-        header = [self.conn_id, client_id, connect.clean_session, connect.username,
-                  will.topic if will else None, will.qos if will else 0, will.retain if will else False]
-        self.worker.link.batch.add_json(wire.CONNECT, header, will.payload if will else b"")
+        self.will = connect.will
+        self.register(resume=False)
+
+    def register(self, resume: bool) -> None:
+        """Claim the session with the router; `resume`: again, with a restarted router, which then
+        also gets the subscriptions (nothing is answered: the client never sees it)."""
+        will = self.will
+        header = [self.conn_id, self.client_id, not self.persistent, self.username,
+                  will.topic if will else None, will.qos if will else 0, will.retain if will else False, resume]
+        batch = self.worker.link.batch
+        batch.add_json(wire.CONNECT, header, will.payload if will else b"")
+        if resume and self.subs:
+            batch.add_json(wire.SUBSCRIBE, [self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()]])
 
     def session_ready(self, present: bool) -> None:
         """The router has the session: CONNACK, then whatever it resends follows."""
@@ -241,6 +261,8 @@ class Connection(asyncio.Protocol):
         if qos == 0:
             self.write(qos0_packet or p.encode_publish(topic, payload, 0, retain))
             return
+        if packet_id in self.inflight:
+            return  # a restarted router resends what it cannot know we already sent
         self._send_qos(topic, payload, qos, retain, dup, packet_id)
 
     def deliver_raw(self, packets: bytes) -> None:

@@ -30,11 +30,12 @@ class RouterLink:
         sock.connect(endpoint)
         self.batch = wire.Batch()
         self.fd = sock.getsockopt(zmq.FD)
-        loop.add_reader(self.fd, self._readable)
+        loop.add_reader(self.fd, self.drain)
         self.batch.add_json(wire.HELLO, [worker_id, os.getpid()])
 
-    def _readable(self) -> None:
-        # The ZeroMQ fd is edge-triggered: drain until EVENTS says nothing is left.
+    def drain(self) -> None:
+        """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
+        nothing is left)."""
         sock = self.sock
         while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self.on_frame(sock.recv(zmq.NOBLOCK, copy=True))
@@ -44,7 +45,7 @@ class RouterLink:
             self.sock.send(self.batch.take(), zmq.NOBLOCK)
             # a send can consume the fd's edge: look for input that arrived meanwhile
             if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self.loop.call_soon(self._readable)
+                self.loop.call_soon(self.drain)
 
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
         self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)

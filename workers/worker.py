@@ -24,7 +24,7 @@ from workers import handoff
 from workers.archive import ArchiveWriter
 from workers.archive_format import sender
 from workers import packets as p
-from workers.connection import CLOSED, NEW, Connection
+from workers.connection import CLOSED, CONNECTED, NEW, Connection
 from workers.keepalive import TimerWheel
 from workers.link import RouterLink
 
@@ -36,6 +36,9 @@ KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PU
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.SUBSCRIBER.iter_unpack
+
+
+Awaiting = tuple["Connection", int, int, bool, bytes, bytes]  # conn, packet id, qos, retain, topic, payload
 
 
 class Worker:
@@ -53,7 +56,7 @@ class Worker:
         self.next_conn = 1
         self.dirty: list[Connection] = []
         self.flush_pending = False
-        self.awaiting: deque[tuple[Connection, int, int]] = deque()  # QoS>0 PUBs the router has not routed yet
+        self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -149,7 +152,7 @@ class Worker:
         if to_archive:
             self.archive_packets(conn, p.publish_header(name, len(payload), qos, retain, False, packet_id) + payload)
         if qos:
-            self.awaiting.append((conn, packet_id, qos))
+            self.awaiting.append((conn, packet_id, qos, retain, name, payload))
 
     # -- records from the router ---------------------------------------------------------------------
 
@@ -174,11 +177,13 @@ class Worker:
                 conn_id, packet_id, codes = orjson.loads(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
+                    conn.waiting -= 1
                     conn.write(p.encode_suback(packet_id, codes))
             elif kind == wire.UNSUBACK:
                 conn_id, packet_id = wire.CONN_PID.unpack(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
+                    conn.waiting -= 1
                     conn.write(p.encode_unsuback(packet_id))
             elif kind == wire.RESEND_REL:
                 conn_id, packet_id = wire.CONN_PID.unpack(header)
@@ -215,7 +220,7 @@ class Worker:
         """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC."""
         awaiting = self.awaiting
         for _ in range(count):
-            conn, packet_id, qos = awaiting.popleft()
+            conn, packet_id, qos = awaiting.popleft()[:3]
             if conn.state != CLOSED:
                 conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
 
@@ -242,13 +247,24 @@ class Worker:
         self._report_load()
 
     def _router_restarted(self) -> None:
-        """A new router knows none of our sessions: close every client so that each reconnects."""
-        log.warning("router restarted: closing %d connections so that they reconnect", len(self.conns))
+        """A new router knows only what its store kept: register every live session with it again,
+        then send again the QoS 1/2 PUBLISHes it had not confirmed (at least once: never lost)."""
+        self.link.drain()  # answers the old router sent before it died come first
+        batch = self.link.batch
+        batch.add_json(wire.HELLO, [self.worker_id, os.getpid()])
+        resumed = 0
         for conn in list(self.conns.values()):
-            conn.kicked = True
-            conn.close("router restarted")
-        self.awaiting.clear()
-        self.link.batch.add_json(wire.HELLO, [self.worker_id, os.getpid()])
+            if conn.state == CONNECTED and not conn.waiting:
+                conn.register(resume=True)
+                resumed += 1
+            elif conn.state != NEW:
+                conn.kicked = True  # the new router never heard of it: nothing to tell it
+                conn.close("router restarted while it was answering this client")
+        awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
+        for conn, packet_id, qos, retain, topic, payload in awaiting:
+            self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload)
+        self.awaiting = awaiting
+        log.warning("router restarted: %d sessions registered again, %d publishes sent again", resumed, len(awaiting))
         self.flush_soon()
 
     def _report_load(self) -> None:

@@ -1,0 +1,170 @@
+"""The router's durable store: persistent sessions, their subscriptions and messages, and retained
+messages, in SQLite (WAL mode) under the data dir.
+
+Why it is shaped this way: the router records each change as it happens (`Store.record`, a list
+append) and `commit` writes one turn's changes in one transaction, in the order they were made, with
+one `executemany` per run of the same statement. The router commits before it sends the turn's
+replies, so a publisher's PUBACK/PUBREC and a SUBACK leave only once what they acknowledge is on disk.
+Clean sessions are never recorded. `sync = "normal"` survives any crash of the broker's processes;
+`"full"` also survives a power loss (one fsync per commit).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from router.sessions import QUEUED, Pending, Session
+
+SCHEMA_VERSION = 1
+FILE_NAME = "plexmq.db"
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (client_id TEXT PRIMARY KEY, last_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, PRIMARY KEY (client_id, filter)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, seq INTEGER NOT NULL, topic BLOB NOT NULL,
+    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
+    PRIMARY KEY (client_id, packet_id)
+);
+CREATE TABLE IF NOT EXISTS incoming (
+    client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS retained (topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL);
+"""
+
+# the statements `record` takes, by name
+SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?)"
+SESSION_DELETE = "DELETE FROM sessions WHERE client_id = ?"
+SUBS_DELETE = "DELETE FROM subscriptions WHERE client_id = ?"
+MESSAGES_DELETE = "DELETE FROM messages WHERE client_id = ?"
+INCOMING_DELETE = "DELETE FROM incoming WHERE client_id = ?"
+SUB_SAVE = "INSERT OR REPLACE INTO subscriptions VALUES (?, ?, ?)"
+SUB_DELETE = "DELETE FROM subscriptions WHERE client_id = ? AND filter = ?"
+MESSAGE_SAVE = "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+MESSAGE_STATE = "UPDATE messages SET state = ? WHERE client_id = ? AND packet_id = ?"
+MESSAGE_RELEASING = "UPDATE messages SET state = ?, payload = x'' WHERE client_id = ? AND packet_id = ?"
+MESSAGE_DELETE = "DELETE FROM messages WHERE client_id = ? AND packet_id = ?"
+INCOMING_SAVE = "INSERT OR IGNORE INTO incoming VALUES (?, ?)"
+INCOMING_DELETE_ONE = "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?"
+RETAINED_SAVE = "INSERT OR REPLACE INTO retained VALUES (?, ?, ?)"
+RETAINED_DELETE = "DELETE FROM retained WHERE topic = ?"
+
+
+class StoreError(Exception):
+    """One line naming the file and what is wrong with it."""
+
+
+@dataclass
+class Loaded:
+    """What a restarted router starts from."""
+
+    sessions: dict[str, Session] = field(default_factory=dict)
+    retained: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    next_seq: int = 1
+
+
+class Store:
+    """The open database; `record` changes during a turn, `commit` them at its end."""
+
+    def __init__(self, data_dir: str, sync: str) -> None:
+        self.path = os.path.join(data_dir, FILE_NAME)
+        self.ops: list[tuple[str, tuple]] = []
+        try:
+            os.makedirs(data_dir, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")
+            self.db.execute("PRAGMA locking_mode = EXCLUSIVE")  # one broker per data dir
+            self.db.executescript(_TABLES)
+            self._check_version()
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"{self.path}: {_reason(exc)}") from None
+
+    def _check_version(self) -> None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif row[0] != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema version {row[0]}, this plexmq reads {SCHEMA_VERSION}")
+
+    def verify(self) -> None:
+        """Check every page (startup): a damaged store must stop the broker, not start it empty."""
+        try:
+            problems = [row[0] for row in self.db.execute("PRAGMA quick_check")]
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {_reason(exc)}") from None
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path}: damaged database: {problems[0]}")
+
+    def load(self) -> Loaded:
+        loaded = Loaded()
+        try:
+            db = self.db
+            for client_id, last_seen in db.execute("SELECT client_id, last_seen FROM sessions"):
+                session = loaded.sessions[client_id] = Session(client_id, clean=False)
+                session.seen = last_seen
+            for client_id, topic_filter, qos in db.execute("SELECT client_id, filter, qos FROM subscriptions"):
+                session = loaded.sessions.get(client_id)
+                if session is not None:
+                    session.subs[topic_filter] = qos
+            rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state FROM messages "
+                              "ORDER BY client_id, seq")
+            for client_id, pid, topic, payload, qos, retain, state in rows:
+                session = loaded.sessions.get(client_id)
+                if session is not None:
+                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state))
+            for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming"):
+                session = loaded.sessions.get(client_id)
+                if session is not None:
+                    session.incoming.add(pid)
+            for topic, payload, qos in db.execute("SELECT topic, payload, qos FROM retained"):
+                loaded.retained[topic] = (payload, qos)
+            loaded.next_seq = (db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0) + 1
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: {_reason(exc)}") from None
+        return loaded
+
+    def record(self, statement: str, args: tuple) -> None:
+        self.ops.append((statement, args))
+
+    def commit(self) -> None:
+        """Write the turn's changes in one transaction (a failure here stops the router: better a
+        restart from the last commit than acknowledging what is not stored)."""
+        ops, self.ops = self.ops, []
+        db = self.db
+        db.execute("BEGIN")
+        for statement, group in groupby(ops, key=lambda op: op[0]):
+            db.executemany(statement, [args for _, args in group])
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self.ops:
+            self.commit()
+        self.db.close()
+
+
+def _restore(session: Session, pid: int, pending: Pending) -> None:
+    """Put a stored message back in its session's order; the next new packet id follows the newest."""
+    session.unacked[pid] = pending
+    session.bytes += len(pending.payload)
+    if pending.state == QUEUED:
+        session.queued.append(pid)
+    session.next_pid = pid % 65535 + 1
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc)
+    if "file is not a database" in text or "malformed" in text:
+        return f"not a plexmq store or damaged ({text})"
+    if "locked" in text:
+        return f"{text} (is another plexmq using this data dir?)"
+    return text
+

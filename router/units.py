@@ -1,0 +1,15 @@
+"""Durations as people write them in config files and on command lines: `90`, `90s`, `10m`, `2h`, `30d`."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds; ValueError with the accepted forms when `text` is not a duration."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (e.g. 30s, 10m, 2h, 30d)")
+    return float(match[1]) * _UNITS[match[2] or "s"]
