@@ -63,7 +63,7 @@ class Client(asyncio.Protocol):
 
     @property
     def client_id(self) -> str:
-        return f"{self.agent.opts.client_prefix}{self.agent.run_id:08x}-{self.role}{self.index}"
+        return self.agent.opts.client_id(self.agent.run_id, self.role, self.index)
 
     # -- transport callbacks (the socket arrives connected, CONNACK already read) -----------------
 

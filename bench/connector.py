@@ -199,11 +199,12 @@ class Connector:
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.t0 = 0.0
         self._keepalive = agent.opts.keepalive
-        self._prefix = f"{agent.opts.client_prefix}{agent.run_id:08x}-"
 
     def connect_packet(self, raw: Raw) -> bytes:
+        opts = self.agent.opts
         role = raw.client.role if raw.client is not None else "c"
-        return encode_connect(f"{self._prefix}{role}{raw.index}", True, self._keepalive)
+        return encode_connect(opts.client_id(self.agent.run_id, role, raw.index), opts.clean_session(role),
+                              self._keepalive)
 
     async def run(self) -> None:
         self.t0 = self.loop.time()

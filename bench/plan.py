@@ -33,6 +33,7 @@ class Options:
     connect_timeout: float = 10.0
     keepalive: int = 30
     client_prefix: str = "plexbench-"
+    persistent_subs: bool = False  # subscribers connect with clean session 0 and ids stable across runs
     topic_prefix: str = "bench"
     procs: int = 0  # 0: one per core (more when the fd limit needs more)
     source_addrs: int = -1  # -1: automatic above 25k connections; 0: never
@@ -63,6 +64,16 @@ class Options:
         if self.scenario == "fanout":
             return f"{self.topic_prefix}/all"
         return f"{self.topic_prefix}/p2p/{sub}"
+
+    def client_id(self, run_id: int, role: str, index: int) -> str:
+        """A subscriber of --persistent-subs keeps its id from run to run (<prefix>s<i>, so its session
+        is found again); every other client's id carries the run id, so runs never take each other's ids."""
+        if self.persistent_subs and role == "s":
+            return f"{self.client_prefix}s{index}"
+        return f"{self.client_prefix}{run_id:08x}-{role}{index}"
+
+    def clean_session(self, role: str) -> bool:
+        return not (self.persistent_subs and role == "s")
 
     def fan(self) -> int:
         """How many subscribers receive each published message."""

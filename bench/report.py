@@ -56,7 +56,8 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
         "scenario": opts.scenario, "broker": f"{opts.host}:{opts.port}", "run_id": f"{run_id:08x}",
         "qos": opts.qos, "size": opts.size, "rate": opts.rate, "window": opts.window,
         "e2e_window": opts.e2e_window if opts.rate == 0 and pubsub else 0, "duration": duration,
-        "pubs": opts.pubs, "subs": opts.subs, "clients": opts.clients, "procs": opts.procs,
+        "pubs": opts.pubs, "subs": opts.subs, "persistent_subs": opts.persistent_subs, "clients": opts.clients,
+        "procs": opts.procs,
         "connections": opts.connections, "connected": connected, "connect_failed": tot.get("failed", 0)
         + tot.get("not_attempted", 0), "dropped": tot.get("dropped", 0),
         "connect_s": round(connect_s, 3), "connect_rate": round(connected / connect_s) if connect_s else 0,
@@ -103,7 +104,8 @@ def table(r: dict) -> str:
     """The human summary of one run."""
     lat = r["latency_ms"]
     rows = [("scenario", (f"{r['scenario']} qos={r['qos']} size={r['size']}B rate={_n(r['rate'])}/s"
-             f" window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s procs={r['procs']}")),
+             f" window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s procs={r['procs']}"
+             + (" persistent-subs" if r.get("persistent_subs") else ""))),
             ("broker", r["broker"]),
             ("connections", (f"{_n(r['connected'])}/{_n(r['connections'])} in {r['connect_s']:.3f} s"
              f" = {_n(r['connect_rate'])}/s, failed {_n(r['connect_failed'])}, dropped {_n(r['dropped'])}"

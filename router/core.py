@@ -202,7 +202,7 @@ class Router:
         now = time.monotonic()
         if now - session.dropped_logged >= 60.0:
             session.dropped_logged = now
-            log.warning("client %s: queue full, %d messages dropped so far", session.client_id, session.dropped)
+            log.warning("client %s: queue full, dropping messages (%d so far)", session.client_id, session.dropped)
 
     @staticmethod
     def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:

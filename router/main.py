@@ -19,7 +19,7 @@ from router.units import parse_duration
 log = logging.getLogger("plexmq.router")
 
 DRAIN_LIMIT = 500  # frames taken per turn before replies are flushed (rumqttd drains up to 500 too)
-EXPIRY_INTERVAL = 60.0  # seconds between sweeps for expired persistent sessions
+EXPIRY_INTERVAL = 60.0  # seconds between sweeps for expired persistent sessions (at most)
 
 
 def serve(config: dict) -> None:
@@ -42,23 +42,27 @@ def serve(config: dict) -> None:
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration)
     log.info("router listening on %s", config["router_endpoint"])
-    next_expiry = time.monotonic() + EXPIRY_INTERVAL
+    expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
+    next_expiry = time.monotonic() + expiry_interval
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     recv = sock.recv_multipart
     handle = router.handle_frame
     while not stopping:
         try:
-            if not poller.poll(1000):
-                continue
+            ready = poller.poll(1000)
         except zmq.ZMQError:
             continue  # interrupted by a signal
-        for _ in range(DRAIN_LIMIT):
-            try:
-                worker, frame = recv(zmq.NOBLOCK, copy=True)
-            except zmq.Again:
-                break
-            handle(worker, frame)
+        if ready:
+            for _ in range(DRAIN_LIMIT):
+                try:
+                    worker, frame = recv(zmq.NOBLOCK, copy=True)
+                except zmq.Again:
+                    break
+                handle(worker, frame)
+        if time.monotonic() >= next_expiry:
+            next_expiry = time.monotonic() + expiry_interval
+            router.expire(time.time())
         frames = router.take_frames()
         if store is not None and store.ops:
             store.commit()  # before any reply: what a PUBACK or SUBACK acknowledges is on disk
@@ -67,9 +71,6 @@ def serve(config: dict) -> None:
                 sock.send_multipart((worker, frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 log.warning("cannot reach worker %r: %s", worker, exc)
-        if time.monotonic() >= next_expiry:
-            next_expiry = time.monotonic() + EXPIRY_INTERVAL
-            router.expire(time.time())
     if store is not None:
         store.close()
     sock.close(0)

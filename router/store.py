@@ -75,8 +75,13 @@ class Store:
     def __init__(self, data_dir: str, sync: str) -> None:
         self.path = os.path.join(data_dir, FILE_NAME)
         self.ops: list[tuple[str, tuple]] = []
+        if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+            raise StoreError(f"{data_dir}: not a directory")
         try:
             os.makedirs(data_dir, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{data_dir}: cannot create the data dir: {exc.strerror}") from None
+        try:
             self.db = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")

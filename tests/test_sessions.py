@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Broker
+from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
 from workers import packets as p
@@ -282,3 +282,37 @@ def test_offline_queue_is_bounded(start_broker: Callable[..., Broker], tmp_path:
     assert sync(sub) == []
     sub.close()
     pub.close()
+
+
+def test_offline_queue_is_bounded_by_bytes_too(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    """max_queued_bytes: 100-byte payloads into 1,000 bytes; the rest is dropped, counted and logged."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text("max_queued_bytes = 1000\n")
+    b = start_broker("--workers", "1", "--config", str(config))
+    cid, topic = f"bytes-{uid()}", f"sess/bytes/{uid()}"
+    sub = connect(b.port, cid, clean=False)
+    assert subscribe(sub, 1, [(topic, 1)]) == [1]
+    disconnect(sub)
+    pub = connect(b.port, f"bytes-pub-{uid()}")
+    for i in range(15):
+        publish(pub, topic, b"%03d" % i + bytes(97), 1, packet_id=i + 1)
+    sub = RawClient(b.port)
+    assert sub.connect(cid, clean=False) == (True, 0)
+    assert [m.payload[:3] for m in sync(sub)] == [b"%03d" % i for i in range(10)]
+    wait_for(lambda: f"client {cid}: queue full, dropping messages (1 so far)" in b.output(), 5, "the drops logged")
+    sub.close()
+    pub.close()
+
+
+def test_abandoned_persistent_sessions_expire(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text('persistent_client_expiration = "1s"\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    cid = f"expire-{uid()}"
+    sub = connect(b.port, cid, clean=False)
+    assert subscribe(sub, 1, [(f"sess/expire/{cid}", 1)]) == [1]
+    disconnect(sub)
+    wait_for(lambda: f"client {cid}: persistent session expired" in b.output(), 10, "the session to expire")
+    sub = RawClient(b.port)
+    assert sub.connect(cid, clean=False) == (False, 0)  # a new session: the old one is gone
+    sub.close()
