@@ -6,6 +6,7 @@ and the key. The result is a plain dict that the acceptor hands to its children 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass
@@ -71,6 +72,28 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),
         "persistent_client_expiration": Option(str, "", _duration_or_never,
                                                "remove persistent sessions offline this long, e.g. 30d (empty: never)"),
+        "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
+        "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
+        "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
+                                                   "loopback without authentication"),
+    },
+    "tls": {
+        "enabled": Option(bool, False, doc="also listen for MQTT over TLS"),
+        "host": Option(str, "", doc="address of the TLS listener (empty: the same as host)"),
+        "port": Option(int, 8883, _range(0, 65535), "TLS port"),
+        "certfile": Option(str, "", doc="the server certificate (PEM, with its chain)"),
+        "keyfile": Option(str, "", doc="the server certificate's private key (PEM)"),
+        "cafile": Option(str, "", doc="CA certificates that client certificates are checked against (PEM)"),
+        "min_version": Option(str, "1.2", _one_of("1.2", "1.3"), "oldest TLS version accepted: 1.2 or 1.3"),
+        "ciphers": Option(str, "", doc="OpenSSL cipher list for TLS 1.2 (empty: Python's defaults)"),
+        "require_certificate": Option(bool, False, doc="clients must present a certificate signed by cafile"),
+        "use_identity_as_username": Option(bool, False, doc="the client certificate's CN is the username"),
+    },
+    "websocket": {
+        "enabled": Option(bool, False, doc="also listen for MQTT over WebSocket (subprotocol mqtt)"),
+        "host": Option(str, "", doc="address of the WebSocket listener (empty: the same as host)"),
+        "port": Option(int, 8080, _range(0, 65535), "WebSocket port"),
+        "tls": Option(bool, False, doc="WebSocket over TLS (wss), with the [tls] certificate"),
     },
     "archive": {
         "enabled": Option(bool, False, doc="append matching PUBLISH traffic to segment files"),
@@ -141,7 +164,36 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
             config[key] = _coerce(SCHEMA[""][key], value)
         except ValueError as exc:
             raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
+    _check_exposure(config)
     return config
+
+
+def listen_hosts(config: dict[str, Any]) -> list[str]:
+    """The addresses of every enabled listener."""
+    hosts = [config["host"]]
+    for section in ("tls", "websocket"):
+        if config[section]["enabled"]:
+            hosts.append(config[section]["host"] or config["host"])
+    return hosts
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def _check_exposure(config: dict[str, Any]) -> None:
+    """Safe default: without authentication the broker stays on loopback unless told otherwise."""
+    if config["password_file"] or config["allow_anonymous"]:
+        return
+    for host in listen_hosts(config):
+        if not is_loopback(host):
+            raise ConfigError(f"host {host!r}: listening beyond loopback needs authentication "
+                              "(password_file) or allow_anonymous = true")
 
 
 def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str) -> None:

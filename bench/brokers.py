@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,24 +52,33 @@ def _raise_nofile() -> None:
 class RunningBroker:
     """A broker process we started; `stop()` ends it and everything under it."""
 
-    def __init__(self, spec: BrokerSpec, log_dir: str) -> None:
+    def __init__(self, spec: BrokerSpec, log_dir: str, port: int = 0, wait: bool = True) -> None:
+        """Start it (on `port`, or a free one) and, with `wait`, return once it answers a CONNECT."""
         self.spec = spec
-        self.port = free_port()
+        self.port = port or free_port()
         self.log_path = os.path.join(log_dir, f"{spec.name}-{self.port}.log")
+        self.own_data_dir: str | None = None
         if spec.kind == "plexmq":
+            extra = list(spec.extra)
+            if "--data-dir" not in extra and "--no-persistence" not in extra:
+                # a store of its own, removed by stop(): never ./plexmq-data, never an earlier run's state
+                self.own_data_dir = os.path.join(log_dir, f"{spec.name}-{self.port}.data")
+                extra += ["--data-dir", self.own_data_dir]
             cmd = [sys.executable, "-m", "acceptor", "serve", "--port", str(self.port),
-                   "--workers", str(spec.workers), *spec.extra]
+                   "--workers", str(spec.workers), *extra]
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:
                 f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued))
             cmd = [MOSQUITTO, "-c", conf]
         self.cmd = cmd
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab") as log:  # append: a restart on the same port keeps the first log
+            self.started = time.monotonic()
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=_raise_nofile)  # noqa: PLW1509 (no threads here)
-        self._wait_ready(30)
-        time.sleep(0.5 if spec.kind == "plexmq" else 0.2)  # let every worker register with the router
+        if wait:
+            self._wait_ready(30)
+            time.sleep(0.5 if spec.kind == "plexmq" else 0.2)  # let every worker register with the router
 
     @property
     def pid(self) -> int:
@@ -116,6 +126,8 @@ class RunningBroker:
                 child.kill()
             except psutil.Error:
                 pass
+        if self.own_data_dir:
+            shutil.rmtree(self.own_data_dir, ignore_errors=True)
 
 
 def mosquitto_conf(port: int, nodelay: bool, max_queued: int) -> str:

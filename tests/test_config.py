@@ -182,7 +182,7 @@ def test_load_does_not_share_mutable_defaults() -> None:
 
 def test_load_file(tmp_path: Path) -> None:
     path = write(tmp_path, 'host = "0.0.0.0"\nport = 2883\nconnect_timeout = 3\nmax_inflight = 5\n'
-                           'log_level = "debug"\n')
+                           'log_level = "debug"\nallow_anonymous = true\n')
     config = cfg.load(str(path), {})
     assert (config["host"], config["port"], config["max_inflight"], config["log_level"]) == ("0.0.0.0", 2883, 5, "debug")
     assert config["connect_timeout"] == 3.0 and isinstance(config["connect_timeout"], float)
@@ -230,3 +230,18 @@ def test_load_invalid_toml_and_missing_file(tmp_path: Path) -> None:
         cfg.load(str(path), {})
     with pytest.raises(cfg.ConfigError, match=re.escape(str(tmp_path / "nope.toml"))):
         cfg.load(str(tmp_path / "nope.toml"), {})
+
+
+@pytest.mark.parametrize("text", ['host = "0.0.0.0"\n', 'host = "192.0.2.1"\n', 'host = "broker.example"\n',
+                                  '[websocket]\nenabled = true\nhost = "::"\n'])
+def test_without_authentication_only_loopback(tmp_path: Path, text: str) -> None:
+    """The safe default: no password file and no allow_anonymous keeps every listener on loopback."""
+    with pytest.raises(cfg.ConfigError, match="listening beyond loopback needs authentication"):
+        cfg.load(str(write(tmp_path, text)), {})
+    for also in ('allow_anonymous = true\n', 'password_file = "users"\n'):
+        cfg.load(str(write(tmp_path, also + text)), {})
+
+
+def test_loopback_needs_no_authentication(tmp_path: Path) -> None:
+    for host in ("127.0.0.1", "127.0.0.5", "::1", "localhost"):
+        assert cfg.load(None, {"host": host})["host"] == host
