@@ -20,6 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
     serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
+    serve.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="Prometheus endpoint on metrics_host (default 9883; 0: any free port; -1: none)")
     serve.add_argument("--data-dir", metavar="DIR", help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
     serve.add_argument("--no-persistence", dest="persistence", action="store_const", const=False,
                        help="keep everything in memory only")

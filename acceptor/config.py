@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from router.units import parse_duration
+from workers import tls
+from workers.acl import AclFile
+from workers.passwords import PasswordFile
 
 
 class ConfigError(Exception):
@@ -72,6 +75,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),
         "persistent_client_expiration": Option(str, "", _duration_or_never,
                                                "remove persistent sessions offline this long, e.g. 30d (empty: never)"),
+        "sys_interval": Option(float, 10.0, _range(0), "seconds between $SYS updates (0: none)"),
+        "metrics_host": Option(str, "127.0.0.1", doc="address of the Prometheus endpoint (/metrics, /health)"),
+        "metrics_port": Option(int, 9883, _range(-1, 65535), "Prometheus endpoint port (0: any free port, -1: none)"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
         "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
@@ -165,16 +171,41 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
         except ValueError as exc:
             raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
     _check_exposure(config)
+    _check_auth_files(config)
+    _check_tls(config)
     return config
 
 
-def listen_hosts(config: dict[str, Any]) -> list[str]:
-    """The addresses of every enabled listener."""
-    hosts = [config["host"]]
-    for section in ("tls", "websocket"):
-        if config[section]["enabled"]:
-            hosts.append(config[section]["host"] or config["host"])
-    return hosts
+def _check_auth_files(config: dict[str, Any]) -> None:
+    """Read the password file and the ACL once, so that a bad line stops startup, not a worker."""
+    try:
+        if config["password_file"]:
+            PasswordFile.load(config["password_file"])
+        if config["acl_file"]:
+            AclFile.load(config["acl_file"])
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_tls(config: dict[str, Any]) -> None:
+    """Build the TLS context once, so that a missing or bad certificate stops startup, not a worker."""
+    if tls.wanted(config):
+        try:
+            tls.server_context(config["tls"])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+def listeners(config: dict[str, Any]) -> list[tuple[str, str, int]]:
+    """(scheme, host, port) of every enabled listener, the plain MQTT one first; the scheme is one of
+    mqtt, mqtts, ws, wss."""
+    found = [("mqtt", config["host"], config["port"])]
+    secure, websocket = config["tls"], config["websocket"]
+    if secure["enabled"]:
+        found.append(("mqtts", secure["host"] or config["host"], secure["port"]))
+    if websocket["enabled"]:
+        found.append(("wss" if websocket["tls"] else "ws", websocket["host"] or config["host"], websocket["port"]))
+    return found
 
 
 def is_loopback(host: str) -> bool:
@@ -190,7 +221,7 @@ def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
     if config["password_file"] or config["allow_anonymous"]:
         return
-    for host in listen_hosts(config):
+    for _scheme, host, _port in listeners(config):
         if not is_loopback(host):
             raise ConfigError(f"host {host!r}: listening beyond loopback needs authentication "
                               "(password_file) or allow_anonymous = true")

@@ -1,4 +1,4 @@
-"""`plexmq serve`: bind the listener, start the router and workers, hand off sockets, stop cleanly."""
+"""`plexmq serve`: bind the listeners, start the router and workers, hand off sockets, stop cleanly."""
 
 from __future__ import annotations
 
@@ -11,15 +11,19 @@ import socket
 import sys
 import tempfile
 
+from acceptor.config import listeners
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
 from router.process import raise_fd_limit
 from router.store import Store, StoreError
+from workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 
 STOP_TIMEOUT = 4.0  # seconds the children get to stop before SIGKILL (the whole stop stays under 5 s)
 LISTEN_BACKLOG = 4096
+KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": handoff.LISTENER_WS,
+         "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
 
 
 def default_workers() -> int:
@@ -51,11 +55,13 @@ def serve(config: dict) -> int:
     raise_fd_limit()
     if not config["workers"]:
         config["workers"] = default_workers()
-    try:
-        sock = bind(config["host"], config["port"])
-    except OSError as exc:
-        print(f"plexmq: cannot listen on {config['host']}:{config['port']}: {exc.strerror}", file=sys.stderr)
-        return 1
+    socks: list[tuple[str, socket.socket]] = []
+    for scheme, host, port in listeners(config):
+        try:
+            socks.append((scheme, bind(host, port)))
+        except OSError as exc:
+            print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
+            return 1
     if config["persistence"]:
         config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
@@ -78,8 +84,12 @@ def serve(config: dict) -> int:
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
     config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
-    host, port = sock.getsockname()[:2]
-    log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
+    for scheme, sock in socks:  # the plain listener first, in the line tests and scripts read
+        host, port = sock.getsockname()[:2]
+        if scheme == "mqtt":
+            log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
+        else:
+            log.info("plexmq listening on %s:%d (%s)", host, port, scheme)
 
     loop = asyncio.new_event_loop()  # the stdlib loop: uvloop keeps SIGCHLD for itself
     asyncio.set_event_loop(loop)
@@ -93,15 +103,17 @@ def serve(config: dict) -> int:
 
     supervisor = Supervisor(config, loop, give_up)
     supervisor.start()
-    listener = Listener(loop, sock, supervisor.workers)
+    accepting = [Listener(loop, sock, KINDS[scheme], supervisor.workers) for scheme, sock in socks]
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
+    loop.add_signal_handler(signal.SIGHUP, supervisor.reload)
     try:
         loop.run_forever()
     finally:
         log.info("stopping")
-        listener.close()
+        for listener in accepting:
+            listener.close()
         supervisor.stop(STOP_TIMEOUT)
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -111,6 +111,13 @@ class Supervisor:
             if child.worker_id is None:
                 self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
 
+    def reload(self) -> None:
+        """SIGHUP: the workers re-read the password file and the ACL."""
+        log.info("SIGHUP: the workers reload the password file and the ACL")
+        for child in self.workers:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGHUP)
+
     def _read_load(self, child: Child) -> None:
         """Take the connection counts a worker reports; EOF means it is gone (SIGCHLD follows)."""
         while child.channel is not None:

@@ -73,6 +73,7 @@ class Router:
         self.store = store
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.seq = 1  # orders the stored messages
+        self.reports: dict[int, dict] = {}  # worker id -> its last STATS (with "at": when it came)
         self.received = 0
         self.delivered = 0
         self.dropped = 0
@@ -86,6 +87,7 @@ class Router:
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
+            wire.STATS: self._on_stats,
         }
         if store is not None:
             self._restore(store)
@@ -139,8 +141,15 @@ class Router:
             for key in lost:
                 self._disconnect(self.by_conn[key], publish_will=True)
 
+    def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        report = orjson.loads(header)
+        report["at"] = time.monotonic()
+        self.reports[report["id"]] = report
+
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume = orjson.loads(header)
+        # resume: the connection registers again after a router restart; the number is the first packet id
+        # past those its worker still has in flight (0 for a new connection)
         old = self.sessions.get(client_id)
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
@@ -150,6 +159,8 @@ class Router:
         if old is not None and not present:
             self._discard(old)
         session = old if present else Session(client_id, clean)
+        if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
+            session.next_pid = (resume - 1) % 65535 + 1
         session.clean = clean
         self.sessions[client_id] = session
         if not clean and self.store is not None:
@@ -372,12 +383,16 @@ class Router:
             store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
 
     def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
-        """Route one message to every matching subscriber: matched once, one record per worker."""
+        """A message from a client (or its will): counted, then routed."""
         self.received += 1
+        self.route(topic, payload, qos, retain)
+
+    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+        """Route one message to every matching subscriber: matched once, one record per worker."""
         if retain:
             name = topic.decode()
             self.retained.put(name, payload, qos)
-            if self.store is not None:
+            if self.store is not None and not topic.startswith(b"$SYS/"):  # $SYS is fresh after a restart
                 if payload:
                     self.store.record(db.RETAINED_SAVE, (name, payload, qos))
                 else:

@@ -12,6 +12,8 @@ import orjson
 import zmq
 
 from router.core import Router
+from router.metrics import serve_metrics
+from router.stats import Stats
 from router.process import CONFIG_ENV, STORE_FAILED, become_child
 from router.store import Store, StoreError
 from router.units import parse_duration
@@ -44,6 +46,11 @@ def serve(config: dict) -> None:
     log.info("router listening on %s", config["router_endpoint"])
     expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
     next_expiry = time.monotonic() + expiry_interval
+    stats = Stats(router, config["parent_pid"])
+    if config["metrics_port"] >= 0:
+        serve_metrics(stats, config["metrics_host"], config["metrics_port"])
+    sys_interval = config["sys_interval"]
+    next_refresh = next_sys = time.monotonic() + 1.0
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     recv = sock.recv_multipart
@@ -60,9 +67,17 @@ def serve(config: dict) -> None:
                 except zmq.Again:
                     break
                 handle(worker, frame)
-        if time.monotonic() >= next_expiry:
-            next_expiry = time.monotonic() + expiry_interval
+        now = time.monotonic()
+        if now >= next_expiry:
+            next_expiry = now + expiry_interval
             router.expire(time.time())
+        if now >= next_refresh:
+            next_refresh = now + 1.0
+            stats.refresh(time.time())
+            if sys_interval and now >= next_sys:
+                next_sys = now + sys_interval
+                for topic, payload in stats.sys_messages(time.time()):
+                    router.route(topic.encode(), payload, 0, True)
         frames = router.take_frames()
         if store is not None and store.ops:
             store.commit()  # before any reply: what a PUBACK or SUBACK acknowledges is on disk

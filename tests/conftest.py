@@ -46,6 +46,8 @@ class Broker:
         self.log = open(log_path, "wb")
         if "--data-dir" not in args:  # each broker its own store, next to its log
             args = [*args, "--data-dir", str(log_path.with_suffix(".data"))]
+        if "--metrics-port" not in args:  # brokers side by side: each its own metrics port
+            args = [*args, "--metrics-port", "0"]
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", "0", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
@@ -64,7 +66,7 @@ class Broker:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                 s.sendall(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x00\x00\x00")  # CONNECT, clean, empty id
-                return s.recv(4) == b"\x20\x02\x00\x00"
+                return s.recv(4)[:3] == b"\x20\x02\x00"  # any CONNACK: a broker with passwords answers 5
         except OSError:
             return False
 

@@ -76,9 +76,13 @@ class Client:
 
     def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
                  will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311,
-                 username: str | None = None, password: str | None = None) -> None:
+                 username: str | None = None, password: str | None = None, transport: str = "tcp",
+                 tls: dict[str, str] | None = None) -> None:
+        """`transport`: tcp or websockets; `tls`: the arguments of paho's tls_set (ca_certs, certfile, keyfile)."""
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
-                                  clean_session=clean, protocol=protocol)
+                                  clean_session=clean, protocol=protocol, transport=transport)  # type: ignore[arg-type]
+        if tls is not None:
+            self.client.tls_set(**tls)
         if username is not None:
             self.client.username_pw_set(username, password)
         self.messages: queue.Queue[paho.MQTTMessage] = queue.Queue()

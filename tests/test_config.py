@@ -238,7 +238,9 @@ def test_without_authentication_only_loopback(tmp_path: Path, text: str) -> None
     """The safe default: no password file and no allow_anonymous keeps every listener on loopback."""
     with pytest.raises(cfg.ConfigError, match="listening beyond loopback needs authentication"):
         cfg.load(str(write(tmp_path, text)), {})
-    for also in ('allow_anonymous = true\n', 'password_file = "users"\n'):
+    users = tmp_path / "users"
+    users.write_text("# nobody yet\n")
+    for also in ('allow_anonymous = true\n', f'password_file = "{users}"\n'):
         cfg.load(str(write(tmp_path, also + text)), {})
 
 

@@ -147,14 +147,17 @@ def reconnect(port: int, client_id: str, clean: bool = False) -> tuple[RawClient
 
 
 def stream(c: RawClient, topic: str, n: int, qos: int, kill_at: int, kill: Callable[[], None],
-           events: dict[int, Callable[[], None]] | None = None, window: int = 400, chunk: int = 100) -> set[int]:
+           events: dict[int, Callable[[], None]] | None = None) -> set[int]:
     """Publish messages 0..n-1 (payload: the sequence number, packet id: sequence + 1) with at most
-    `window` flows open; once `kill_at` are acknowledged call `kill` (which kills the broker), then read
-    what the socket still holds until it closes. `events` maps an acknowledged count to a call made then.
+    a window of flows open (never so many that all n are sent before the kill); once `kill_at` are
+    acknowledged call `kill` (which kills the broker), then read what the socket still holds until it
+    closes. `events` maps an acknowledged count to a call made then.
 
     The sequence numbers acknowledged (PUBACK; for QoS 2 PUBREC, answered with PUBREL).
     """
-    assert 0 < kill_at < n < 65535
+    window = min(400, (n - kill_at) // 2)
+    chunk = max(window // 4, 1)
+    assert 0 < kill_at < n < 65535 and window > 0
     events = dict(events or {})
     tb = topic.encode()
     acked: set[int] = set()

@@ -17,14 +17,17 @@ from typing import TYPE_CHECKING
 from router import wire
 from router.topics import valid_filter
 from workers import packets as p
+from workers.tls import common_name
+from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 
 if TYPE_CHECKING:
+    from workers.acl import Checker
     from workers.archive_format import Sender
     from workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
 
-NEW, CONNECTING, CONNECTED, CLOSED = range(4)
+NEW, AUTHENTICATING, CONNECTING, CONNECTED, CLOSED = range(5)
 
 PROTOCOLS = {("MQTT", 4), ("MQIsdp", 3)}
 MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
@@ -37,10 +40,15 @@ _publish_header = p.publish_header
 Queued = tuple[bytes | None, bytes, int, bool, bool, int]
 
 
+def peer_name(address: object) -> str:
+    """host:port of a socket address."""
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+
+
 class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
-                 "disconnected", "kicked", "will", "subs", "waiting")
+                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -50,6 +58,7 @@ class Connection(asyncio.Protocol):
         self.state = NEW
         self.client_id = ""
         self.username: str | None = None
+        self.cert_username: str | None = None  # use_identity_as_username: the verified certificate's CN
         self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
@@ -66,6 +75,8 @@ class Connection(asyncio.Protocol):
         self.will: p.Will | None = None
         self.subs: dict[str, int] | None = None  # filters asked for, to register again with a new router
         self.waiting = 0  # SUBSCRIBE and UNSUBSCRIBE the router has not answered yet
+        self.checker: Checker | None = None  # the ACL's answers for this client; None: no ACL
+        self.fast = False  # plain QoS 0 PUBLISH runs go to the router untouched (connected, no ACL)
 
     @property
     def closed(self) -> bool:
@@ -75,8 +86,14 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = peer_name(transport.get_extra_info("peername"))
+        if self.worker.identity_as_username:
+            cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
+            if cert:
+                self.cert_username = common_name(cert)
+                if self.cert_username is None:
+                    return self.close("client certificate without a CN (use_identity_as_username)")
+                log.debug("client certificate from %s: CN %s", self.peer, self.cert_username)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state != CLOSED:
@@ -93,6 +110,9 @@ class Connection(asyncio.Protocol):
         worker = self.worker
         if self.state == CLOSED:
             return
+        if self.state == AUTHENTICATING:
+            self.buf += data  # read on once the login is decided
+            return
         buf = self.buf + data if self.buf else data
         pos = 0
         end = len(buf)
@@ -107,7 +127,7 @@ class Connection(asyncio.Protocol):
                 if found is None:
                     break
                 first, start, stop = found
-                if first == 0x30 and self.state != NEW:
+                if first == 0x30 and self.fast:
                     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
                     topic = buf[start + 2:topic_end]
                     to_archive = known_topics.get(topic) if topic_end <= stop else None
@@ -124,6 +144,9 @@ class Connection(asyncio.Protocol):
                         run = -1
                     self._packet(first >> 4, first & 15, buf[start:stop])
                     if self.state == CLOSED:
+                        return
+                    if self.state == AUTHENTICATING:
+                        self.buf = buf[stop:]
                         return
                 pos = stop
         except p.MalformedPacket as exc:
@@ -164,7 +187,10 @@ class Connection(asyncio.Protocol):
                 return self.close("PUBLISH before CONNECT")
             topic, packet_id, payload = p.decode_publish(flags, body)
             qos = (flags >> 1) & 3
-            self.worker.publish(self, topic, packet_id, qos, bool(flags & 1), payload)
+            if self.checker is not None and not self.checker.can_write(topic):
+                self.worker.deny(self, packet_id, qos)
+            else:
+                self.worker.publish(self, topic, packet_id, qos, bool(flags & 1), payload)
         elif self.state == NEW:
             if kind != p.CONNECT:
                 return self.close(f"packet type {kind} before CONNECT")
@@ -186,7 +212,9 @@ class Connection(asyncio.Protocol):
             self._acked(p.decode_packet_id(flags, body, 0), -2)
         elif kind == p.SUBSCRIBE:
             packet_id, filters = p.decode_subscribe(flags, body)
-            wanted = [[f, qos if valid_filter(f) else None] for f, qos in filters]
+            checker = self.checker
+            wanted = [[f, qos if valid_filter(f) and (checker is None or checker.can_read(f)) else None]
+                      for f, qos in filters]
             if self.subs is None:
                 self.subs = {}
             self.subs.update((f, qos) for f, qos in wanted if qos is not None)
@@ -226,6 +254,44 @@ class Connection(asyncio.Protocol):
             return self.close("MQTT 3.1 client id longer than 23 characters")
         self.client_id = client_id
         self.username = connect.username
+        auth = self.worker.auth
+        if self.cert_username is not None:  # its certificate is its login (use_identity_as_username)
+            self.username = self.cert_username
+        elif auth.required:
+            self.state = AUTHENTICATING
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            host = self.peer.rsplit(":", 1)[0]
+            login = asyncio.ensure_future(auth.login(connect.username, connect.password, host))
+            login.add_done_callback(lambda done: self._logged_in(done, connect))
+            return
+        self._accept(connect)
+
+    def _logged_in(self, login: asyncio.Future[int], connect: p.Connect) -> None:
+        if self.state != AUTHENTICATING:
+            return  # closed while the password was checked
+        if login.cancelled() or login.exception() is not None:
+            log.error("client %s: cannot check the password: %s", self.client_id, login.exception())
+            self.write(p.encode_connack(False, SERVER_UNAVAILABLE))
+            return self.close("authentication failed")
+        code = login.result()
+        if code:
+            self.write(p.encode_connack(False, code))
+            return self.close("bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
+        self._accept(connect)
+        self.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
+        if self.state == CONNECTING:
+            self.transport.resume_reading()  # type: ignore[union-attr]
+            if self.buf:
+                self.data_received(b"")
+
+    def _accept(self, connect: p.Connect) -> None:
+        """Credentials accepted: check the will against the ACL, then claim the session."""
+        checker = self.worker.auth.checker(self.username, self.client_id)
+        if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
+            self.write(p.encode_connack(False, NOT_AUTHORIZED))
+            return self.close(f"will topic {connect.will.topic!r} not allowed")
+        self.checker = checker
+        self.fast = checker is None
         self.persistent = not connect.clean_session
         self.keepalive = connect.keepalive
         self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
@@ -239,7 +305,8 @@ class Connection(asyncio.Protocol):
         also gets the subscriptions (nothing is answered: the client never sees it)."""
         will = self.will
         header = [self.conn_id, self.client_id, not self.persistent, self.username,
-                  will.topic if will else None, will.qos if will else 0, will.retain if will else False, resume]
+                  will.topic if will else None, will.qos if will else 0, will.retain if will else False,
+                  max(self.inflight, default=0) + 1 if resume else 0]
         batch = self.worker.link.batch
         batch.add_json(wire.CONNECT, header, will.payload if will else b"")
         if resume and self.subs:
@@ -354,10 +421,17 @@ class Connection(asyncio.Protocol):
         """Close the connection; tell the router (which publishes the will unless DISCONNECT came)."""
         if self.state == CLOSED:
             return
-        registered = self.state != NEW
+        registered = self.state == CONNECTING or self.state == CONNECTED
         self.state = CLOSED
+        self.fast = False
         self.flush()
         if self.transport is not None:
             self.transport.close()
         self.worker.forget(self, registered and not self.kicked, not self.disconnected)
         log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
+        # the keepalive wheel holds the object until its slot comes round: keep only a husk
+        self.transport = None
+        self.buf = b""
+        self.queue.clear()
+        self.inflight.clear()
+        self.will = self.subs = self.checker = self.sender = None

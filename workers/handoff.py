@@ -1,7 +1,8 @@
 """The acceptor <-> worker channel: accepted sockets passed with SCM_RIGHTS over a SEQPACKET pair.
 
 Messages (one datagram each):
-  acceptor -> worker  b"F" + one listener-kind byte per fd, with the fds;  b"R": the router restarted
+  acceptor -> worker  b"F" + one listener-kind byte per fd (LISTENER_*: how to speak on it), with the fds;
+                      b"R": the router restarted
   worker -> acceptor  b"L" + <II: connections held, sockets received since the worker started
                       (the acceptor adds the sockets it handed that the worker has not yet seen)
 """
@@ -18,7 +19,10 @@ LOAD = ord("L")
 
 MAX_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
 LOAD_REPORT = struct.Struct("<II")
-LISTENER_TCP = b"t"
+LISTENER_TCP = b"t"  # MQTT
+LISTENER_TLS = b"s"  # MQTT over TLS
+LISTENER_WS = b"w"  # MQTT over WebSocket
+LISTENER_WSS = b"W"  # MQTT over WebSocket over TLS
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:

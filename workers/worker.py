@@ -11,22 +11,27 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections import deque
 
 import orjson
+import psutil
 import uvloop
 
 from router import wire
 from router.process import CONFIG_ENV, become_child
-from workers import handoff
+from router.stats import process_usage
+from workers import handoff, tls
 from workers.archive import ArchiveWriter
+from workers.auth import Auth
 from workers.archive_format import sender
 from workers import packets as p
-from workers.connection import CLOSED, CONNECTED, NEW, Connection
+from workers.connection import CLOSED, CONNECTED, CONNECTING, Connection, peer_name
 from workers.keepalive import TimerWheel
 from workers.link import RouterLink
+from workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
 
@@ -38,7 +43,8 @@ _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.SUBSCRIBER.iter_unpack
 
 
-Awaiting = tuple["Connection", int, int, bool, bytes, bytes]  # conn, packet id, qos, retain, topic, payload
+# conn, packet id, qos, retain, topic, payload; topic None: denied by the ACL, acknowledged in its turn
+Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes]
 
 
 class Worker:
@@ -51,6 +57,11 @@ class Worker:
         self.max_inflight: int = config["max_inflight"]
         self.max_queued: int = config["max_queued_messages"]
         self.connect_timeout: float = config["connect_timeout"]
+        context = tls.server_context(config["tls"]) if tls.wanted(config) else None
+        self.identity_as_username: bool = context is not None and config["tls"]["use_identity_as_username"]
+        self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {  # listener kind -> (TLS, WebSocket)
+            handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
+            handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
         self.max_conns = max(fd_limit - FD_RESERVE, 1)
         self.conns: dict[int, Connection] = {}
         self.next_conn = 1
@@ -59,6 +70,8 @@ class Worker:
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
+        self.auth = Auth(config, loop)
+        self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
         self.turn_us = 0  # receive time of this loop turn's archived reads, taken at the first
         archive = config["archive"]
@@ -97,8 +110,9 @@ class Worker:
 
     # -- connections -------------------------------------------------------------------------------
 
-    def adopt(self, fd: int) -> None:
-        """Serve a socket passed by the acceptor, or refuse it when out of descriptors."""
+    def adopt(self, fd: int, kind: int) -> None:
+        """Serve a socket passed by the acceptor as its listener `kind` says, or refuse it when out of
+        descriptors."""
         if len(self.conns) >= self.max_conns:
             os.close(fd)
             self._refuse(1)
@@ -111,8 +125,28 @@ class Worker:
         conn = Connection(self, conn_id, self.loop.time() + self.connect_timeout)
         self.conns[conn_id] = conn
         self.wheel.add(conn)
-        task = asyncio.ensure_future(self.loop.connect_accepted_socket(lambda: conn, sock))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception() is None or conn.close(f"cannot serve socket: {t.exception()}"))
+        context, websocket = self.listeners[kind]
+        protocol = WebSocket(conn) if websocket else conn
+        if context is None:
+            serving = self.loop.connect_accepted_socket(lambda: protocol, sock)
+        else:
+            try:
+                conn.peer = peer_name(sock.getpeername())  # for the log line of a failed handshake
+            except OSError:
+                pass  # the client is gone already: the handshake fails and says so
+            serving = self.loop.connect_accepted_socket(lambda: protocol, sock, ssl=context,
+                                                        ssl_handshake_timeout=self.connect_timeout)
+        asyncio.ensure_future(serving).add_done_callback(lambda task: self._served(conn, task))
+
+    def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, asyncio.BaseProtocol]]) -> None:
+        """The TLS handshake may fail, or end after the CONNECT deadline has closed `conn`."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            conn.close(f"TLS handshake failed: {exc}" if isinstance(exc, ssl.SSLError) else f"cannot serve socket: {exc}")
+        elif conn.state == CLOSED:
+            task.result()[0].close()
 
     def _refuse(self, count: int) -> None:
         self.refused += count
@@ -217,12 +251,25 @@ class Worker:
             conn.deliver(topic, payload, eff, retain, dup, packet_id, qos0_packet)
 
     def _routed(self, count: int) -> None:
-        """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC."""
+        """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC, in the order
+        they sent them (denied ones, which the router never saw, in their turn)."""
         awaiting = self.awaiting
-        for _ in range(count):
-            conn, packet_id, qos = awaiting.popleft()[:3]
+        while awaiting and (count or awaiting[0][4] is None):
+            conn, packet_id, qos, _retain, topic, _payload = awaiting.popleft()
+            if topic is not None:
+                count -= 1
             if conn.state != CLOSED:
                 conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
+
+    def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
+        """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires."""
+        self.auth.denied += 1
+        if not qos:
+            return
+        if self.awaiting:
+            self.awaiting.append((conn, packet_id, qos, False, None, b""))
+        else:
+            conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
 
     # -- the acceptor channel and housekeeping ----------------------------------------------------
 
@@ -238,8 +285,8 @@ class Worker:
                 return
             if msg[0] == handoff.FDS:
                 self.received += len(fds) + lost
-                for fd in fds:
-                    self.adopt(fd)
+                for fd, kind in zip(fds, msg[1:]):  # the kernel drops the last fds when we run out
+                    self.adopt(fd, kind)
                 if lost:
                     self._refuse(lost)
             elif msg[0] == handoff.ROUTER_RESTARTED:
@@ -257,12 +304,13 @@ class Worker:
             if conn.state == CONNECTED and not conn.waiting:
                 conn.register(resume=True)
                 resumed += 1
-            elif conn.state != NEW:
+            elif conn.state == CONNECTING or conn.state == CONNECTED:
                 conn.kicked = True  # the new router never heard of it: nothing to tell it
                 conn.close("router restarted while it was answering this client")
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload in awaiting:
-            self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload)
+            if topic is not None:
+                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload)
         self.awaiting = awaiting
         log.warning("router restarted: %d sessions registered again, %d publishes sent again", resumed, len(awaiting))
         self.flush_soon()
@@ -279,11 +327,27 @@ class Worker:
     def _tick(self) -> None:
         now = self.loop.time()
         for conn in self.wheel.expire(now):
-            conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state == NEW else "keepalive timeout")  # type: ignore[attr-defined]
+            conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state < CONNECTING else "keepalive timeout")  # type: ignore[attr-defined]
         self._report_load()
+        self._report_stats()
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
         self.loop.call_later(1.0, self._tick)
+
+    def _report_stats(self) -> None:
+        """Once a second, the counters the router publishes as $SYS and serves to Prometheus."""
+        cpu, rss = process_usage(self.process)
+        self.link.batch.add_json(wire.STATS, {
+            "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
+            "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
+            "queued": sum(len(conn.queue) for conn in self.conns.values()), "cpu": cpu, "rss": rss})
+        self.flush_soon()
+
+    def reload(self) -> None:
+        """SIGHUP (forwarded by the acceptor): re-read the password file and the ACL. Live
+        connections keep the rules they logged in with; new ones get the new rules."""
+        self.auth.reload()
+        log.info("worker %d reloaded its authentication settings", self.worker_id)
 
     def stop(self) -> None:
         if self.stopped:
@@ -294,6 +358,7 @@ class Worker:
             conn.close("broker shutting down")
         self.flush()
         self.link.close()
+        self.auth.close()
         if self.archive is not None:
             self.archive.close()
         self.loop.stop()
@@ -310,5 +375,6 @@ def main() -> None:
     channel.setblocking(False)
     worker = Worker(worker_id, config, loop, channel, fd_limit)
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
+    loop.add_signal_handler(signal.SIGHUP, worker.reload)
     log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
     loop.run_forever()

@@ -1,0 +1,148 @@
+"""The broker's numbers: what each worker reports once a second plus the router's own counters,
+published as `$SYS` topics (mosquitto's names where they exist) and collected by Prometheus.
+
+Why in the router: it is the one process every worker already talks to, so the counters ride in
+the batches (`wire.STATS`) and nothing else has to gather them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Iterator
+
+import psutil
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from router import VERSION
+
+if TYPE_CHECKING:
+    from router.core import Router
+
+WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued")
+LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
+
+
+class Stats:
+    """Worker reports and the router's counters. The router's loop calls `refresh` once a second;
+    the metrics thread reads only the snapshot it leaves (never the router's live dicts)."""
+
+    def __init__(self, router: Router, acceptor_pid: int) -> None:
+        self.router = router
+        self.started = time.time()
+        self.processes = {"router": psutil.Process(), "acceptor": psutil.Process(acceptor_pid)}
+        self.loads: dict[str, dict[int, float]] = {"received": {}, "sent": {}}  # msgs/minute, averaged
+        self.snapshot: dict[str, object] = {}
+        self._last: tuple[float, int, int] | None = None
+
+    def refresh(self, now: float) -> None:
+        """Take every number once (main thread), and the load averages with them."""
+        router = self.router
+        workers = {worker_id: dict(report) for worker_id, report in router.reports.items()}
+        totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
+        sessions = router.sessions.values()
+        self.snapshot = {
+            "workers": workers,
+            "clients": sum(w["clients"] for w in workers.values()),
+            "offline": sum(1 for s in sessions if s.worker is None),
+            "sessions": len(router.sessions),
+            "received": router.received,
+            "sent": router.delivered,
+            "routed_dropped": router.dropped,
+            "subscriptions": sum(len(s.subs) for s in sessions),
+            "session_queued": sum(len(s.unacked) for s in sessions),
+            "retained": len(router.retained),
+            **totals,
+        }
+        self._update_loads(now, router.received, router.delivered)
+
+    def _update_loads(self, now: float, received: int, sent: int) -> None:
+        """Exponentially averaged messages per minute over 1, 5 and 15 minutes."""
+        if self._last is not None and now > self._last[0]:
+            elapsed = now - self._last[0]
+            for name, count, before in (("received", received, self._last[1]), ("sent", sent, self._last[2])):
+                rate = (count - before) * 60.0 / elapsed
+                for window in LOAD_WINDOWS:
+                    keep = math.exp(-elapsed / (window * 60.0))
+                    self.loads[name][window] = self.loads[name].get(window, rate) * keep + rate * (1 - keep)
+        self._last = (now, received, sent)
+
+    def sys_messages(self, now: float) -> Iterator[tuple[str, bytes]]:
+        """(topic, payload) of every $SYS message, published every sys_interval seconds."""
+        snap = self.snapshot
+        values: dict[str, object] = {
+            "version": f"plexmq {VERSION}",
+            "uptime": f"{int(now - self.started)} seconds",
+            "clients/connected": snap["clients"],
+            "clients/disconnected": snap["offline"],
+            "clients/total": snap["clients"] + snap["offline"],  # type: ignore[operator]
+            "messages/received": snap["received"],
+            "messages/sent": snap["sent"],
+            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"],  # type: ignore[operator]
+            "subscriptions/count": snap["subscriptions"],
+            "retained messages/count": snap["retained"],
+        }
+        for name, by_window in self.loads.items():
+            for window, value in sorted(by_window.items()):
+                values[f"load/messages/{name}/{window}min"] = f"{value:.2f}"
+        for topic, value in values.items():
+            yield f"$SYS/broker/{topic}", str(value).encode()
+        for worker_id, report in sorted(snap["workers"].items()):  # type: ignore[attr-defined]
+            yield f"$SYS/broker/workers/{worker_id}/clients/connected", str(report["clients"]).encode()
+            yield f"$SYS/broker/workers/{worker_id}/cpu", f"{report['cpu']:.1f}".encode()
+            yield f"$SYS/broker/workers/{worker_id}/rss", str(report["rss"]).encode()
+
+    def collect(self) -> Iterator[Metric]:
+        """The Prometheus view of the same numbers (prometheus_client calls it on each scrape)."""
+        snap = self.snapshot
+        if not snap:
+            return
+        workers: dict[int, dict] = snap["workers"]  # type: ignore[assignment]
+        clients = GaugeMetricFamily("plexmq_clients_connected", "Clients connected", labels=["worker"])
+        for worker_id, report in sorted(workers.items()):
+            clients.add_metric([str(worker_id)], report["clients"])
+        yield clients
+        yield CounterMetricFamily("plexmq_messages_received", "PUBLISH messages routed", value=snap["received"])
+        yield CounterMetricFamily("plexmq_messages_sent", "PUBLISH messages routed to subscribers", value=snap["sent"])
+        dropped = CounterMetricFamily("plexmq_messages_dropped", "Messages dropped, by reason", labels=["reason"])
+        dropped.add_metric(["session_queue_full"], snap["routed_dropped"])
+        dropped.add_metric(["client_queue_full"], snap["dropped"])
+        dropped.add_metric(["acl_denied"], snap["denied"])
+        yield dropped
+        refused = CounterMetricFamily("plexmq_connections_refused", "Connections refused, by reason", labels=["reason"])
+        refused.add_metric(["out_of_file_descriptors"], snap["refused"])
+        refused.add_metric(["login_failed"], snap["auth_failures"])
+        yield refused
+        yield GaugeMetricFamily("plexmq_subscriptions", "Subscriptions", value=snap["subscriptions"])
+        yield GaugeMetricFamily("plexmq_retained_messages", "Retained messages", value=snap["retained"])
+        yield GaugeMetricFamily("plexmq_sessions", "Sessions held by the router", value=snap["sessions"])
+        queued = GaugeMetricFamily("plexmq_queued_messages", "Messages queued, by where", labels=["where"])
+        queued.add_metric(["router_sessions"], snap["session_queued"])
+        queued.add_metric(["worker_connections"], snap["queued"])
+        yield queued
+        cpu = GaugeMetricFamily("plexmq_process_cpu_percent", "CPU of each process (100 = one core)",
+                                labels=["process", "pid"])
+        rss = GaugeMetricFamily("plexmq_process_rss_bytes", "Resident memory of each process", labels=["process", "pid"])
+        for name, proc in self.processes.items():
+            try:
+                cpu.add_metric([name, str(proc.pid)], proc.cpu_percent())
+                rss.add_metric([name, str(proc.pid)], proc.memory_info().rss)
+            except psutil.Error:
+                continue
+        for worker_id, report in sorted(workers.items()):
+            cpu.add_metric([f"worker-{worker_id}", str(report["pid"])], report["cpu"])
+            rss.add_metric([f"worker-{worker_id}", str(report["pid"])], report["rss"])
+        yield cpu
+        yield rss
+
+    def healthy(self) -> bool:
+        """Every worker reported within the last 5 seconds (read from the snapshot: any thread)."""
+        now = time.monotonic()
+        workers = self.snapshot.get("workers") or {}
+        return bool(workers) and all(now - w["at"] < 5.0 for w in workers.values())  # type: ignore[union-attr]
+
+
+def process_usage(proc: psutil.Process) -> tuple[float, int]:
+    """(CPU percent since the last call, RSS bytes) of a process, for a worker's report."""
+    return proc.cpu_percent(), proc.memory_info().rss
+

@@ -1,0 +1,95 @@
+"""Operations: $SYS topics and the Prometheus endpoint, checked against known traffic."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import Broker, wait_for
+from tests.mqtt import Client
+from tests.steps import uid
+
+
+def metrics_url(b: Broker) -> str:
+    found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
+    return found.group(1)  # type: ignore[union-attr]
+
+
+def health(url: str) -> int:
+    try:
+        return urllib.request.urlopen(url + "/health", timeout=5).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text("sys_interval = 1\n")
+    b = start_broker("--workers", "2", "--config", str(config))
+    topic = f"ops/{uid()}"
+    sub, pub = Client(b.port, f"ops-sub-{uid()}"), Client(b.port, f"ops-pub-{uid()}")
+    sub.subscribe(topic, 1)
+    for i in range(25):
+        pub.publish(topic, b"%d" % i, qos=1)
+    for _ in range(25):
+        sub.get()
+    pub.publish(f"{topic}/kept", b"r", retain=True, qos=1)
+    url = metrics_url(b)  # exact counts first, before a $SYS watcher adds its own deliveries
+    def counted() -> dict | None:
+        values = scrape(url)
+        clients = sum(v for (name, _), v in values.items() if name == "plexmq_clients_connected")
+        wanted = {("plexmq_messages_received_total", ()): 26, ("plexmq_messages_sent_total", ()): 25,
+                  ("plexmq_subscriptions", ()): 1}
+        return values if clients == 2 and all(values.get(k) == v for k, v in wanted.items()) else None
+
+    values = wait_for(counted, 10, "the metrics to count the traffic")
+    processes = {dict(labels)["process"] for (name, labels) in values if name == "plexmq_process_rss_bytes"}  # type: ignore[union-attr]
+    assert processes == {"acceptor", "router", "worker-0", "worker-1"}
+    wait_for(lambda: health(url) == 200, 10, "/health to answer 200")
+
+    watcher = Client(b.port, f"ops-sys-{uid()}")
+    watcher.subscribe("$SYS/broker/#")
+    expected = {"messages/received": "26", "clients/connected": "3", "subscriptions/count": "2"}
+    seen: dict[str, str] = {}
+
+    def settled() -> bool:
+        while not watcher.messages.empty():
+            msg = watcher.get()
+            seen[msg.topic.removeprefix("$SYS/broker/")] = msg.payload.decode()
+        return all(seen.get(k) == v for k, v in expected.items())
+
+    try:
+        wait_for(settled, 15, "$SYS to show the traffic")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; $SYS said {seen}") from None
+    assert seen["version"].startswith("plexmq ") and seen["uptime"].endswith(" seconds")
+    assert int(seen["messages/sent"]) >= 25  # and the $SYS messages the watcher got
+    assert int(seen["retained messages/count"]) >= 2  # ours plus the $SYS topics themselves
+    assert sum(int(seen[f"workers/{w}/clients/connected"]) for w in (0, 1)) == 3
+    assert "load/messages/received/1min" in seen and int(seen["workers/0/rss"]) > 1 << 20
+    for c in (sub, pub, watcher):
+        c.disconnect()
+
+
+def test_health_fails_when_a_worker_stops_reporting(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "1")
+    url = metrics_url(b)
+    wait_for(lambda: health(url) == 200, 15, "/health to answer 200")
+    worker = b.workers()[0]
+    worker.suspend()  # alive but silent
+    try:
+        wait_for(lambda: health(url) == 503, 15, "/health to answer 503")
+    finally:
+        worker.resume()
+    wait_for(lambda: health(url) == 200, 15, "/health to recover")

@@ -1,0 +1,383 @@
+"""The TLS and WebSocket listeners: real brokers, paho over TLS and WebSocket (plain and secure),
+mosquitto clients with --cafile, client certificates, the WebSocket handshake and frames, bad TLS config.
+
+A throwaway CA, server and client certificates are made once per session with the openssl tool.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from wsproto import WSConnection
+from wsproto.connection import CLIENT
+from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, RejectConnection,
+                            Request, TextMessage)
+
+from tests.conftest import Broker, wait_for
+from tests.mqtt import Client
+from tests.test_config import one_error_line, run, write
+from workers import packets as p
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
+
+WAIT = 10
+MOSQUITTO = shutil.which("mosquitto_pub") is not None and shutil.which("mosquitto_sub") is not None
+CONNECT = p.encode_connect("transport-raw", True, 60)
+CONNACK_OK = b"\x20\x02\x00\x00"
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str  # CN device-42
+    client_key: str
+    nameless_cert: str  # no CN in its subject
+    nameless_key: str
+
+    def tls(self, *, client: bool = False) -> dict[str, str]:
+        """paho's tls_set arguments."""
+        found = {"ca_certs": self.ca}
+        if client:
+            found.update(certfile=self.client_cert, keyfile=self.client_key)
+        return found
+
+
+def openssl(where: Path, *args: str) -> None:
+    subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    where = tmp_path_factory.mktemp("pki")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(where, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=plexmq test CA")
+    leaves = {"server": ("/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+              "client": ("/CN=device-42", "extendedKeyUsage=clientAuth\n"),
+              "nameless": ("/O=plexmq tests", "extendedKeyUsage=clientAuth\n")}
+    for serial, (name, (subject, ext)) in enumerate(leaves.items(), 1):
+        (where / f"{name}.ext").write_text("basicConstraints=CA:FALSE\nsubjectKeyIdentifier=hash\n"
+                                           "authorityKeyIdentifier=keyid\n" + ext)
+        openssl(where, "req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject)
+        openssl(where, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial",
+                str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+    return Pki(*(str(where / f) for f in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key",
+                                         "nameless.crt", "nameless.key")))
+
+
+def tls_section(pki: Pki, enabled: bool = True, **more: object) -> str:
+    lines = [f"enabled = {str(enabled).lower()}", "port = 0", f'certfile = "{pki.server_cert}"',
+             f'keyfile = "{pki.server_key}"', *(f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}"
+                                                for k, v in more.items())]
+    return "[tls]\n" + "\n".join(lines) + "\n"
+
+
+def start(where: Path, config: str, *args: str) -> Broker:
+    path = write(where, "connect_timeout = 1\n" + config)  # a silent client is closed within 2 s
+    return Broker(where / "broker.log", ["--workers", "2", "--config", str(path), *args])
+
+
+def port_of(broker: Broker, scheme: str) -> int:
+    found = re.search(rf"listening on [^ ]+:(\d+) \({scheme}\)", broker.output())
+    assert found, f"no {scheme} listener in the log:\n{broker.output()}"
+    return int(found.group(1))
+
+
+@pytest.fixture(scope="module")
+def open_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """TLS without client certificates, and plain WebSocket."""
+    b = start(tmp_path_factory.mktemp("open"), tls_section(pki) + "[websocket]\nenabled = true\nport = 0\n")
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def wss_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """WebSocket over TLS only: [tls] gives the certificate without a listener of its own."""
+    b = start(tmp_path_factory.mktemp("wss"), tls_section(pki, enabled=False)
+              + "[websocket]\nenabled = true\nport = 0\ntls = true\n")
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def mutual_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """Client certificates required, their CN the username, over TLS and WebSocket over TLS."""
+    b = start(tmp_path_factory.mktemp("mutual"),
+              tls_section(pki, cafile=pki.ca, require_certificate=True, use_identity_as_username=True)
+              + "[websocket]\nenabled = true\nport = 0\ntls = true\n", "--log-level", "debug")
+    yield b
+    b.stop()
+
+
+def topic(name: str) -> str:
+    return f"transports/{name}/{uuid.uuid4().hex[:8]}"
+
+
+def crossing(a: Client, b: Client, name: str) -> None:
+    """`a` and `b` each receive what the other publishes."""
+    t = topic(name)
+    assert a.subscribe(f"{t}/a", 1) == [1] and b.subscribe(f"{t}/b", 1) == [1]
+    a.publish(f"{t}/b", b"from a", qos=1)
+    b.publish(f"{t}/a", b"from b", qos=1)
+    got_b, got_a = b.get(WAIT), a.get(WAIT)
+    assert (got_b.topic, got_b.payload) == (f"{t}/b", b"from a")
+    assert (got_a.topic, got_a.payload) == (f"{t}/a", b"from b")
+    for c in (a, b):
+        c.disconnect()
+
+
+def tls_socket(port: int, pki: Pki, cert: tuple[str, str] | None = None) -> ssl.SSLSocket:
+    context = ssl.create_default_context(cafile=pki.ca)
+    if cert:
+        context.load_cert_chain(*cert)
+    return context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT), server_hostname="localhost")
+
+
+def mqtt_answer(sock: socket.socket) -> bytes:
+    """The first bytes the broker answers a CONNECT with; b"" when it closes instead (TLS refusals included)."""
+    try:
+        sock.sendall(CONNECT)
+        return sock.recv(4)
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+# -- listeners and the log --------------------------------------------------------------------------
+
+
+def test_every_listener_has_its_log_line(open_broker: Broker, wss_broker: Broker) -> None:
+    assert re.search(rf"plexmq listening on 127\.0\.0\.1:{open_broker.port} with 2 workers\n", open_broker.output())
+    assert port_of(open_broker, "mqtts") != port_of(open_broker, "ws")
+    assert port_of(wss_broker, "wss")
+    assert "(mqtts)" not in wss_broker.output() and "(ws)" not in wss_broker.output()
+
+
+# -- paho across transports -------------------------------------------------------------------------
+
+
+def test_paho_over_tls_and_tcp(open_broker: Broker, pki: Pki) -> None:
+    crossing(Client(port_of(open_broker, "mqtts"), tls=pki.tls()), Client(open_broker.port), "tls")
+
+
+def test_paho_over_websocket_and_tcp(open_broker: Broker) -> None:
+    crossing(Client(port_of(open_broker, "ws"), transport="websockets"), Client(open_broker.port), "ws")
+
+
+def test_paho_over_secure_websocket_and_tcp(wss_broker: Broker, pki: Pki) -> None:
+    crossing(Client(port_of(wss_broker, "wss"), transport="websockets", tls=pki.tls()), Client(wss_broker.port), "wss")
+
+
+def test_websocket_and_tls_clients_reach_each_other(open_broker: Broker, pki: Pki) -> None:
+    crossing(Client(port_of(open_broker, "ws"), transport="websockets"),
+             Client(port_of(open_broker, "mqtts"), tls=pki.tls()), "ws-tls")
+
+
+def test_large_messages_over_websocket(open_broker: Broker) -> None:
+    """Frames with 16- and 64-bit lengths, both ways."""
+    sub = Client(port_of(open_broker, "ws"), transport="websockets")
+    pub = Client(port_of(open_broker, "ws"), transport="websockets")
+    t = topic("large")
+    sub.subscribe(t, 1)
+    for size in (100, 1000, 70_000, 300_000):
+        payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        pub.publish(t, payload, qos=1)
+        assert sub.get(WAIT).payload == payload
+    sub.disconnect()
+    pub.disconnect()
+
+
+# -- mosquitto clients with --cafile -----------------------------------------------------------------
+
+
+@pytest.mark.skipif(not MOSQUITTO, reason="mosquitto-clients not installed")
+def test_mosquitto_clients_over_tls(open_broker: Broker, pki: Pki) -> None:
+    port, t = str(port_of(open_broker, "mqtts")), topic("mosquitto")
+    common = ["-h", "localhost", "-p", port, "--cafile", pki.ca, "-t", t]
+    with subprocess.Popen(["stdbuf", "-oL", "mosquitto_sub", *common, "-C", "1", "-W", str(WAIT), "-d"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as sub:  # stdbuf: lines now
+        assert sub.stdout is not None
+        while "SUBACK" not in (line := sub.stdout.readline()):
+            assert line, "mosquitto_sub exited before its SUBACK"
+        pub = subprocess.run(["mosquitto_pub", *common, "-q", "1", "-m", "over tls"], capture_output=True,
+                             text=True, timeout=WAIT)
+        assert pub.returncode == 0, pub.stdout + pub.stderr
+        out, _ = sub.communicate(timeout=WAIT)
+        assert sub.returncode == 0 and "over tls" in out, out
+
+
+# -- client certificates ----------------------------------------------------------------------------
+
+
+def test_require_certificate_refuses_a_client_without_one(mutual_broker: Broker, pki: Pki) -> None:
+    port = port_of(mutual_broker, "mqtts")
+    try:
+        with tls_socket(port, pki) as s:  # TLS 1.3: the refusal comes after the client's side of the handshake
+            assert mqtt_answer(s) == b""
+    except (ssl.SSLError, ConnectionResetError):
+        pass
+    with tls_socket(port, pki, (pki.client_cert, pki.client_key)) as s:
+        assert mqtt_answer(s) == CONNACK_OK
+    assert mutual_broker.workers() and mutual_broker.router(), "a refused handshake took a process down"
+
+
+@pytest.mark.skipif(not MOSQUITTO, reason="mosquitto-clients not installed")
+def test_mosquitto_pub_with_a_client_certificate(mutual_broker: Broker, pki: Pki) -> None:
+    args = ["mosquitto_pub", "-h", "localhost", "-p", str(port_of(mutual_broker, "mqtts")), "--cafile", pki.ca,
+            "-t", topic("mosquitto-cert"), "-m", "x", "-q", "1"]
+    without = subprocess.run(args, capture_output=True, text=True, timeout=WAIT)
+    assert without.returncode != 0
+    cert = subprocess.run([*args, "--cert", pki.client_cert, "--key", pki.client_key], capture_output=True, text=True,
+                          timeout=WAIT)
+    assert cert.returncode == 0, cert.stdout + cert.stderr
+
+
+def test_identity_as_username_takes_the_certificate_cn(mutual_broker: Broker, pki: Pki) -> None:
+    """Over TLS and over WebSocket over TLS; a certificate without a CN is refused."""
+    before = mutual_broker.output().count("CN device-42")
+    with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.client_cert, pki.client_key)) as s:
+        assert mqtt_answer(s) == CONNACK_OK
+    ws = Client(port_of(mutual_broker, "wss"), transport="websockets", tls=pki.tls(client=True))
+    ws.disconnect()
+    wait_for(lambda: mutual_broker.output().count("CN device-42") >= before + 2, WAIT, "both CNs in the log")
+    with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.nameless_cert, pki.nameless_key)) as s:
+        assert mqtt_answer(s) == b""
+    wait_for(lambda: "client certificate without a CN" in mutual_broker.output(), WAIT, "the refusal in the log")
+
+
+@pytest.mark.parametrize("scheme", ["mqtts", "ws"])
+def test_a_silent_client_is_closed_at_the_connect_timeout(open_broker: Broker, scheme: str) -> None:
+    """Before its TLS or WebSocket handshake: the handshake counts against connect_timeout."""
+    with socket.create_connection(("127.0.0.1", port_of(open_broker, scheme)), timeout=WAIT) as s:
+        s.settimeout(5)
+        assert s.recv(1) == b""
+
+
+def test_plain_bytes_on_the_tls_port_are_refused(open_broker: Broker) -> None:
+    with socket.create_connection(("127.0.0.1", port_of(open_broker, "mqtts")), timeout=WAIT) as s:
+        assert mqtt_answer(s) in (b"", b"\x15\x03\x03\x00")  # closed, or the start of a TLS alert
+    Client(open_broker.port).disconnect()
+
+
+# -- the WebSocket handshake and frames ---------------------------------------------------------------
+
+
+class WsClient:
+    """A WebSocket client from wsproto, to send what paho never sends."""
+
+    def __init__(self, port: int, subprotocols: list[str]) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        self.ws = WSConnection(CLIENT)
+        self.sock.sendall(self.ws.send(Request(host="localhost", target="/mqtt", subprotocols=subprotocols)))
+
+    def send(self, event: Event) -> None:
+        self.sock.sendall(self.ws.send(event))
+
+    def next(self) -> Event:
+        while True:
+            for event in self.ws.events():
+                return event
+            data = self.sock.recv(65536)
+            assert data, "the broker closed the connection"
+            self.ws.receive_data(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize("offered", [["chat"], [], ["mqttv5", "wamp"]])
+def test_websocket_without_the_mqtt_subprotocol_is_refused(open_broker: Broker, offered: list[str]) -> None:
+    client = WsClient(port_of(open_broker, "ws"), offered)
+    refusal = client.next()
+    assert isinstance(refusal, RejectConnection) and 400 <= refusal.status_code < 500
+    client.close()
+
+
+@pytest.mark.parametrize("offered", [["mqtt"], ["mqttv3.1"], ["chat", "mqtt"]])
+def test_websocket_answers_with_the_mqtt_subprotocol(open_broker: Broker, offered: list[str]) -> None:
+    client = WsClient(port_of(open_broker, "ws"), offered)
+    accepted = client.next()
+    assert isinstance(accepted, AcceptConnection) and accepted.subprotocol == [s for s in offered if "mqtt" in s][0]
+    client.close()
+
+
+def test_websocket_ping_mqtt_in_pieces_and_close(open_broker: Broker) -> None:
+    client = WsClient(port_of(open_broker, "ws"), ["mqtt"])
+    assert isinstance(client.next(), AcceptConnection)
+    client.send(Ping(b"hi"))
+    assert client.next() == Pong(b"hi")
+    client.send(BytesMessage(CONNECT[:5], message_finished=False))  # one packet across frames
+    client.send(BytesMessage(CONNECT[5:]))
+    connack = client.next()
+    assert isinstance(connack, BytesMessage) and bytes(connack.data) == CONNACK_OK
+    client.send(BytesMessage(p.PINGREQ_PACKET + p.PINGREQ_PACKET))  # two packets in one frame
+    pongs = b""
+    while len(pongs) < 4:
+        event = client.next()
+        assert isinstance(event, BytesMessage)
+        pongs += bytes(event.data)
+    assert pongs == p.PINGRESP_PACKET * 2
+    client.send(CloseConnection(1000))
+    answer = client.next()
+    assert isinstance(answer, CloseConnection) and answer.code == 1000
+    client.close()
+
+
+def test_websocket_text_frames_close_the_connection(open_broker: Broker) -> None:
+    client = WsClient(port_of(open_broker, "ws"), ["mqtt"])
+    assert isinstance(client.next(), AcceptConnection)
+    client.send(TextMessage("CONNECT"))
+    answer = client.next()
+    assert isinstance(answer, CloseConnection) and answer.code == 1003
+    client.close()
+
+
+def test_mqtt_disconnect_closes_the_websocket(open_broker: Broker) -> None:
+    client = WsClient(port_of(open_broker, "ws"), ["mqtt"])
+    assert isinstance(client.next(), AcceptConnection)
+    client.send(BytesMessage(CONNECT))
+    assert isinstance(client.next(), BytesMessage)
+    client.send(BytesMessage(b"\xe0\x00"))  # DISCONNECT
+    answer = client.next()
+    assert isinstance(answer, CloseConnection) and answer.code == 1000
+    client.close()
+
+
+# -- bad TLS config stops startup with one line -------------------------------------------------------
+
+
+BAD = [  # (the [tls] lines past enabled = true and port = 0, what the line must name)
+    pytest.param("", "tls.certfile", id="no-certfile"),
+    pytest.param('certfile = "{server_cert}"\n', "tls.keyfile", id="no-keyfile"),
+    pytest.param('certfile = "{where}/absent.pem"\nkeyfile = "{server_key}"\n', "tls.certfile", id="unreadable-cert"),
+    pytest.param('certfile = "{where}/junk.pem"\nkeyfile = "{server_key}"\n', "tls.certfile", id="junk-cert"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{client_key}"\n', "tls.keyfile", id="wrong-key"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\nrequire_certificate = true\n', "tls.cafile",
+                 id="require-certificate-without-cafile"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\nuse_identity_as_username = true\n',
+                 "tls.use_identity_as_username", id="identity-without-required-certificate"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\nciphers = "NO-SUCH-CIPHER"\n', "tls.ciphers",
+                 id="ciphers"),
+]
+
+
+@pytest.mark.parametrize("lines,key", BAD)
+def test_bad_tls_config_stops_startup_with_one_line(tmp_path: Path, pki: Pki, lines: str, key: str) -> None:
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    lines = lines.format(where=tmp_path, server_cert=pki.server_cert, server_key=pki.server_key, client_key=pki.client_key)
+    for text in (f"[tls]\nenabled = true\nport = 0\n{lines}",  # the TLS listener, or WebSocket over TLS alone
+                 f"[tls]\n{lines}[websocket]\nenabled = true\nport = 0\ntls = true\n"):
+        message = one_error_line(run("serve", "--port", "0", "--config", str(write(tmp_path, text))))
+        assert key in message, message
+        if "absent" in lines:
+            assert "absent.pem" in message, message

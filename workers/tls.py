@@ -1,0 +1,79 @@
+"""TLS for the listeners: the server context built from `[tls]`, and the identity in a client certificate.
+
+The acceptor builds the context once at startup only to refuse a bad setting with one line; each worker
+builds its own (contexts do not cross processes) and runs the handshakes.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from typing import Any
+
+VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def wanted(config: dict[str, Any]) -> bool:
+    """Whether a listener speaks TLS: `[tls]` itself, or WebSocket over TLS, which uses its certificate."""
+    websocket = config["websocket"]
+    return config["tls"]["enabled"] or websocket["enabled"] and websocket["tls"]
+
+
+def server_context(tls: dict[str, Any]) -> ssl.SSLContext:
+    """The context for `[tls]`; ValueError("tls.KEY: why") names the first setting that does not work."""
+    for key in ("certfile", "keyfile"):
+        if not tls[key]:
+            raise ValueError(f"tls.{key}: required by a TLS listener")
+    if tls["require_certificate"] and not tls["cafile"]:
+        raise ValueError("tls.cafile: required by require_certificate (the CA that signs client certificates)")
+    if tls["use_identity_as_username"] and not tls["require_certificate"]:
+        raise ValueError("tls.use_identity_as_username: needs require_certificate = true")
+    for key in ("certfile", "keyfile", "cafile"):
+        if tls[key]:
+            try:
+                with open(tls[key], "rb"):
+                    pass
+            except OSError as exc:
+                raise ValueError(f"tls.{key}: cannot read {tls[key]}: {exc.strerror}") from None
+    certfile, keyfile = tls["certfile"], tls["keyfile"]
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=certfile)
+    except ssl.SSLError as exc:
+        raise ValueError(f"tls.certfile: no PEM certificate in {certfile} ({_detail(exc)})") from None
+
+    def encrypted() -> bytes:  # OpenSSL would prompt on the terminal instead
+        raise ValueError(f"tls.keyfile: {keyfile} is encrypted; give the key without a passphrase")
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = VERSIONS[tls["min_version"]]
+    try:
+        context.load_cert_chain(certfile, keyfile, password=encrypted)
+    except ssl.SSLError as exc:
+        raise ValueError(f"tls.keyfile: {keyfile} is not the PEM key of {certfile} ({_detail(exc)})") from None
+    if tls["cafile"]:
+        try:
+            context.load_verify_locations(cafile=tls["cafile"])
+        except ssl.SSLError as exc:
+            raise ValueError(f"tls.cafile: no PEM certificate in {tls['cafile']} ({_detail(exc)})") from None
+    if tls["ciphers"]:
+        try:
+            context.set_ciphers(tls["ciphers"])
+        except ssl.SSLError as exc:
+            raise ValueError(f"tls.ciphers: {_detail(exc)}") from None
+    if tls["require_certificate"]:
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def _detail(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason without the C source location."""
+    return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc.args[-1]))
+
+
+def common_name(peercert: dict[str, Any]) -> str | None:
+    """The subject CN of a verified certificate (`getpeercert()`'s dict), None when it has none."""
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return value
+    return None
