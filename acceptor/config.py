@@ -52,6 +52,15 @@ def _duration_or_never(value: Any) -> str | None:
     return None
 
 
+def _networks(value: Any) -> str | None:
+    for network in value:
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except (TypeError, ValueError):
+            return f"must be a list of networks like \"10.0.0.0/8\"; {network!r} is not one"
+    return None
+
+
 def _strings(value: Any) -> str | None:
     return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
 
@@ -78,6 +87,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "sys_interval": Option(float, 10.0, _range(0), "seconds between $SYS updates (0: none)"),
         "metrics_host": Option(str, "127.0.0.1", doc="address of the Prometheus endpoint (/metrics, /health)"),
         "metrics_port": Option(int, 9883, _range(-1, 65535), "Prometheus endpoint port (0: any free port, -1: none)"),
+        "max_connections": Option(int, 0, _range(0), "connections the broker holds at most (0: no limit)"),
+        "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),
+        "allow_networks": Option(list, [], _networks, "client networks (CIDR) that may connect (empty: all)"),
+        "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
         "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "

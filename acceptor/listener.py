@@ -13,6 +13,7 @@ import os
 import socket
 import time
 
+from acceptor.admission import Admission
 from acceptor.supervisor import Child
 from workers import handoff
 
@@ -23,8 +24,10 @@ OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Listener:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, kind: bytes, workers: list[Child]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, kind: bytes, workers: list[Child],
+                 admission: Admission) -> None:
         self.loop = loop
+        self.admission = admission
         self.sock = sock
         self.kind = kind  # handoff.LISTENER_*: how the worker speaks on the sockets of this listener
         self.workers = workers
@@ -35,19 +38,25 @@ class Listener:
     def _accept(self) -> None:
         bound: dict[int, list[int]] = {}
         live = [w for w in self.workers if w.channel is not None]
+        held = sum(w.load for w in live)
+        admit = self.admission.admit
         for _ in range(ACCEPT_BURST):
             try:
-                conn, _addr = self.sock.accept()
+                conn, addr = self.sock.accept()
             except BlockingIOError:
                 break
             except OSError as exc:
                 if exc.errno in OUT_OF_FDS:
                     self._out_of_fds(exc)
                 break
+            if not admit(addr[0], held):
+                conn.close()
+                continue
             fd = conn.detach()
             if not live:
                 os.close(fd)  # no worker alive right now: the client retries
                 continue
+            held += 1
             worker = min(live, key=lambda w: w.load)
             worker.handed += 1
             bound.setdefault(worker.worker_id, []).append(fd)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 from acceptor.config import listeners
+from acceptor.admission import Admission
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
 from router.process import raise_fd_limit
@@ -103,7 +104,8 @@ def serve(config: dict) -> int:
 
     supervisor = Supervisor(config, loop, give_up)
     supervisor.start()
-    accepting = [Listener(loop, sock, KINDS[scheme], supervisor.workers) for scheme, sock in socks]
+    admission = Admission(config)
+    accepting = [Listener(loop, sock, KINDS[scheme], supervisor.workers, admission) for scheme, sock in socks]
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)

@@ -105,6 +105,7 @@ class Worker:
         for conn in dirty:
             conn.flush()
         self.link.send()
+        self._report_load()  # the acceptor balances and caps on it: tell it as soon as it changes
         if self.archive is not None:
             self.archive.flush()
 
@@ -157,9 +158,9 @@ class Worker:
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
+        self.flush_soon()  # which reports the new load (and sends GONE)
         if tell_router:
             self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
-            self.flush_soon()
 
     def remember_topic(self, topic: bytes) -> bool:
         """Note a validated topic name; whether its PUBLISHes are archived."""

@@ -1,0 +1,71 @@
+"""Which connections the acceptor takes: network lists, max_connections and the per-address rate,
+all decided before any MQTT byte is read (a refused socket is closed without a CONNACK)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import Broker, wait_for
+from tests.mqtt import RawClient
+from tests.steps import uid
+from workers import packets as p
+
+
+def from_address(port: int, source: str) -> RawClient:
+    """A raw client whose socket is bound to `source` (any 127.0.0.x works on loopback)."""
+    c = RawClient.__new__(RawClient)
+    c.sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    c.buf = b""
+    return c
+
+
+def refused(c: RawClient) -> bool:
+    """True: the broker closed the socket without answering a CONNECT; False: it answered CONNACK."""
+    try:
+        c.send(p.encode_connect(f"adm-{uid()}"))
+        first, _body = c.recv()
+    except (AssertionError, ConnectionResetError, BrokenPipeError):
+        return True
+    assert first == 0x20
+    return False
+
+
+def served(c: RawClient) -> bool:
+    return not refused(c)
+
+
+def broker_with(tmp_path: Path, start_broker: Callable[..., Broker], text: str) -> Broker:
+    config = tmp_path / "plexmq.toml"
+    config.write_text(text)
+    return start_broker("--workers", "2", "--config", str(config))
+
+
+def test_network_lists(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = broker_with(tmp_path, start_broker, 'allow_networks = ["127.0.0.0/24"]\ndeny_networks = ["127.0.0.9/32"]\n')
+    assert served(from_address(b.port, "127.0.0.1"))
+    assert refused(from_address(b.port, "127.0.0.9"))  # deny wins inside an allowed network
+    assert refused(from_address(b.port, "127.0.1.1"))  # outside every allowed network
+    wait_for(lambda: "refused a connection from 127.0.0.9 (denied network)" in b.output(), 5, "the refusal logged")
+
+
+def test_max_connections(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = broker_with(tmp_path, start_broker, "max_connections = 3\n")
+
+    def one_more() -> RawClient | None:
+        c = RawClient(b.port)
+        return None if refused(c) else c
+
+    # the startup probe's connection may still count for a moment: wait for room rather than assume it
+    held = [wait_for(one_more, 5, "room for a connection") for _ in range(3)]
+    assert one_more() is None
+    held.pop().close()  # type: ignore[union-attr]
+    wait_for(one_more, 5, "room for one more once a client left")
+
+
+def test_connection_rate_per_address(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = broker_with(tmp_path, start_broker, "max_connection_rate = 2\n")
+    outcomes = [refused(from_address(b.port, "127.0.0.3")) for _ in range(6)]
+    assert outcomes[:2] == [False, False] and any(outcomes[2:]), outcomes  # a burst of 2, then 2 per second
+    assert served(from_address(b.port, "127.0.0.4"))  # another address has its own allowance
