@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
     serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
+    serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="Prometheus endpoint on metrics_host (default 9883; 0: any free port; -1: none)")
     serve.add_argument("--data-dir", metavar="DIR", help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 TOOLS = {
     "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
     "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
+    "status": ("acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
     "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         except cfg.ConfigError as exc:
             print(f"plexmq: {exc}", file=sys.stderr)
             return 2
-        setup_logging(config["log_level"])
+        setup_logging(config["log_level"], config["log_format"])
         from acceptor.serve import serve
 
         return serve(config)

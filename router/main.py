@@ -95,7 +95,7 @@ def serve(config: dict) -> None:
 
 def main() -> None:
     config = orjson.loads(os.environ[CONFIG_ENV])
-    become_child(config["parent_pid"], config["log_level"])
+    become_child(config["parent_pid"], config["log_level"], config["log_format"])
     try:
         serve(config)
     except KeyboardInterrupt:

@@ -13,6 +13,8 @@ import resource
 import signal
 import sys
 
+import orjson
+
 PR_SET_PDEATHSIG = 1
 CONFIG_ENV = "PLEXMQ_CONFIG"
 STORE_FAILED = 3  # the router's exit status when it cannot open its store: restarting would not help
@@ -20,8 +22,21 @@ STORE_FAILED = 3  # the router's exit status when it cannot open its store: rest
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line for log shippers (`log_format = "json"`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": self.formatTime(record), "level": record.levelname, "process": record.name,
+                 "pid": record.process, "message": record.getMessage()}
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def setup_logging(level: str, log_format: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def raise_fd_limit() -> int:
@@ -32,12 +47,12 @@ def raise_fd_limit() -> int:
     return hard
 
 
-def become_child(parent_pid: int, log_level: str) -> int:
+def become_child(parent_pid: int, log_level: str, log_format: str) -> int:
     """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     return raise_fd_limit()

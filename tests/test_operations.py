@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -10,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Broker, wait_for
+from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
 
@@ -93,3 +96,32 @@ def test_health_fails_when_a_worker_stops_reporting(tmp_path: Path, start_broker
     finally:
         worker.resume()
     wait_for(lambda: health(url) == 200, 15, "/health to recover")
+
+
+def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "2")
+    url = metrics_url(b)
+    clients = [Client(b.port, f"ops-st-{uid()}") for _ in range(3)]
+
+    def table() -> str | None:
+        out = subprocess.run([sys.executable, "-m", "acceptor", "status", "--metrics", url, "--once"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout if "clients 3 " in out.stdout else None
+
+    text = wait_for(table, 10, "status to show 3 clients")
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:-1]}  # type: ignore[union-attr]
+    assert set(rows) == {"acceptor", "router", "worker-0", "worker-1"}
+    assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]
+    for c in clients:
+        c.disconnect()
+
+
+def test_json_log_format(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "1", "--log-format", "json", "--log-level", "debug")
+    c = Client(b.port, f"ops-json-{uid()}")
+    c.disconnect()
+    wait_for(lambda: "ops-json-" in b.output(), 10, "the client's lines")
+    entries = [json.loads(line) for line in b.output().splitlines() if line]
+    assert {"time", "level", "process", "pid", "message"} <= entries[0].keys()
+    assert any(e["message"].startswith("plexmq listening on ") for e in entries)
