@@ -21,13 +21,17 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class Admission:
     def __init__(self, config: dict) -> None:
+        self.configure(config)
+        self.buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, when)
+        self.refused: dict[str, int] = {}  # reason -> count
+        self.logged_at = 0.0
+
+    def configure(self, config: dict) -> None:
+        """Take the limits from `config` (at start and on SIGHUP)."""
         self.allow: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config["allow_networks"]]
         self.deny: list[Network] = [ipaddress.ip_network(n, strict=False) for n in config["deny_networks"]]
         self.max_connections: int = config["max_connections"]
         self.rate: float = config["max_connection_rate"]
-        self.buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, when)
-        self.refused: dict[str, int] = {}  # reason -> count
-        self.logged_at = 0.0
 
     def admit(self, address: str, held: int) -> bool:
         """Whether to serve a new connection from `address` while the broker holds `held`."""

@@ -37,6 +37,7 @@ TOOLS = {
     "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
     "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
     "status": ("acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
+    "reload": ("acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
     "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 
@@ -60,6 +61,6 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(config["log_level"], config["log_format"])
         from acceptor.serve import serve
 
-        return serve(config)
+        return serve(config, lambda: cfg.load(ns.config, overrides))
     parser.print_help()
     return 2

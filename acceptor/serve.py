@@ -10,8 +10,10 @@ import signal
 import socket
 import sys
 import tempfile
+from typing import Callable
 
 from acceptor.config import listeners
+from acceptor import reload
 from acceptor.admission import Admission
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
@@ -51,8 +53,8 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(config: dict) -> int:
-    """Run the broker until SIGTERM/SIGINT; the exit status."""
+def serve(config: dict, load: Callable[[], dict]) -> int:
+    """Run the broker until SIGTERM/SIGINT; the exit status. `load` reads the config again (SIGHUP)."""
     raise_fd_limit()
     if not config["workers"]:
         config["workers"] = default_workers()
@@ -85,6 +87,8 @@ def serve(config: dict) -> int:
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
     config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
+    config["config_path"] = os.path.join(run_dir, "config.json")
+    reload.write(config["config_path"], config)
     for scheme, sock in socks:  # the plain listener first, in the line tests and scripts read
         host, port = sock.getsockname()[:2]
         if scheme == "mqtt":
@@ -109,7 +113,17 @@ def serve(config: dict) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
-    loop.add_signal_handler(signal.SIGHUP, supervisor.reload)
+    def on_sighup() -> None:
+        nonlocal config
+        fresh = reload.reread(config, load)
+        if fresh is not None:
+            config = fresh
+            reload.write(config["config_path"], config)
+            logging.getLogger().setLevel(config["log_level"].upper())
+            admission.configure(config)
+            supervisor.reload(config)
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     try:
         loop.run_forever()
     finally:

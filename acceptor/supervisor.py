@@ -111,10 +111,10 @@ class Supervisor:
             if child.worker_id is None:
                 self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
 
-    def reload(self) -> None:
-        """SIGHUP: the workers re-read the password file and the ACL."""
-        log.info("SIGHUP: the workers reload the password file and the ACL")
-        for child in self.workers:
+    def reload(self, config: dict) -> None:
+        """SIGHUP: children started from now on get `config`; the running ones re-read it."""
+        self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
+        for child in [self.router, *self.workers]:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGHUP)
 

@@ -255,6 +255,7 @@ class Agent:
         self.publishing = False
         self.recv_at_end = self.received
         self.sent_at_end = self.sent
+        self._report("stats")  # at once: the controller's drain waits for every process's final `sent`
 
     def wake(self, client: Client) -> None:
         """A client may send again (acks, receipts, resumed socket): pump it next turn."""

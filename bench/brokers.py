@@ -74,6 +74,7 @@ class RunningBroker:
         self.cmd = cmd
         with open(self.log_path, "ab") as log:  # append: a restart on the same port keeps the first log
             self.started = time.monotonic()
+            self.started_wall = time.time()
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=_raise_nofile)  # noqa: PLW1509 (no threads here)
         if wait:

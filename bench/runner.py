@@ -255,6 +255,10 @@ class Controller:
         fan = max(self.opts.fan(), 1)
         last, last_change = -1, time.monotonic()
         while time.monotonic() < deadline:
+            if not self._stopped():  # counters from before a process stopped publishing: `sent` is stale
+                self.pump(0.05)
+                last_change = time.monotonic()
+                continue
             tot = self.total()
             unique = tot["received"] - tot["dups"]
             if unique >= tot["sent"] * fan:
@@ -265,6 +269,13 @@ class Controller:
                 return
             self.pump(0.1)
             self.tick()
+
+    def _stopped(self) -> bool:
+        """Every live generator process has reported its counters after the end of the window (its
+        `sent_at_end`): before that, a subscriber's fresher count can pass a publisher's stale `sent`
+        and end the drain while messages are still on their way (they were then counted as lost)."""
+        latest = [self.latest.get(self.pipes_index[pipe]) for pipe in self.pipes]
+        return all(c is not None and c["sent_at_end"] >= 0 for c in latest)
 
     def _gen_cpu(self) -> float:
         total = 0.0

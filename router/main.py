@@ -33,6 +33,13 @@ def serve(config: dict) -> None:
         stopping = True
 
     signal.signal(signal.SIGTERM, stop)
+    reload_wanted = False
+
+    def want_reload(_signum: int, _frame: object) -> None:
+        nonlocal reload_wanted
+        reload_wanted = True
+
+    signal.signal(signal.SIGHUP, want_reload)
     ctx = zmq.Context(io_threads=1)
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable send raises instead of vanishing
@@ -67,6 +74,11 @@ def serve(config: dict) -> None:
                 except zmq.Again:
                     break
                 handle(worker, frame)
+        if reload_wanted:
+            reload_wanted = False
+            fresh = apply_reload(router, config["config_path"])
+            expiration = expiration if fresh is None else fresh
+            expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
         now = time.monotonic()
         if now >= next_expiry:
             next_expiry = now + expiry_interval
@@ -91,6 +103,23 @@ def serve(config: dict) -> None:
     sock.close(0)
     ctx.term()
     log.info("router stopped")
+
+
+def apply_reload(router: Router, path: str) -> float | None:
+    """SIGHUP: the limits and log level of the config the acceptor has just written; the new
+    session expiry in seconds, or None when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            config = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        log.error("router cannot reload its settings: %s", exc)
+        return None
+    logging.getLogger().setLevel(config["log_level"].upper())
+    router.pending_limit = config["max_inflight"] + config["max_queued_messages"]
+    router.max_bytes = config["max_queued_bytes"]
+    router.expiration = parse_duration(config["persistent_client_expiration"] or "0")
+    log.info("router reloaded its settings")
+    return router.expiration
 
 
 def main() -> None:

@@ -51,7 +51,11 @@ class Broker:
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", "0", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
-        wait_for(self._ready, 20, "the broker to serve")
+        try:
+            wait_for(self._ready, 20, "the broker to serve")
+        except BaseException:
+            self.stop()  # a broker that never served must not outlive the test
+            raise
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -140,7 +140,7 @@ def test_sighup_reloads_the_password_file(tmp_path: Path, secured: Broker) -> No
     c.close()
     users(tmp_path / "passwd", carol="singer")
     secured.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: secured.output().count("reloaded its authentication settings") >= 2, 10, "both workers to reload")
+    wait_for(lambda: secured.output().count("reloaded its settings") >= 3, 10, "both workers to reload")
     c, code = login(secured.port, "carol", b"singer")
     assert code == 0
     c.close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import cli, report, runner, samples
+from bench import cli, durability, report, runner, samples
 from bench.plan import Options, assign, with_defaults
+from tests.mqtt import RawClient
 
 
 def _records(out: Path, kind: samples.Kind) -> list[tuple]:
@@ -67,3 +68,29 @@ def test_clients_spread_under_the_fd_cap() -> None:
     assert sorted(shares[1].pubs) == list(range(100))
     pairs = assign(with_defaults(Options("p2p", clients=10)), 3, cap=1000)
     assert all(s.pubs == s.subs for s in pairs)  # a pair never spans processes
+
+
+def test_persistent_subscribers_keep_their_sessions(start_broker) -> None:
+    broker = start_broker("--workers", "1")
+    fanin = _run(broker, "fanin", pubs=4, subs=2, qos=1, duration=0.5, persistent_subs=True,
+                 client_prefix="pbench-")
+    assert fanin["persistent_subs"] and fanin["ok"] and fanin["lost"] == 0
+    assert fanin["received"] == fanin["expected"] > 0
+    client = RawClient(broker.port)  # the subscriber's stable id finds the session it left behind
+    try:
+        assert client.connect("pbench-s1", clean=False) == (True, 0)
+    finally:
+        client.close()
+
+
+def test_durability_script_small(capsys) -> None:
+    """The whole script on a small load: sessions, fill, restart, the probe's messages in order."""
+    status = durability.main(["-n", "40", "-m", "5", "--publishers", "3", "--window", "7", "--json", "--quiet"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result["ok"], result
+    assert result["sessions_ok"] == 40 and result["published"] == 200
+    assert result["loaded_sessions"] == 40 and result["loaded_messages"] == 200
+    assert result["probe_received"] == 5 and result["probe_in_order"] and result["session_present"]
+    assert 0 < result["connack_s"] <= result["first_message_s"] <= result["all_messages_s"]
+    assert result["disk_filled"]["total_mb"] > 0 and result["rss_filled_mb"]["router"] > 0
+    assert not Path(result["data_dir"]).exists()  # the temporary data dir is gone

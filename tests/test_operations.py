@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import urllib.error
@@ -125,3 +126,31 @@ def test_json_log_format(start_broker: Callable[..., Broker]) -> None:
     entries = [json.loads(line) for line in b.output().splitlines() if line]
     assert {"time", "level", "process", "pid", "message"} <= entries[0].keys()
     assert any(e["message"].startswith("plexmq listening on ") for e in entries)
+
+
+def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text('log_level = "info"\nmax_connections = 0\n')
+    b = start_broker("--workers", "2", "--config", str(config))
+    c = Client(b.port, f"ops-hup-{uid()}")
+    c.subscribe("ops/hup", 1)
+    config.write_text('log_level = "debug"\nmax_connections = 2\nsync = "full"\n')  # sync: only a restart changes it
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "changed: log_level, max_connections; needs a restart: sync" in b.output(), 10, "the reload line")
+    wait_for(lambda: b.output().count("reloaded its settings") == 3, 10, "router and workers to apply it")
+    c.publish("ops/hup", b"still here", qos=1)  # the client stayed connected
+    assert c.get().payload == b"still here"
+    second = Client(b.port, f"ops-hup-{uid()}")
+    try:
+        Client(b.port, f"ops-hup-{uid()}")  # the third: max_connections = 2 now holds
+    except Exception:
+        pass
+    else:
+        raise AssertionError("a third connection was served with max_connections = 2")
+    config.write_text("max_connections = bogus\n")
+    reload = subprocess.run([sys.executable, "-m", "acceptor", "reload", "--pid", str(b.proc.pid)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert reload.returncode == 0, reload.stderr
+    wait_for(lambda: "config not reloaded" in b.output(), 10, "the bad file refused")
+    for client in (c, second):
+        client.disconnect()

@@ -76,6 +76,10 @@ class ArchiveWriter:
         self.dropped_bytes = 0  # packet bytes lost to write errors (a full disk must not stop the broker)
         self._seal_leftovers()
 
+    def set_filters(self, filters: list[str]) -> None:
+        """New topic filters (SIGHUP); the worker forgets the answers it cached for the old ones."""
+        self._filters = tuple(filters)
+
     def wants(self, topic: bytes) -> bool:
         """Whether PUBLISHes to `topic` (UTF-8, as received) are archived; the worker caches the answer."""
         name = topic.decode()

@@ -37,17 +37,23 @@ class Auth:
 
     def __init__(self, config: dict, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.password_path: str = config["password_file"]
-        self.acl_path: str = config["acl_file"]
-        self.allow_anonymous: bool = config["allow_anonymous"]
         self.passwords: PasswordFile | None = None
         self.acl: AclFile | None = None
-        self.pool = ThreadPoolExecutor(HASH_THREADS, "plexmq-auth") if self.password_path else None
+        self.pool: ThreadPoolExecutor | None = None
         self._key = secrets.token_bytes(32)
         self._good: dict[tuple[str, bytes], float] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures, last one)
         self.denied = 0  # PUBLISHes the ACL dropped
         self.refused = 0  # logins refused
+        self.configure(config)
+
+    def configure(self, config: dict) -> None:
+        """Take the files and the anonymous rule from `config` and load them (at start, on SIGHUP)."""
+        self.password_path: str = config["password_file"]
+        self.acl_path: str = config["acl_file"]
+        self.allow_anonymous: bool = config["allow_anonymous"]
+        if self.password_path and self.pool is None:
+            self.pool = ThreadPoolExecutor(HASH_THREADS, "plexmq-auth")
         self.reload()
 
     def reload(self) -> None:

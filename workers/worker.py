@@ -53,6 +53,7 @@ class Worker:
         self.worker_id = worker_id
         self.loop = loop
         self.channel = channel
+        self.config_path: str = config["config_path"]
         self.max_packet_size: int = config["max_packet_size"]
         self.max_inflight: int = config["max_inflight"]
         self.max_queued: int = config["max_queued_messages"]
@@ -323,7 +324,9 @@ class Worker:
             try:
                 self.channel.send(b"L" + handoff.LOAD_REPORT.pack(*load))
             except BlockingIOError:
-                self.reported_load = (-1, -1)
+                self.reported_load = (-1, -1)  # try again on the next tick
+            except OSError:
+                pass  # the acceptor is gone: the channel's EOF stops this worker
 
     def _tick(self) -> None:
         now = self.loop.time()
@@ -345,10 +348,23 @@ class Worker:
         self.flush_soon()
 
     def reload(self) -> None:
-        """SIGHUP (forwarded by the acceptor): re-read the password file and the ACL. Live
-        connections keep the rules they logged in with; new ones get the new rules."""
-        self.auth.reload()
-        log.info("worker %d reloaded its authentication settings", self.worker_id)
+        """SIGHUP (from the acceptor, which has written the new config): apply what can change live.
+        Live connections keep the ACL rules they logged in with; new ones get the new rules."""
+        try:
+            with open(self.config_path, "rb") as f:
+                config = orjson.loads(f.read())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.error("worker %d cannot reload its settings: %s", self.worker_id, exc)
+            return
+        logging.getLogger().setLevel(config["log_level"].upper())
+        self.max_packet_size = config["max_packet_size"]
+        self.max_queued = config["max_queued_messages"]
+        self.connect_timeout = config["connect_timeout"]
+        self.auth.configure(config)
+        if self.archive is not None:
+            self.archive.set_filters(config["archive"]["topics"])
+            self.known_topics.clear()
+        log.info("worker %d reloaded its settings", self.worker_id)
 
     def stop(self) -> None:
         if self.stopped:

@@ -1,0 +1,100 @@
+"""SIGHUP (or `plexmq reload`): read the config file again and apply what can change without dropping a client.
+
+The acceptor re-reads the file (with the same command-line overrides), keeps the keys that only a
+restart can change (and says which of them differ), writes the result where every child finds it
+(`config_path`, also the config of children started later) and signals the children, which apply
+their part: log level, limits, authentication and ACL files, archive filters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any, Callable
+
+import orjson
+import psutil
+
+from acceptor import config as cfg
+
+log = logging.getLogger("plexmq.acceptor")
+
+RELOADABLE = {
+    "log_level", "connect_timeout", "max_packet_size", "max_queued_messages", "max_queued_bytes",
+    "persistent_client_expiration", "password_file", "acl_file", "allow_anonymous", "max_connections",
+    "max_connection_rate", "allow_networks", "deny_networks", "archive.topics",
+}
+
+
+def _flat(config: dict[str, Any]) -> dict[str, Any]:
+    """Every option as `key` or `section.key`."""
+    flat: dict[str, Any] = {}
+    for section, options in cfg.SCHEMA.items():
+        source = config[section] if section else config
+        for key in options:
+            flat[f"{section}.{key}" if section else key] = source[key]
+    return flat
+
+
+def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """The config to run with now, or None when the file is bad (the running one is kept)."""
+    try:
+        fresh = load()
+    except cfg.ConfigError as exc:
+        log.error("SIGHUP: config not reloaded: %s", exc)
+        return None
+    old, new = _flat(current), _flat(fresh)
+    for key in ("data_dir", "archive.dir"):  # serve may have made these absolute
+        if os.path.abspath(new[key]) == os.path.abspath(old[key]):
+            new[key] = old[key]
+    new["workers"] = new["workers"] or old["workers"]  # 0: the default serve worked out
+    changed = sorted(k for k in new if new[k] != old[k] and k in RELOADABLE)
+    restart = sorted(k for k in new if new[k] != old[k] and k not in RELOADABLE)
+    merged = orjson.loads(orjson.dumps(current))
+    for key in changed:
+        section, _, name = key.rpartition(".")
+        (merged[section] if section else merged)[name] = new[key]
+    log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed) or "nothing",
+             f"; needs a restart: {', '.join(restart)}" if restart else "")
+    return merged
+
+
+def write(path: str, config: dict[str, Any]) -> None:
+    """Where the children read their config on SIGHUP."""
+    with open(path, "wb") as f:
+        f.write(orjson.dumps(config))
+
+
+def _is_broker(cmdline: list[str]) -> bool:
+    """`plexmq [serve] ...` or `python -m acceptor [serve] ...` (not its router or workers)."""
+    for i, word in enumerate(cmdline):
+        if word == "-m":
+            return cmdline[i + 1:i + 2] == ["acceptor"]
+        if os.path.basename(word) == "plexmq":
+            rest = cmdline[i + 1:]
+            return not rest or rest[0] == "serve" or rest[0].startswith("-")
+    return False
+
+
+def main(argv: list[str]) -> int:
+    """`plexmq reload [--pid PID]`: SIGHUP the running broker (the one of this user, if only one)."""
+    parser = argparse.ArgumentParser(prog="plexmq reload", description="Make a running broker re-read its config.")
+    parser.add_argument("--pid", type=int, help="the broker's pid (default: the only plexmq serve running)")
+    args = parser.parse_args(argv)
+    pids = [args.pid] if args.pid else [p.pid for p in psutil.process_iter(["cmdline"])
+                                        if p.pid != os.getpid() and _is_broker(p.info["cmdline"] or [])]
+    if len(pids) != 1:
+        found = ", ".join(map(str, pids)) or "none"
+        print(f"plexmq reload: {'no' if not pids else 'more than one'} running broker (pids: {found}); use --pid",
+              file=sys.stderr)
+        return 2
+    try:
+        os.kill(pids[0], signal.SIGHUP)
+    except OSError as exc:
+        print(f"plexmq reload: cannot signal pid {pids[0]}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"sent SIGHUP to plexmq (pid {pids[0]}); its log says what changed")
+    return 0
