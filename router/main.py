@@ -128,8 +128,10 @@ def main() -> None:
     try:
         serve(config)
     except KeyboardInterrupt:
-        sys.exit(0)
+        pass
     except StoreError as exc:
         log.critical("cannot open the store: %s", exc)
         sys.exit(STORE_FAILED)
+    logging.shutdown()
+    os._exit(0)  # the store is closed: freeing millions of queued messages one by one would only delay the exit
 

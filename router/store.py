@@ -18,7 +18,7 @@ from itertools import groupby
 
 from router.sessions import QUEUED, Pending, Session
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILE_NAME = "plexmq.db"
 
 _TABLES = """
@@ -28,10 +28,10 @@ CREATE TABLE IF NOT EXISTS subscriptions (
     client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, PRIMARY KEY (client_id, filter)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
-    client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, seq INTEGER NOT NULL, topic BLOB NOT NULL,
-    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
-    PRIMARY KEY (client_id, packet_id)
+    seq INTEGER PRIMARY KEY, client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, topic BLOB NOT NULL,
+    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL
 );
+CREATE UNIQUE INDEX IF NOT EXISTS message_ids ON messages (client_id, packet_id);
 CREATE TABLE IF NOT EXISTS incoming (
     client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;
@@ -46,7 +46,8 @@ MESSAGES_DELETE = "DELETE FROM messages WHERE client_id = ?"
 INCOMING_DELETE = "DELETE FROM incoming WHERE client_id = ?"
 SUB_SAVE = "INSERT OR REPLACE INTO subscriptions VALUES (?, ?, ?)"
 SUB_DELETE = "DELETE FROM subscriptions WHERE client_id = ? AND filter = ?"
-MESSAGE_SAVE = "INSERT OR REPLACE INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+MESSAGE_SAVE = "INSERT OR REPLACE INTO messages (client_id, packet_id, seq, topic, payload, qos, retain, state) " \
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 MESSAGE_STATE = "UPDATE messages SET state = ? WHERE client_id = ? AND packet_id = ?"
 MESSAGE_RELEASING = "UPDATE messages SET state = ?, payload = x'' WHERE client_id = ? AND packet_id = ?"
 MESSAGE_DELETE = "DELETE FROM messages WHERE client_id = ? AND packet_id = ?"
@@ -119,7 +120,7 @@ class Store:
                 if session is not None:
                     session.subs[topic_filter] = qos
             rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state FROM messages "
-                              "ORDER BY client_id, seq")
+                              "ORDER BY seq")  # the rowid: read in order, nothing to sort
             for client_id, pid, topic, payload, qos, retain, state in rows:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
