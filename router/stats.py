@@ -19,7 +19,7 @@ from router import VERSION
 if TYPE_CHECKING:
     from router.core import Router
 
-WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued")
+WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued", "shed")
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 
 
@@ -78,7 +78,7 @@ class Stats:
             "clients/total": snap["clients"] + snap["offline"],  # type: ignore[operator]
             "messages/received": snap["received"],
             "messages/sent": snap["sent"],
-            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"],  # type: ignore[operator]
+            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"],  # type: ignore[operator]
             "subscriptions/count": snap["subscriptions"],
             "retained messages/count": snap["retained"],
         }
@@ -108,6 +108,7 @@ class Stats:
         dropped.add_metric(["session_queue_full"], snap["routed_dropped"])
         dropped.add_metric(["client_queue_full"], snap["dropped"])
         dropped.add_metric(["acl_denied"], snap["denied"])
+        dropped.add_metric(["memory_limit"], snap["shed"])
         yield dropped
         refused = CounterMetricFamily("plexmq_connections_refused", "Connections refused, by reason", labels=["reason"])
         refused.add_metric(["out_of_file_descriptors"], snap["refused"])

@@ -22,7 +22,7 @@ PUB = 5  # PUB_HEAD (conn, packet_id, flags) + topic; payload
 ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
 REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # GONE_HEAD (conn, publish_will)
-STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "cpu", "rss"}
+STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
 PUB0 = 9  # no header; payload: a run of plain QoS 0 PUBLISH packets (first byte 0x30) exactly as received
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]

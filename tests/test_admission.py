@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Broker, wait_for
-from tests.mqtt import RawClient
+from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from workers import packets as p
 
@@ -69,3 +69,16 @@ def test_connection_rate_per_address(tmp_path: Path, start_broker: Callable[...,
     outcomes = [refused(from_address(b.port, "127.0.0.3")) for _ in range(6)]
     assert outcomes[:2] == [False, False] and any(outcomes[2:]), outcomes  # a burst of 2, then 2 per second
     assert served(from_address(b.port, "127.0.0.4"))  # another address has its own allowance
+
+
+def test_memory_limit_sheds_qos0_first(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = broker_with(tmp_path, start_broker, "memory_limit = 1\n")  # always above it
+    wait_for(lambda: b.output().count("sheds QoS 0 deliveries") == 2, 10, "both workers to shed")
+    q0, q1, pub = Client(b.port, f"adm-q0-{uid()}"), Client(b.port, f"adm-q1-{uid()}"), Client(b.port)
+    q0.subscribe("adm/shed", 0)
+    q1.subscribe("adm/shed", 1)
+    pub.publish("adm/shed", b"kept", qos=1)
+    assert q1.get().payload == b"kept"
+    assert q0.nothing()
+    for c in (q0, q1, pub):
+        c.disconnect()

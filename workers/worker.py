@@ -58,6 +58,9 @@ class Worker:
         self.max_inflight: int = config["max_inflight"]
         self.max_queued: int = config["max_queued_messages"]
         self.connect_timeout: float = config["connect_timeout"]
+        self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
+        self.shed = 0
+        self.memory_limit: int = config["memory_limit"]
         context = tls.server_context(config["tls"]) if tls.wanted(config) else None
         self.identity_as_username: bool = context is not None and config["tls"]["use_identity_as_username"]
         self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {  # listener kind -> (TLS, WebSocket)
@@ -196,6 +199,9 @@ class Worker:
         conns = self.conns
         for kind, header, payload in wire.records(frame):
             if kind == wire.DELIVER_RAW:
+                if self.shedding:
+                    self.shed += len(header) // wire.SUBSCRIBER.size
+                    continue
                 for conn_id, _granted, _packet_id in _iter_subs(header):
                     conn = conns.get(conn_id)
                     if conn is not None and conn.state != CLOSED:
@@ -248,6 +254,9 @@ class Worker:
             if conn is None or conn.state == CLOSED:
                 continue
             eff = granted if granted < qos else qos
+            if eff == 0 and self.shedding:
+                self.shed += 1
+                continue
             if eff == 0 and qos0_packet is None:
                 qos0_packet = p.encode_publish(topic, payload, 0, retain)
             conn.deliver(topic, payload, eff, retain, dup, packet_id, qos0_packet)
@@ -341,10 +350,15 @@ class Worker:
     def _report_stats(self) -> None:
         """Once a second, the counters the router publishes as $SYS and serves to Prometheus."""
         cpu, rss = process_usage(self.process)
+        shedding = bool(self.memory_limit) and rss > (self.memory_limit * 0.9 if self.shedding else self.memory_limit)
+        if shedding != self.shedding:
+            self.shedding = shedding
+            log.warning("worker %d %s QoS 0 deliveries (RSS %d MB, memory_limit %d MB)", self.worker_id,
+                        "sheds" if shedding else "no longer sheds", rss >> 20, self.memory_limit >> 20)
         self.link.batch.add_json(wire.STATS, {
             "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
             "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
-            "queued": sum(len(conn.queue) for conn in self.conns.values()), "cpu": cpu, "rss": rss})
+            "queued": sum(len(conn.queue) for conn in self.conns.values()), "shed": self.shed, "cpu": cpu, "rss": rss})
         self.flush_soon()
 
     def reload(self) -> None:
@@ -360,6 +374,7 @@ class Worker:
         self.max_packet_size = config["max_packet_size"]
         self.max_queued = config["max_queued_messages"]
         self.connect_timeout = config["connect_timeout"]
+        self.memory_limit = config["memory_limit"]
         self.auth.configure(config)
         if self.archive is not None:
             self.archive.set_filters(config["archive"]["topics"])
