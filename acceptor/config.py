@@ -74,6 +74,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "workers": Option(int, 0, _range(0, 1024), "connection worker processes (0: one per core less one)"),
         "log_level": Option(str, "info", _one_of(*LOG_LEVELS), "debug, info, warning or error"),
         "log_format": Option(str, "text", _one_of("text", "json"), "text, or json: one object per line"),
+        "stop_timeout": Option(float, 4.0, _range(0.1, 3600), "seconds the router and workers get to stop "
+                               "(SIGTERM) before they are killed"),
         "connect_timeout": Option(float, 10.0, _range(0.1), "seconds a new socket has to send CONNECT"),
         "max_packet_size": Option(int, 1 << 20, _range(2, 268_435_460), "largest packet a client may send, bytes"),
         "max_inflight": Option(int, 20, _range(1, 65535), "outgoing QoS 1/2 messages unacknowledged per client"),

@@ -23,7 +23,6 @@ from workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 
-STOP_TIMEOUT = 4.0  # seconds the children get to stop before SIGKILL (the whole stop stays under 5 s)
 LISTEN_BACKLOG = 4096
 KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": handoff.LISTENER_WS,
          "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
@@ -130,7 +129,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         log.info("stopping")
         for listener in accepting:
             listener.close()
-        supervisor.stop(STOP_TIMEOUT)
+        supervisor.stop(config["stop_timeout"])
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
         loop.close()
