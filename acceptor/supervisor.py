@@ -27,6 +27,8 @@ log = logging.getLogger("plexmq.acceptor")
 
 CRASH_WINDOW = 30.0  # seconds
 CRASH_LIMIT = 5  # restarts of one child within the window before the broker gives up
+RESTART_DELAY = 0.1  # seconds before the first restart of a child; doubles with each crash in the window
+RESTART_DELAY_MAX = 5.0
 
 
 class Child:
@@ -98,7 +100,6 @@ class Supervisor:
             if child.worker_id is None and child.proc.returncode == STORE_FAILED:
                 self.on_give_up("the router cannot open its store (see the line above)")
                 return
-            log.error("%s (pid %d) %s: restarting it", child.name, child.proc.pid, reason)
             now = time.monotonic()
             child.crashes.append(now)
             while child.crashes and now - child.crashes[0] > CRASH_WINDOW:
@@ -106,10 +107,18 @@ class Supervisor:
             if len(child.crashes) > CRASH_LIMIT:
                 self.on_give_up(f"{child.name} died {len(child.crashes)} times in {CRASH_WINDOW:g} s (last: {reason})")
                 return
+            delay = min(RESTART_DELAY * 2 ** (len(child.crashes) - 1), RESTART_DELAY_MAX)
+            log.error("%s (pid %d) %s: restarting it in %.1f s", child.name, child.proc.pid, reason, delay)
+            child.proc = None  # reaped: the next SIGCHLD must not see it again
             self._close_channel(child)
-            self._spawn(child)
-            if child.worker_id is None:
-                self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
+            self.loop.call_later(delay, self._restart, child)
+
+    def _restart(self, child: Child) -> None:
+        if self.stopping:
+            return
+        self._spawn(child)
+        if child.worker_id is None:
+            self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
 
     def reload(self, config: dict) -> None:
         """SIGHUP: children started from now on get `config`; the running ones re-read it."""
