@@ -12,7 +12,7 @@ import orjson
 import zmq
 
 from router.core import Router
-from router.metrics import serve_metrics
+from router.metrics import TurnMetrics, serve_metrics
 from router.stats import Stats
 from router.process import CONFIG_ENV, STORE_FAILED, become_child
 from router.store import Store, StoreError
@@ -54,8 +54,9 @@ def serve(config: dict) -> None:
     expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
     next_expiry = time.monotonic() + expiry_interval
     stats = Stats(router, config["parent_pid"])
+    turns = TurnMetrics()
     if config["metrics_port"] >= 0:
-        serve_metrics(stats, config["metrics_host"], config["metrics_port"])
+        serve_metrics(stats, turns, config["metrics_host"], config["metrics_port"])
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
     poller = zmq.Poller()
@@ -67,13 +68,17 @@ def serve(config: dict) -> None:
             ready = poller.poll(1000)
         except zmq.ZMQError:
             continue  # interrupted by a signal
+        drained = 0
         if ready:
-            for _ in range(DRAIN_LIMIT):
+            started = time.perf_counter()
+            for drained in range(DRAIN_LIMIT):
                 try:
                     worker, frame = recv(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
                     break
                 handle(worker, frame)
+            else:
+                drained = DRAIN_LIMIT
         if reload_wanted:
             reload_wanted = False
             fresh = apply_reload(router, config["config_path"])
@@ -98,6 +103,8 @@ def serve(config: dict) -> None:
                 sock.send_multipart((worker, frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 log.warning("cannot reach worker %r: %s", worker, exc)
+        if drained:
+            turns.observe(drained, time.perf_counter() - started)
     if store is not None:
         store.close()
     sock.close(0)

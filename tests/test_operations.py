@@ -58,6 +58,7 @@ def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker
         return values if clients == 2 and all(values.get(k) == v for k, v in wanted.items()) else None
 
     values = wait_for(counted, 10, "the metrics to count the traffic")
+    assert values[("plexmq_router_batch_frames_count", ())] > 0 < values[("plexmq_router_turn_seconds_count", ())]  # type: ignore[index]
     processes = {dict(labels)["process"] for (name, labels) in values if name == "plexmq_process_rss_bytes"}  # type: ignore[union-attr]
     assert processes == {"acceptor", "router", "worker-0", "worker-1"}
     wait_for(lambda: health(url) == 200, 10, "/health to answer 200")
