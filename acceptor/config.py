@@ -16,6 +16,7 @@ from router.units import parse_duration
 from workers import tls
 from workers.acl import AclFile
 from workers.passwords import PasswordFile
+from workers.tokens import TokenVerifier
 
 
 class ConfigError(Exception):
@@ -97,6 +98,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
         "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
+        "jwt_jwks_file": Option(str, "", doc="public keys (JWKS) that sign the JWT bearer tokens clients may "
+                                                 "send as their password; empty: no tokens"),
+        "jwt_audience": Option(str, "", doc="the audience a token must name (empty: not checked)"),
+        "jwt_issuer": Option(str, "", doc="the issuer a token must name (empty: not checked)"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
                                                    "loopback without authentication"),
     },
@@ -200,6 +205,8 @@ def _check_auth_files(config: dict[str, Any]) -> None:
             PasswordFile.load(config["password_file"])
         if config["acl_file"]:
             AclFile.load(config["acl_file"])
+        if config["jwt_jwks_file"]:
+            TokenVerifier(config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -236,7 +243,7 @@ def is_loopback(host: str) -> bool:
 
 def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
-    if config["password_file"] or config["allow_anonymous"]:
+    if config["password_file"] or config["jwt_jwks_file"] or config["allow_anonymous"]:
         return
     for _scheme, host, _port in listeners(config):
         if not is_loopback(host):

@@ -50,6 +50,12 @@ class Child:
         return self.reported + self.handed - self.received
 
 
+def _ignore_sighup() -> None:
+    """In a new child before it runs Python: a reload's SIGHUP must not kill a child that has not yet
+    installed its own handler (an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
 def describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -76,13 +82,13 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         if child.worker_id is None:
-            child.proc = subprocess.Popen([sys.executable, "-m", "router"], env=self.env)
+            child.proc = subprocess.Popen([sys.executable, "-m", "router"], env=self.env, preexec_fn=_ignore_sighup)
         else:
             mine, theirs = handoff.channel_pair()
             mine.setblocking(False)
             child.proc = subprocess.Popen(
                 [sys.executable, "-m", "workers", str(child.worker_id), str(theirs.fileno())],
-                env=self.env, pass_fds=(theirs.fileno(),))
+                env=self.env, pass_fds=(theirs.fileno(),), preexec_fn=_ignore_sighup)
             theirs.close()
             child.channel = mine
             child.reported = child.received = child.handed = 0

@@ -54,6 +54,5 @@ def become_child(parent_pid: int, log_level: str, log_format: str) -> int:
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the process's own reload handler is in place
     setup_logging(log_level, log_format)
     return raise_fd_limit()

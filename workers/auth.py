@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from workers.acl import AclFile, Checker
 from workers.passwords import PasswordFile
+from workers.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.worker")
 
@@ -38,6 +39,7 @@ class Auth:
     def __init__(self, config: dict, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.passwords: PasswordFile | None = None
+        self.tokens: TokenVerifier | None = None
         self.acl: AclFile | None = None
         self.pool: ThreadPoolExecutor | None = None
         self._key = secrets.token_bytes(32)
@@ -52,6 +54,7 @@ class Auth:
         self.password_path: str = config["password_file"]
         self.acl_path: str = config["acl_file"]
         self.allow_anonymous: bool = config["allow_anonymous"]
+        self.jwt = (config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
         if self.password_path and self.pool is None:
             self.pool = ThreadPoolExecutor(HASH_THREADS, "plexmq-auth")
         self.reload()
@@ -61,23 +64,25 @@ class Auth:
         keep: the acceptor has loaded them once already, so they were good a moment ago)."""
         try:
             passwords = PasswordFile.load(self.password_path) if self.password_path else None
+            tokens = TokenVerifier(*self.jwt) if self.jwt[0] else None
             acl = AclFile.load(self.acl_path) if self.acl_path else None
         except ValueError as exc:
             log.error("keeping the previous authentication settings: %s", exc)
             return
-        self.passwords, self.acl = passwords, acl
+        self.passwords, self.tokens, self.acl = passwords, tokens, acl
         self._good.clear()
 
     @property
     def required(self) -> bool:
-        """Whether a CONNECT must wait for `login` (only a password file makes it so)."""
-        return self.passwords is not None
+        """Whether a CONNECT must wait for `login` (a password file or token keys make it so)."""
+        return self.passwords is not None or self.tokens is not None
 
-    async def login(self, username: str | None, password: bytes | None, address: str) -> int:
-        """The CONNACK return code for these credentials; failures come back after a delay."""
-        code = await self._check(username, password)
+    async def login(self, username: str | None, password: bytes | None, address: str) -> tuple[int, str | None]:
+        """The CONNACK return code for these credentials and the username the client is known by
+        (a token's subject); failures come back after a delay."""
+        code, identity = await self._check(username, password)
         if code == ACCEPTED:
-            return code
+            return code, identity
         self.refused += 1
         now = time.monotonic()
         count, last = self._failures.get(address, (0, now))
@@ -86,26 +91,33 @@ class Auth:
             self._failures.clear()
         self._failures[address] = (count, now)
         await asyncio.sleep(min(0.1 * 2 ** (count - 1), FAILURE_DELAY_MAX))
-        return code
+        return code, None
 
-    async def _check(self, username: str | None, password: bytes | None) -> int:
+    async def _check(self, username: str | None, password: bytes | None) -> tuple[int, str | None]:
+        tokens = self.tokens
+        if tokens is not None and tokens.looks_like_token(password):
+            claims = tokens.verify(password)  # type: ignore[arg-type]  # a signature check: tens of µs
+            subject = None if claims is None else str(claims.get("sub", "")) or username
+            if claims is None or username and username != subject:  # any name but the token's own
+                return BAD_CREDENTIALS, None
+            return ACCEPTED, subject
         passwords = self.passwords
-        if passwords is None:
-            return ACCEPTED
         if username is None:
-            return ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED
+            return (ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED), None
+        if passwords is None:
+            return BAD_CREDENTIALS, None  # tokens only, and this is not one
         secret = password or b""
         key = (username, hmac.digest(self._key, secret, hashlib.sha256))
         now = time.monotonic()
         if now - self._good.get(key, -GOOD_LOGIN_SECONDS) < GOOD_LOGIN_SECONDS:
-            return ACCEPTED
+            return ACCEPTED, username
         if not await self.loop.run_in_executor(self.pool, passwords.check, username, secret):
-            return BAD_CREDENTIALS
+            return BAD_CREDENTIALS, None
         if self.passwords is passwords:  # not reloaded meanwhile
             if len(self._good) >= GOOD_LOGINS_MAX:
                 self._good.clear()
             self._good[key] = now
-        return ACCEPTED
+        return ACCEPTED, username
 
     def checker(self, username: str | None, client_id: str) -> Checker | None:
         """The connection's ACL checker; None when there is no ACL (everything allowed)."""

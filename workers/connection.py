@@ -266,17 +266,18 @@ class Connection(asyncio.Protocol):
             return
         self._accept(connect)
 
-    def _logged_in(self, login: asyncio.Future[int], connect: p.Connect) -> None:
+    def _logged_in(self, login: asyncio.Future[tuple[int, str | None]], connect: p.Connect) -> None:
         if self.state != AUTHENTICATING:
             return  # closed while the password was checked
         if login.cancelled() or login.exception() is not None:
             log.error("client %s: cannot check the password: %s", self.client_id, login.exception())
             self.write(p.encode_connack(False, SERVER_UNAVAILABLE))
             return self.close("authentication failed")
-        code = login.result()
+        code, identity = login.result()
         if code:
             self.write(p.encode_connack(False, code))
             return self.close("bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
+        self.username = identity
         self._accept(connect)
         self.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
         if self.state == CONNECTING:

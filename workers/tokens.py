@@ -1,0 +1,48 @@
+"""OAuth2/JWT bearer tokens in the CONNECT password field, verified offline against a JWKS file.
+
+Why offline: the worker must never wait on a network call to log a client in; the public keys
+(RS256 or ES256) are read from a file the operator keeps current (re-read on SIGHUP), and the
+signature, expiry, audience and issuer are checked locally with PyJWT.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jwt
+
+ALGORITHMS = ["RS256", "ES256"]
+
+
+class TokenError(ValueError):
+    """One line naming the JWKS file and what is wrong with it."""
+
+
+class TokenVerifier:
+    def __init__(self, path: str, audience: str, issuer: str) -> None:
+        try:
+            with open(path, "rb") as f:
+                keys = jwt.PyJWKSet.from_dict(json.loads(f.read()))
+        except OSError as exc:
+            raise TokenError(f"{path}: {exc.strerror}") from None
+        except (ValueError, jwt.exceptions.PyJWKSetError) as exc:
+            raise TokenError(f"{path}: not a usable JWKS file: {exc}") from None
+        self.keys = {key.key_id: key for key in keys.keys}
+        self.audience = audience or None
+        self.issuer = issuer or None
+
+    @staticmethod
+    def looks_like_token(password: bytes | None) -> bool:
+        return password is not None and password.count(b".") == 2
+
+    def verify(self, token: bytes) -> dict | None:
+        """The token's claims when its signature, expiry, audience and issuer hold; else None."""
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+            key = self.keys.get(kid) if kid is not None else next(iter(self.keys.values()), None)
+            if key is None:
+                return None
+            return jwt.decode(token, key.key, algorithms=ALGORITHMS, audience=self.audience, issuer=self.issuer,
+                              options={"require": ["exp"], "verify_aud": self.audience is not None})
+        except jwt.exceptions.PyJWTError:
+            return None
