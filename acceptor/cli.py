@@ -37,6 +37,7 @@ TOOLS = {
     "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
     "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
     "status": ("acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
+    "clients": ("acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
     "reload": ("acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
     "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }

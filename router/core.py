@@ -16,6 +16,7 @@ from router import store as db
 from router import wire
 from router.retain import RetainedStore
 from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Will
+from router.listing import ClientListing
 from router.store import Store
 from router.trie import SubscriptionTrie
 
@@ -74,6 +75,7 @@ class Router:
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.seq = 1  # orders the stored messages
         self.reports: dict[int, dict] = {}  # worker id -> its last STATS (with "at": when it came)
+        self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         self.received = 0
         self.delivered = 0
         self.dropped = 0
@@ -88,6 +90,7 @@ class Router:
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
             wire.STATS: self._on_stats,
+            wire.CLIENTS: self._on_clients,
         }
         if store is not None:
             self._restore(store)
@@ -140,6 +143,19 @@ class Router:
             log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
             for key in lost:
                 self._disconnect(self.by_conn[key], publish_will=True)
+
+    def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        answer = orjson.loads(header)
+        listing = self.listings.get(answer["id"])
+        if listing is not None:
+            listing.answer(answer["worker"], answer["clients"])
+
+    def list_clients(self, listing: ClientListing) -> None:
+        """Ask every worker for its clients; `listing` completes when all have answered."""
+        self.listings[listing.id] = listing
+        listing.expect(len(self.worker_pids))
+        for worker in self.worker_pids:
+            self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
 
     def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
         report = orjson.loads(header)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import os
 import signal
 import sys
@@ -12,6 +13,7 @@ import orjson
 import zmq
 
 from router.core import Router
+from router.listing import ClientListing
 from router.metrics import TurnMetrics, serve_metrics
 from router.stats import Stats
 from router.process import CONFIG_ENV, STORE_FAILED, become_child
@@ -55,8 +57,9 @@ def serve(config: dict) -> None:
     next_expiry = time.monotonic() + expiry_interval
     stats = Stats(router, config["parent_pid"])
     turns = TurnMetrics()
+    listings: queue.Queue[ClientListing] = queue.Queue()
     if config["metrics_port"] >= 0:
-        serve_metrics(stats, turns, config["metrics_host"], config["metrics_port"])
+        serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"])
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
     poller = zmq.Poller()
@@ -79,6 +82,11 @@ def serve(config: dict) -> None:
                 handle(worker, frame)
             else:
                 drained = DRAIN_LIMIT
+        while not listings.empty():
+            router.list_clients(listings.get_nowait())
+        if router.listings:
+            for done in [i for i, listing in router.listings.items() if listing.done.is_set()]:
+                del router.listings[done]
         if reload_wanted:
             reload_wanted = False
             fresh = apply_reload(router, config["config_path"])

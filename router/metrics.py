@@ -1,4 +1,5 @@
-"""The Prometheus endpoint (`/metrics`) and a health check (`/health`), served by the router.
+"""The Prometheus endpoint (`/metrics`), a health check (`/health`) and the connected clients
+(`/clients?filter=TEXT&offset=N&limit=N`, JSON), served by the router.
 
 A daemon thread with prometheus-client's WSGI app: scrapes read `Stats.snapshot`, which the
 router's loop replaces once a second, so the thread never walks the router's live state.
@@ -7,14 +8,21 @@ router's loop replaces once a second, so the thread never walks the router's liv
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from urllib.parse import parse_qs
+
+import orjson
 from typing import Callable, Iterable
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
+from router.listing import ClientListing
 from router.stats import Stats
+
+LISTING_WAIT = 5.0  # seconds /clients waits for every worker's answer
 
 log = logging.getLogger("plexmq.router")
 
@@ -40,7 +48,8 @@ class _QuietHandler(WSGIRequestHandler):
         """No line per scrape."""
 
 
-def serve_metrics(stats: Stats, turns: TurnMetrics, host: str, port: int) -> tuple[str, int] | None:
+def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[ClientListing], host: str,
+                  port: int) -> tuple[str, int] | None:
     """Start the endpoint; its (host, port), or None when the port cannot be had (logged)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(stats)  # type: ignore[arg-type]
@@ -49,6 +58,23 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, host: str, port: int) -> tup
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/clients":
+            query = parse_qs(environ.get("QUERY_STRING", ""))
+            try:
+                offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
+            except ValueError:
+                start_response("400 Bad Request", [("Content-Type", "text/plain")])
+                return [b"offset and limit are numbers\n"]
+            listing = ClientListing(query.get("filter", [""])[0])
+            listings.put(listing)
+            complete = listing.done.wait(LISTING_WAIT)
+            listing.done.set()  # a worker that did not answer in time: the router forgets the request
+            clients = sorted(listing.clients)
+            body = {"total": len(clients), "complete": complete, "offset": offset,
+                    "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent"],
+                    "clients": clients[offset:offset + limit]}
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [orjson.dumps(body)]
         if environ.get("PATH_INFO") == "/health":
             ok = stats.healthy()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])

@@ -23,6 +23,7 @@ ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber 
 REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # GONE_HEAD (conn, publish_will)
 STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
+CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
 PUB0 = 9  # no header; payload: a run of plain QoS 0 PUBLISH packets (first byte 0x30) exactly as received
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
@@ -32,6 +33,7 @@ ROUTED = 23  # COUNT: this many of the worker's QoS>0 PUBs (in order) are routed
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic + SUBSCRIBER * n; payload
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
+LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished

@@ -155,3 +155,24 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     wait_for(lambda: "config not reloaded" in b.output(), 10, "the bad file refused")
     for client in (c, second):
         client.disconnect()
+
+
+def test_clients_lists_who_is_connected(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "2")
+    url = metrics_url(b)
+    tag = uid()
+    clients = [Client(b.port, f"ops-list-{tag}-{i}", keepalive=30) for i in range(5)] + [Client(b.port, "other")]
+
+    def listed(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "acceptor", "clients", "--metrics", url, *args],
+                             cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    first = listed("--filter", f"ops-list-{tag}", "--per-page", "3")
+    rows = first.splitlines()[1:-1]
+    assert [r.split()[0] for r in rows] == [f"ops-list-{tag}-{i}" for i in range(3)]
+    assert all(r.split()[3] == "30" for r in rows) and first.splitlines()[-1] == "page 1 of 2, 5 clients"
+    assert {r.split()[1] for r in listed("--filter", f"ops-list-{tag}").splitlines()[1:-1]} == {"0", "1"}
+    for c in clients:
+        c.disconnect()

@@ -232,12 +232,21 @@ class Worker:
                 conn = conns.get(conn_id)
                 if conn is not None:
                     conn.resend_pubrel(packet_id)
+            elif kind == wire.LIST_CLIENTS:
+                self._list_clients(orjson.loads(header))
             elif kind == wire.KICK:
                 conn = conns.get(wire.CONN.unpack(header)[0])
                 if conn is not None:
                     conn.kicked = True
                     conn.close("taken over by a new connection with the same client id")
         self.flush_soon()
+
+    def _list_clients(self, request: dict) -> None:
+        """`plexmq clients`: the connected clients whose id contains the filter, for the router."""
+        text = request["filter"]
+        clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent]
+                   for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
+        self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
 
     def _deliver(self, header: bytes, payload: bytes) -> None:
         """One message for local subscribers: QoS 0 bytes are encoded once and shared."""

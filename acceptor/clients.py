@@ -1,0 +1,37 @@
+"""`plexmq clients`: the connected clients of a running broker (from its metrics endpoint), a page
+at a time, optionally only those whose client id contains some text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import orjson
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="plexmq clients", description="List the connected clients.")
+    parser.add_argument("--metrics", default="http://127.0.0.1:9883", metavar="URL",
+                        help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
+    parser.add_argument("--filter", default="", help="only client ids that contain this text")
+    parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
+    parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
+    args = parser.parse_args(argv)
+    query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
+                                    "limit": args.per_page})
+    try:
+        with urllib.request.urlopen(f"{args.metrics.rstrip('/')}/clients?{query}", timeout=15) as answer:
+            listing = orjson.loads(answer.read())
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"plexmq clients: cannot read {args.metrics}/clients: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1
+    print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} persistent")
+    for client_id, worker, address, keepalive, queued, inflight, persistent in listing["clients"]:
+        print(f"{client_id:<40} {worker:>6} {address:<22} {keepalive:>9} {queued:>7} {inflight:>8} {'yes' if persistent else 'no'}")
+    pages = max(1, -(-listing["total"] // args.per_page))
+    note = "" if listing["complete"] else " (a worker did not answer: the list may be short)"
+    print(f"page {args.page} of {pages}, {listing['total']} clients{note}")
+    return 0

@@ -1,0 +1,32 @@
+"""`plexmq clients`: one request from the metrics thread, answered by every worker through the router.
+
+The metrics thread hands a `ClientListing` to the router's loop (a thread-safe queue), the loop asks
+the workers in their batches, and the thread waits for the answers (bounded) on an event.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+_ids = itertools.count(1)
+
+
+class ClientListing:
+    def __init__(self, text: str) -> None:
+        self.id = next(_ids)
+        self.filter = text
+        self.clients: list[list] = []
+        self.done = threading.Event()
+        self._waiting = 0
+
+    def expect(self, workers: int) -> None:
+        self._waiting = workers
+        if not workers:
+            self.done.set()
+
+    def answer(self, worker: int, clients: list[list]) -> None:
+        self.clients.extend([c[0], worker, *c[1:]] for c in clients)
+        self._waiting -= 1
+        if self._waiting <= 0:
+            self.done.set()
