@@ -139,7 +139,7 @@ def apply_reload(router: Router, path: str) -> float | None:
 
 def main() -> None:
     config = orjson.loads(os.environ[CONFIG_ENV])
-    become_child(config["parent_pid"], config["log_level"], config["log_format"])
+    become_child(config["parent_pid"], config["log_level"], config["log_format"], "router")
     try:
         serve(config)
     except KeyboardInterrupt:

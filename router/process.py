@@ -19,23 +19,28 @@ PR_SET_PDEATHSIG = 1
 CONFIG_ENV = "PLEXMQ_CONFIG"
 STORE_FAILED = 3  # the router's exit status when it cannot open its store: restarting would not help
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+LOG_FORMAT = "%(asctime)s %(levelname)s plexmq.{role}[%(process)d]: %(message)s"  # role: acceptor, router, worker-N
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line for log shippers (`log_format = "json"`)."""
 
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self.role = role
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": self.formatTime(record), "level": record.levelname, "process": record.name,
+        entry = {"time": self.formatTime(record), "level": record.levelname, "process": self.role,
                  "pid": record.process, "message": record.getMessage()}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
 
 
-def setup_logging(level: str, log_format: str = "text") -> None:
+def setup_logging(level: str, log_format: str = "text", role: str = "acceptor") -> None:
+    """Every line names the process it comes from (`worker-3`), so one log tells the processes apart."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
+    handler.setFormatter(JsonFormatter(role) if log_format == "json" else logging.Formatter(LOG_FORMAT.format(role=role)))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
@@ -47,12 +52,12 @@ def raise_fd_limit() -> int:
     return hard
 
 
-def become_child(parent_pid: int, log_level: str, log_format: str) -> int:
+def become_child(parent_pid: int, log_level: str, log_format: str, role: str) -> int:
     """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    setup_logging(log_level, log_format)
+    setup_logging(log_level, log_format, role)
     return raise_fd_limit()

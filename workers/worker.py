@@ -408,7 +408,7 @@ class Worker:
 def main() -> None:
     config = orjson.loads(os.environ[CONFIG_ENV])
     worker_id, channel_fd = int(sys.argv[1]), int(sys.argv[2])
-    fd_limit = become_child(config["parent_pid"], config["log_level"], config["log_format"])
+    fd_limit = become_child(config["parent_pid"], config["log_level"], config["log_format"], f"worker-{worker_id}")
     uvloop.install()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
