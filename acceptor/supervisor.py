@@ -52,8 +52,10 @@ class Child:
 
 def _ignore_sighup() -> None:
     """In a new child before it runs Python: a reload's SIGHUP must not kill a child that has not yet
-    installed its own handler (an ignored signal stays ignored across exec)."""
+    installed its own handler, nor a terminal's Ctrl-C interrupt its imports (the acceptor stops it);
+    an ignored signal stays ignored across exec."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def describe_exit(code: int) -> str:

@@ -136,6 +136,7 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     c = Client(b.port, f"ops-hup-{uid()}")
     c.subscribe("ops/hup", 1)
     config.write_text('log_level = "debug"\nmax_connections = 2\nsync = "full"\n')  # sync: only a restart changes it
+    wait_for(lambda: b.output().count(" ready (pid ") == 2, 20, "both workers to be ready")  # a reload reaches running ones
     b.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "changed: log_level, max_connections; needs a restart: sync" in b.output(), 10, "the reload line")
     wait_for(lambda: b.output().count("reloaded its settings") == 3, 10, "router and workers to apply it")
