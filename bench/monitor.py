@@ -25,6 +25,18 @@ def process_name(proc: psutil.Process) -> str:
     return proc.name()
 
 
+def cpu_seconds(procs: list[psutil.Process]) -> float:
+    """User + system CPU seconds consumed so far by those of `procs` still alive."""
+    total = 0.0
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 class BrokerMonitor:
     """Samples of the broker tree: per-process CPU % (of one core) and RSS, and their sums."""
 
@@ -75,11 +87,4 @@ class BrokerMonitor:
 
     def cpu_seconds(self) -> float:
         """User + system CPU seconds consumed so far by the live processes of the tree."""
-        total = 0.0
-        for proc in self.tree():
-            try:
-                t = proc.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return cpu_seconds(self.tree())

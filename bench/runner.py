@@ -20,7 +20,7 @@ from time import monotonic_ns
 import psutil
 
 from bench import agent, limits, rawout, report
-from bench.monitor import BrokerMonitor
+from bench.monitor import BrokerMonitor, cpu_seconds
 from bench.plan import Options, assign, with_defaults
 
 DRAIN_IDLE_S = 1.0  # nothing new for this long after the window: the rest is lost
@@ -278,14 +278,7 @@ class Controller:
         return all(c is not None and c["sent_at_end"] >= 0 for c in latest)
 
     def _gen_cpu(self) -> float:
-        total = 0.0
-        for proc in self.gen_procs:
-            try:
-                t = proc.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        return cpu_seconds(self.gen_procs)
 
     def _write_samples(self, result: dict) -> None:
         out, run = self.opts.out, self.run_id

@@ -53,7 +53,7 @@ def serve(config: dict) -> None:
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration)
     log.info("router listening on %s", config["router_endpoint"])
-    expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
+    expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval
     stats = Stats(router, config["parent_pid"])
     turns = TurnMetrics()
@@ -91,7 +91,7 @@ def serve(config: dict) -> None:
             reload_wanted = False
             fresh = apply_reload(router, config["config_path"])
             expiration = expiration if fresh is None else fresh
-            expiry_interval = min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
+            expiry_interval = _expiry_interval(expiration)
         now = time.monotonic()
         if now >= next_expiry:
             next_expiry = now + expiry_interval
@@ -118,6 +118,11 @@ def serve(config: dict) -> None:
     sock.close(0)
     ctx.term()
     log.info("router stopped")
+
+
+def _expiry_interval(expiration: float) -> float:
+    """Seconds between sweeps for expired sessions: often enough for a short expiration."""
+    return min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
 
 
 def apply_reload(router: Router, path: str) -> float | None:

@@ -12,8 +12,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
@@ -29,12 +28,6 @@ def health(url: str) -> int:
         return urllib.request.urlopen(url + "/health", timeout=5).status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
