@@ -16,7 +16,7 @@ from router.core import Router
 from router.listing import ClientListing
 from router.metrics import TurnMetrics, serve_metrics
 from router.stats import Stats
-from router.process import CONFIG_ENV, STORE_FAILED, become_child
+from router.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
 from router.store import Store, StoreError
 from router.units import parse_duration
 
@@ -42,6 +42,7 @@ def serve(config: dict) -> None:
         reload_wanted = True
 
     signal.signal(signal.SIGHUP, want_reload)
+    reload_wanted = reload_wanted or missed_reload(config)
     ctx = zmq.Context(io_threads=1)
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable send raises instead of vanishing

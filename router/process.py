@@ -61,3 +61,15 @@ def become_child(parent_pid: int, log_level: str, log_format: str, role: str) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup_logging(log_level, log_format, role)
     return raise_fd_limit()
+
+
+def missed_reload(config: dict) -> bool:
+    """Whether the acceptor rewrote the config file after this child was started: its SIGHUP came
+    while the child still ignored it (before the handler was installed), so the child applies the
+    file once now. Call it after installing the handler: a later rewrite is then signalled."""
+    try:
+        with open(config["config_path"], "rb") as f:
+            written = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return False  # the reload itself says why when it reads the file
+    return written != {key: value for key, value in config.items() if key != "parent_pid"}

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
-from tests.mqtt import Client
+from workers import packets as p
+from tests.mqtt import Client, RawClient
 from tests.steps import uid
 
 
@@ -150,6 +151,25 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     for client in (c, second):
         client.disconnect()
 
+
+
+def test_a_worker_starting_during_a_reload_applies_it(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """The SIGHUP may reach a restarted worker before it listens for it: it must still apply the file."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text("max_packet_size = 65536\n")
+    b = start_broker("--workers", "1", "--config", str(config))
+    old = b.workers()[0].pid
+    b.workers()[0].send_signal(signal.SIGKILL)
+    wait_for(lambda: re.search(rf"worker 0 started \(pid (?!{old}\b)\d+\)", b.output()), 10, "the new worker")
+    config.write_text("max_packet_size = 1000\n")  # signalled while the new worker is still starting
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "changed: max_packet_size" in b.output(), 10, "the reload line")
+    wait_for(lambda: b.output().count(" ready (pid ") == 2, 20, "the new worker to be ready")
+    raw = RawClient(b.port)
+    raw.connect(f"ops-late-{uid()}")
+    raw.send(p.encode_publish(b"ops/late", b"x" * 2000))
+    raw.read_until_closed()  # above the reloaded max_packet_size
+    wait_for(lambda: "exceeds the maximum of 1000" in b.output(), 10, "the oversize packet logged")
 
 def test_clients_lists_who_is_connected(start_broker: Callable[..., Broker]) -> None:
     b = start_broker("--workers", "2")

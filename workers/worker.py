@@ -21,7 +21,7 @@ import psutil
 import uvloop
 
 from router import wire
-from router.process import CONFIG_ENV, become_child
+from router.process import CONFIG_ENV, become_child, missed_reload
 from router.stats import process_usage
 from workers import handoff, tls
 from workers.archive import ArchiveWriter
@@ -417,5 +417,7 @@ def main() -> None:
     worker = Worker(worker_id, config, loop, channel, fd_limit)
     loop.add_signal_handler(signal.SIGTERM, worker.stop)
     loop.add_signal_handler(signal.SIGHUP, worker.reload)
+    if missed_reload(config):
+        worker.reload()
     log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
     loop.run_forever()
