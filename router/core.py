@@ -123,14 +123,21 @@ class Router:
                 self._flush_raw()  # keep every worker's records in the order they were caused
             handlers[kind](worker, header, payload)
 
-    def take_frames(self) -> list[tuple[bytes, bytes]]:
-        """The frames to send this turn: one per worker, acknowledgements of routed PUBs last."""
+    def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
+        """This turn's frames, (worker, now, later), acknowledgements of routed PUBs last. With
+        `split`, `later` holds what may leave only after the store's commit: acknowledgements (SESSION,
+        SUBACK, UNSUBACK, ROUTED) and QoS 2 deliveries, with whatever follows them; the rest leaves
+        at once, so a persistent subscriber's window does not wait for the disk."""
         if self.raw_dirty:
             self._flush_raw()
         for worker, count in self.routed.items():
-            self.out(worker).add(wire.ROUTED, wire.COUNT.pack(count))
+            out = self.out(worker)
+            out.hold()
+            out.add(wire.ROUTED, wire.COUNT.pack(count))
         self.routed.clear()
-        return [(worker, batch.take()) for worker, batch in self.batches.items() if batch]
+        if split:
+            return [(worker, *batch.take_split()) for worker, batch in self.batches.items() if batch]
+        return [(worker, batch.take(), b"") for worker, batch in self.batches.items() if batch]
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -189,6 +196,7 @@ class Router:
             self.cache.clear()
         out = self.out(worker)
         if not resume:  # a resumed connection (after a router restart) has had its CONNACK
+            out.hold()
             out.add_json(wire.SESSION, [conn, present])
         if present:
             self._resend(session, out)
@@ -299,6 +307,7 @@ class Router:
         self.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
+        out.hold()
         out.add_json(wire.SUBACK, [conn, packet_id, codes])
         for topic, body, qos in retained:
             self._deliver_one(session, out, topic.encode(), body, qos, retain=True)
@@ -314,7 +323,9 @@ class Router:
                 if not session.clean and self.store is not None:
                     self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
         self.cache.clear()
-        self.out(worker).add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id))
+        out = self.out(worker)
+        out.hold()
+        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id))
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -434,7 +445,10 @@ class Router:
                         parts.append(_pack_sub(session.conn, 0, 0))
                 subs = b"".join(parts)
             if subs:
-                self.out(worker).add(wire.DELIVER, head + subs, payload)
+                out = self.out(worker)
+                if qos == 2:  # delivered only once its PUBREC could be sent: the publisher will not send it again
+                    out.hold()
+                out.add(wire.DELIVER, head + subs, payload)
                 self.delivered += len(subs) // 7
         for session, granted in offline:
             eff = granted if granted < qos else qos

@@ -63,6 +63,14 @@ def serve(config: dict) -> None:
         serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"])
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
+
+    def send(worker: bytes, frame: bytes) -> None:
+        if frame:
+            try:
+                sock.send_multipart((worker, frame), zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                log.warning("cannot reach worker %r: %s", worker, exc)
+
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
     recv = sock.recv_multipart
@@ -104,14 +112,14 @@ def serve(config: dict) -> None:
                 next_sys = now + sys_interval
                 for topic, payload in stats.sys_messages(time.time()):
                     router.route(topic.encode(), payload, 0, True)
-        frames = router.take_frames()
-        if store is not None and store.ops:
-            store.commit()  # before any reply: what a PUBACK or SUBACK acknowledges is on disk
-        for worker, frame in frames:
-            try:
-                sock.send_multipart((worker, frame), zmq.NOBLOCK)
-            except zmq.ZMQError as exc:
-                log.warning("cannot reach worker %r: %s", worker, exc)
+        durable = store is not None and bool(store.ops)
+        frames = router.take_frames(split=durable)
+        for worker, now, _ in frames:
+            send(worker, now)
+        if durable and store is not None:
+            store.commit()  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk
+            for worker, _, later in frames:
+                send(worker, later)
         if drained:
             turns.observe(drained, time.perf_counter() - started)
     if store is not None:

@@ -55,12 +55,14 @@ _record_size = RECORD.size
 
 
 class Batch:
-    """The records for one peer produced during one loop turn, sent as one frame."""
+    """The records for one peer produced during one loop turn, sent as one frame, or as two when
+    `hold()` marked where the records start that may leave only once the turn is stored."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "held")
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
+        self.held = -1  # index in parts of the first record that waits for the store's commit
 
     def add(self, kind: int, header: bytes, payload: bytes = b"") -> None:
         parts = self.parts
@@ -72,6 +74,11 @@ class Batch:
     def add_json(self, kind: int, header: Any, payload: bytes = b"") -> None:
         self.add(kind, orjson.dumps(header), payload)
 
+    def hold(self) -> None:
+        """The next record (an acknowledgement) and all after it wait for the commit."""
+        if self.held < 0:
+            self.held = len(self.parts)
+
     def __bool__(self) -> bool:
         return bool(self.parts)
 
@@ -79,7 +86,18 @@ class Batch:
         """The frame, leaving the batch empty."""
         frame = b"".join(self.parts)
         self.parts.clear()
+        self.held = -1
         return frame
+
+    def take_split(self) -> tuple[bytes, bytes]:
+        """(what may leave now, what waits for the commit), leaving the batch empty."""
+        parts, held = self.parts, self.held
+        if held < 0:
+            return self.take(), b""
+        now, later = b"".join(parts[:held]), b"".join(parts[held:])
+        parts.clear()
+        self.held = -1
+        return now, later
 
 
 def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
