@@ -1,6 +1,7 @@
 """One timer wheel per worker for keepalive and CONNECT deadlines: no timer per connection.
 
-Entries sit in one-second slots. Activity only moves a connection's `deadline` forward; the sweep
+Entries sit in one-second slots, swept just after each whole second, so a deadline is acted on
+less than a second after it passes. Activity only moves a connection's `deadline` forward; the sweep
 re-files an entry whose deadline moved and returns the ones whose deadline has passed, so a busy
 connection costs one float store per read and one re-filing per keepalive period. A deadline that
 moves earlier (CONNECT's keepalive replacing the CONNECT timeout) is filed again with `add`; the
@@ -34,7 +35,7 @@ class TimerWheel:
         if deadline == math.inf:
             item.wheel_slot = -1
             return
-        second = max(int(deadline) + 1, self.cursor)
+        second = max(math.ceil(deadline), self.cursor)  # the first whole second at or after it
         item.wheel_slot = second
         slot = self.slots.get(second)
         if slot is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import signal
 import socket
@@ -88,7 +89,7 @@ class Worker:
         self.reported_load = (-1, -1)
         self.stopped = False
         loop.add_reader(channel.fileno(), self._channel_readable)
-        loop.call_later(1.0, self._tick)
+        loop.call_at(math.floor(loop.time()) + 1.0, self._tick)
         self.flush_soon()
 
     def now(self) -> float:
@@ -354,7 +355,7 @@ class Worker:
         self._report_stats()
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
-        self.loop.call_later(1.0, self._tick)
+        self.loop.call_at(math.floor(self.loop.time()) + 1.0, self._tick)  # just after the next whole second
 
     def _report_stats(self) -> None:
         """Once a second, the counters the router publishes as $SYS and serves to Prometheus."""
