@@ -337,9 +337,8 @@ class Router:
             if qos == 2:
                 session = self.by_conn.get((worker, conn))
                 if session is not None:
-                    if packet_id in session.incoming:
+                    if not session.receive(packet_id):
                         return  # a resend before PUBREL: received exactly once
-                    session.incoming.add(packet_id)
                     if not session.clean and self.store is not None:
                         self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
         self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
@@ -389,8 +388,7 @@ class Router:
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id = wire.CONN_PID.unpack(header)
         session = self.by_conn.get((worker, conn))
-        if session is not None and packet_id in session.incoming:
-            session.incoming.discard(packet_id)
+        if session is not None and session.released(packet_id):
             if not session.clean and self.store is not None:
                 self.store.record(db.INCOMING_DELETE_ONE, (session.client_id, packet_id))
 

@@ -7,7 +7,7 @@ id they will carry, so that a reconnect resends them with their original ids (MQ
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Iterator
 
 QUEUED = 0  # never sent to the client
@@ -52,11 +52,13 @@ class Session:
         self.worker: bytes | None = None
         self.conn = 0
         self.subs: dict[str, int] = {}
-        self.unacked: OrderedDict[int, Pending] = OrderedDict()
-        self.queued: deque[int] = deque()  # packet ids of QUEUED messages, oldest first
+        self.unacked: dict[int, Pending] = {}  # in the order kept
+        # packet ids of QUEUED messages, oldest first; the empty tuple until one waits (most sessions
+        # never queue, and an empty deque costs 760 bytes)
+        self.queued: deque[int] | tuple[()] = ()
         self.inflight = 0  # SENT or RELEASING messages: the client's window is full at max_inflight
         self.next_pid = 1
-        self.incoming: set[int] = set()  # QoS 2 packet ids received and not yet released
+        self.incoming: set[int] | tuple[()] = ()  # QoS 2 packet ids received and not yet released
         self.will: Will | None = None
         self.bytes = 0  # payload bytes of `unacked`
         self.seen = 0.0  # time.time() the connection ended (persistent sessions: for expiry)
@@ -81,8 +83,30 @@ class Session:
             self.inflight += 1
             return pid
         unacked[pid] = Pending(topic, payload, qos, retain, QUEUED)
-        self.queued.append(pid)
+        self.enqueue(pid)
         return 0
+
+    def enqueue(self, pid: int) -> None:
+        """Queue a kept message behind the others that wait for room in the client's window."""
+        if not self.queued:
+            self.queued = deque()
+        self.queued.append(pid)  # type: ignore[union-attr]
+
+    def receive(self, pid: int) -> bool:
+        """QoS 2 from this client: whether `pid` is new (False: a resend before PUBREL)."""
+        if pid in self.incoming:
+            return False
+        if not self.incoming:
+            self.incoming = set()
+        self.incoming.add(pid)  # type: ignore[union-attr]
+        return True
+
+    def released(self, pid: int) -> bool:
+        """PUBREL from this client: whether `pid` was waiting for it."""
+        if pid not in self.incoming:
+            return False
+        self.incoming.discard(pid)  # type: ignore[union-attr]
+        return True
 
     def release(self, pid: int) -> None:
         """The client finished this message (PUBACK or PUBCOMP)."""
@@ -106,12 +130,14 @@ class Session:
         """Queued messages that now fit in the client's window, marked SENT."""
         queued = self.queued
         while queued and self.inflight < window:
-            pid = queued.popleft()
+            pid = queued.popleft()  # type: ignore[union-attr]
             pending = self.unacked.get(pid)
             if pending is not None:
                 pending.state = SENT
                 self.inflight += 1
                 yield pid, pending
+        if not queued:
+            self.queued = ()
 
     def in_flight(self) -> Iterator[tuple[int, Pending]]:
         """What was sent and not finished, for the resend after a reconnect; recounts the window."""

@@ -130,7 +130,7 @@ class Store:
             for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming"):
                 session = loaded.sessions.get(client_id)
                 if session is not None:
-                    session.incoming.add(pid)
+                    session.receive(pid)
             for topic, payload, qos in db.execute("SELECT topic, payload, qos FROM retained"):
                 loaded.retained[topic] = (payload, qos)
             loaded.next_seq = (db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0) + 1
@@ -162,7 +162,7 @@ def _restore(session: Session, pid: int, pending: Pending) -> None:
     session.unacked[pid] = pending
     session.bytes += len(pending.payload)
     if pending.state == QUEUED:
-        session.queued.append(pid)
+        session.enqueue(pid)
     session.next_pid = pid % 65535 + 1
 
 

@@ -66,7 +66,7 @@ class Connection(asyncio.Protocol):
         self.wheel_slot = -1
         self.out: list[bytes] = []
         self.inflight: dict[int, int] = {}  # packet id -> qos (2 becomes -2 once PUBREL is sent)
-        self.queue: deque[Queued] = deque()
+        self.queue: deque[Queued] | tuple[()] = ()  # a deque only while something waits (an empty one costs 760 bytes)
         self.next_pid = 1
         self.paused = False
         self.persistent = False
@@ -367,13 +367,15 @@ class Connection(asyncio.Protocol):
                 return
             for i, queued in enumerate(queue):
                 if queued[2] == 0:
-                    del queue[i]
+                    del queue[i]  # type: ignore[union-attr]
                     break
             else:
                 self.worker.dropped += 1
                 return
             self.worker.dropped += 1
-        queue.append(item)
+        if not queue:
+            queue = self.queue = deque()
+        queue.append(item)  # type: ignore[union-attr]
 
     def _pump(self) -> None:
         """Move queued messages out while the window and the socket have room."""
@@ -389,7 +391,9 @@ class Connection(asyncio.Protocol):
                 self._send_qos(topic, payload, qos, retain, dup, packet_id)
             else:
                 break
-            queue.popleft()
+            queue.popleft()  # type: ignore[union-attr]
+        if not queue:
+            self.queue = ()
 
     def resend_pubrel(self, packet_id: int) -> None:
         self.inflight[packet_id] = -2
@@ -433,6 +437,6 @@ class Connection(asyncio.Protocol):
         # the keepalive wheel holds the object until its slot comes round: keep only a husk
         self.transport = None
         self.buf = b""
-        self.queue.clear()
+        self.queue = ()
         self.inflight.clear()
         self.will = self.subs = self.checker = self.sender = None
