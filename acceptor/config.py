@@ -16,6 +16,7 @@ from router.units import parse_duration
 from workers import tls
 from workers.acl import AclFile
 from workers.passwords import PasswordFile
+from workers.sqlauth import connect_args
 from workers.tokens import TokenVerifier
 
 
@@ -98,6 +99,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
         "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
+        "auth_database": Option(str, "", doc="users (and with auth_database_acl the ACL) in MySQL/MariaDB: "
+                                "mysql://user:password@host:3306/database; empty: none"),
+        "auth_database_acl": Option(bool, False, doc="take the ACL rules from the database's plexmq_acl table"),
+        "auth_database_cache": Option(float, 60.0, _range(0, 86400), "seconds the database's answers are "
+                                      "cached (0: every login asks)"),
+        "auth_database_timeout": Option(float, 3.0, _range(0.1, 60), "seconds a login waits for the database "
+                                        "before it gets CONNACK 0x03"),
         "jwt_jwks_file": Option(str, "", doc="public keys (JWKS) that sign the JWT bearer tokens clients may "
                                                  "send as their password; empty: no tokens"),
         "jwt_audience": Option(str, "", doc="the audience a token must name (empty: not checked)"),
@@ -199,7 +207,17 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_auth_files(config: dict[str, Any]) -> None:
-    """Read the password file and the ACL once, so that a bad line stops startup, not a worker."""
+    """Read the password file and the ACL once, so that a bad line stops startup, not a worker. The
+    database is not asked: one that is down at startup answers CONNACK 0x03 until it is back."""
+    if config["auth_database"] and config["password_file"]:
+        raise ConfigError("auth_database and password_file: set one of them, not both")
+    if config["auth_database_acl"] and (config["acl_file"] or not config["auth_database"]):
+        raise ConfigError("auth_database_acl: needs auth_database, and acl_file empty")
+    if config["auth_database"]:
+        try:
+            connect_args(config["auth_database"])
+        except ValueError as exc:  # said without the value: it holds a password
+            raise ConfigError(f"auth_database: {exc}") from None
     try:
         if config["password_file"]:
             PasswordFile.load(config["password_file"])
@@ -243,12 +261,12 @@ def is_loopback(host: str) -> bool:
 
 def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
-    if config["password_file"] or config["jwt_jwks_file"] or config["allow_anonymous"]:
+    if config["password_file"] or config["auth_database"] or config["jwt_jwks_file"] or config["allow_anonymous"]:
         return
     for _scheme, host, _port in listeners(config):
         if not is_loopback(host):
             raise ConfigError(f"host {host!r}: listening beyond loopback needs authentication "
-                              "(password_file) or allow_anonymous = true")
+                              "(password_file or auth_database) or allow_anonymous = true")
 
 
 def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str) -> None:

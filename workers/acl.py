@@ -20,6 +20,9 @@ has no user name. A deny pattern is filled in as it is (a wildcard only widens w
 
 The router does not check deliveries again, so a SUBSCRIBE is allowed only when one read rule
 covers the whole filter (every topic it can match) and no deny rule can match any of its topics.
+
+The same rules can live in a database table instead (workers.sqlauth): one row per `topic` or
+`pattern` line, read through AclBuilder, so both sources mean exactly the same.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from router.topics import matches, valid_filter
 
 READ, WRITE = 1, 2
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": 0}
+KINDS = ("anonymous", "user", "client", "pattern")  # whose rule it is: a table row's `kind`
 CACHE_SIZE = 64  # answers remembered per connection and direction; the oldest goes first
 
 _PLACEHOLDER = re.compile(r"%[uc]")
@@ -150,8 +154,46 @@ def _join(a: Rules, b: Rules) -> Rules:
     return a[0] + b[0], a[1] + b[1], a[2] + b[2]  # adding () returns the other tuple itself
 
 
+class AclBuilder:
+    """The rules of an ACL file or table while they are read: one `add` per `topic` or `pattern` line,
+    or per table row (the file's blocks are the table's `kind` and `name` columns)."""
+
+    __slots__ = ("anonymous", "users", "clients", "patterns")
+
+    def __init__(self) -> None:
+        self.anonymous = _Block()
+        self.users: dict[str, _Block] = {}
+        self.clients: dict[str, _Block] = {}
+        self.patterns: list[tuple[int, str, frozenset[str]]] = []
+
+    def add(self, kind: str, name: str, access_name: str, topic_filter: str) -> None:
+        """One rule of `kind` anonymous, user or client (`name` says which one) or pattern; a
+        ValueError says what is wrong with it."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (anonymous, user, client or pattern)")
+        if bool(name) != (kind in ("user", "client")):
+            raise ValueError(f"{kind} without a name" if not name else f"{kind} rule with a name ({name!r})")
+        if access_name not in ACCESS:
+            raise ValueError(f"unknown access {access_name!r} (read, write, readwrite or deny)")
+        checked = _PLACEHOLDER.sub("x", topic_filter) if kind == "pattern" else topic_filter
+        if not valid_filter(checked):
+            raise ValueError(f"invalid topic filter {topic_filter!r}")
+        access = ACCESS[access_name]
+        if kind == "pattern":
+            self.patterns.append((access, topic_filter, frozenset(_PLACEHOLDER.findall(topic_filter))))
+        elif kind == "anonymous":
+            self.anonymous.add(access, topic_filter)
+        else:
+            (self.users if kind == "user" else self.clients).setdefault(name, _Block()).add(access, topic_filter)
+
+    def build(self, source: str) -> AclFile:
+        return AclFile(source, self.anonymous.rules(), {name: b.rules() for name, b in self.users.items()},
+                       {name: b.rules() for name, b in self.clients.items()}, self.patterns)
+
+
 class AclFile:
-    """The parsed rules of one ACL file; `load` again (on SIGHUP) and hand out new checkers."""
+    """The parsed rules of one ACL file (or table: `path` names it); `load` again (on SIGHUP) and
+    hand out new checkers."""
 
     __slots__ = ("path", "anonymous", "users", "clients", "patterns")
 
@@ -171,10 +213,8 @@ class AclFile:
                 raw = f.read()
         except OSError as exc:
             raise AclError(f"{path}: {exc.strerror}") from None
-        anonymous = block = _Block()
-        users: dict[str, _Block] = {}
-        clients: dict[str, _Block] = {}
-        patterns: list[tuple[int, str, frozenset[str]]] = []
+        rules = AclBuilder()
+        kind, name = "anonymous", ""  # whose `topic` lines come next
         for number, data in enumerate(raw.splitlines(), 1):
             try:
                 words = data.decode().split(None, 1)
@@ -184,21 +224,18 @@ class AclFile:
                 if keyword in ("user", "client"):
                     if not rest:
                         raise ValueError(f"{keyword} without a name")
-                    block = (users if keyword == "user" else clients).setdefault(rest, _Block())
-                elif keyword in ("topic", "pattern"):
-                    access, topic_filter = _rule(keyword, rest)
-                    if keyword == "topic":
-                        block.add(access, topic_filter)
-                    else:
-                        patterns.append((access, topic_filter, frozenset(_PLACEHOLDER.findall(topic_filter))))
+                    kind, name = keyword, rest
+                elif keyword == "topic":
+                    rules.add(kind, name, *_access_and_filter(keyword, rest))
+                elif keyword == "pattern":
+                    rules.add("pattern", "", *_access_and_filter(keyword, rest))
                 else:
                     raise ValueError(f"unknown keyword {keyword!r} (user, client, topic or pattern)")
             except UnicodeDecodeError:
                 raise AclError(f"{path}:{number}: not UTF-8") from None
             except ValueError as exc:
                 raise AclError(f"{path}:{number}: {exc}") from None
-        return cls(path, anonymous.rules(), {name: b.rules() for name, b in users.items()},
-                   {name: b.rules() for name, b in clients.items()}, patterns)
+        return rules.build(path)
 
     def checker(self, username: str | None, client_id: str) -> Checker:
         """The rules for one connection: its user's (or the anonymous ones), its client id's, the patterns."""
@@ -222,15 +259,9 @@ class AclFile:
         return block.rules()
 
 
-def _rule(keyword: str, rest: str) -> tuple[int, str]:
+def _access_and_filter(keyword: str, rest: str) -> tuple[str, str]:
     """The access and filter of a `topic` or `pattern` line; mosquitto reads one word as a readwrite filter."""
     words = rest.split(None, 1)
     if not words:
         raise ValueError(f"{keyword} without a topic filter")
-    access_name, topic_filter = ("readwrite", words[0]) if len(words) == 1 else (words[0], words[1].strip())
-    if access_name not in ACCESS:
-        raise ValueError(f"unknown access {access_name!r} (read, write, readwrite or deny)")
-    checked = _PLACEHOLDER.sub("x", topic_filter) if keyword == "pattern" else topic_filter
-    if not valid_filter(checked):
-        raise ValueError(f"invalid topic filter {topic_filter!r}")
-    return ACCESS[access_name], topic_filter
+    return ("readwrite", words[0]) if len(words) == 1 else (words[0], words[1].strip())

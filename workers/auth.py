@@ -5,7 +5,9 @@ are slow on purpose, so they are checked on a small thread pool (hashlib.scrypt 
 never on the event loop; a check that succeeded is remembered (keyed by a keyed hash of the
 password, never the password) so that a fleet reconnecting after an outage does not pay the slow
 hash again. Failed logins from one address are answered later and later, so guessing is slow
-without costing the worker anything while it waits.
+without costing the worker anything while it waits. Users and rules in a database
+(workers.sqlauth) are read on a pool of their own, so a slow database never holds up the hashing,
+and a query that takes longer than `auth_database_timeout` answers CONNACK 0x03.
 """
 
 from __future__ import annotations
@@ -16,16 +18,20 @@ import hmac
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from workers.acl import AclFile, Checker
+from workers.acl import NO_RULES, AclFile, Checker
 from workers.passwords import PasswordFile
+from workers.sqlauth import DatabaseError, UserDatabase
 from workers.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.worker")
 
 ACCEPTED, SERVER_UNAVAILABLE, BAD_CREDENTIALS, NOT_AUTHORIZED = 0x00, 0x03, 0x04, 0x05  # CONNACK return codes
 HASH_THREADS = 2  # each scrypt check holds 16 MiB while it runs
+DATABASE_THREADS = 4  # queries wait on the network, not the CPU; each thread keeps a connection
 GOOD_LOGINS_MAX = 100_000  # remembered successful (user, password) pairs; emptied when full
 GOOD_LOGIN_SECONDS = 600.0
 FAILED_ADDRESSES_MAX = 10_000
@@ -34,14 +40,18 @@ FAILURE_MEMORY = 300.0  # seconds after which an address's failures are forgotte
 
 
 class Auth:
-    """The password file and ACL of one worker; `reload` re-reads both (SIGHUP)."""
+    """The password file (or user table) and ACL of one worker; `reload` re-reads both (SIGHUP)."""
 
     def __init__(self, config: dict, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.passwords: PasswordFile | None = None
         self.tokens: TokenVerifier | None = None
         self.acl: AclFile | None = None
+        self.database: UserDatabase | None = None
         self.pool: ThreadPoolExecutor | None = None
+        self.database_pool: ThreadPoolExecutor | None = None
+        self._database_down = False  # an outage is logged when it starts and when it ends
+        self._reading: asyncio.Future[None] | None = None  # the ACL table, read for `checker`
         self._key = secrets.token_bytes(32)
         self._good: dict[tuple[str, bytes], float] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures, last one)
@@ -55,8 +65,12 @@ class Auth:
         self.acl_path: str = config["acl_file"]
         self.allow_anonymous: bool = config["allow_anonymous"]
         self.jwt = (config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
-        if self.password_path and self.pool is None:
+        self.database_settings = (config["auth_database"], config["auth_database_cache"],
+                                  config["auth_database_timeout"], config["auth_database_acl"])
+        if (self.password_path or config["auth_database"]) and self.pool is None:
             self.pool = ThreadPoolExecutor(HASH_THREADS, "plexmq-auth")
+        if config["auth_database"] and self.database_pool is None:
+            self.database_pool = ThreadPoolExecutor(DATABASE_THREADS, "plexmq-authdb")
         self.reload()
 
     def reload(self) -> None:
@@ -66,21 +80,29 @@ class Auth:
             passwords = PasswordFile.load(self.password_path) if self.password_path else None
             tokens = TokenVerifier(*self.jwt) if self.jwt[0] else None
             acl = AclFile.load(self.acl_path) if self.acl_path else None
+            database = UserDatabase(*self.database_settings) if self.database_settings[0] else None
         except ValueError as exc:
             log.error("keeping the previous authentication settings: %s", exc)
             return
-        self.passwords, self.tokens, self.acl = passwords, tokens, acl
+        self.passwords, self.tokens, self.acl, self.database = passwords, tokens, acl, database
         self._good.clear()
 
     @property
     def required(self) -> bool:
-        """Whether a CONNECT must wait for `login` (a password file or token keys make it so)."""
-        return self.passwords is not None or self.tokens is not None
+        """Whether a CONNECT must wait for `login` (a password file, a database or token keys make it so)."""
+        return self.passwords is not None or self.tokens is not None or self.database is not None
 
     async def login(self, username: str | None, password: bytes | None, address: str) -> tuple[int, str | None]:
         """The CONNACK return code for these credentials and the username the client is known by
-        (a token's subject); failures come back after a delay."""
-        code, identity = await self._check(username, password)
+        (a token's subject); failures come back after a delay, a database that cannot answer at once."""
+        database = self.database
+        try:
+            code, identity = await self._check(username, password)
+            if code == ACCEPTED and database is not None and database.with_acl:
+                await self._ask(database, database.rules)  # for `checker`, which cannot wait
+        except (DatabaseError, TimeoutError) as exc:
+            self._unavailable(database, exc)
+            return SERVER_UNAVAILABLE, None
         if code == ACCEPTED:
             return code, identity
         self.refused += 1
@@ -104,9 +126,15 @@ class Auth:
         passwords = self.passwords
         if username is None:
             return (ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED), None
+        secret = password or b""
+        database = self.database
+        if database is not None:
+            stored = await self._ask(database, database.password_hash, username)
+            if not await self.loop.run_in_executor(self.pool, database.check, username, stored, secret):
+                return BAD_CREDENTIALS, None
+            return ACCEPTED, username
         if passwords is None:
             return BAD_CREDENTIALS, None  # tokens only, and this is not one
-        secret = password or b""
         key = (username, hmac.digest(self._key, secret, hashlib.sha256))
         now = time.monotonic()
         if now - self._good.get(key, -GOOD_LOGIN_SECONDS) < GOOD_LOGIN_SECONDS:
@@ -119,10 +147,38 @@ class Auth:
             self._good[key] = now
         return ACCEPTED, username
 
+    async def _ask(self, database: UserDatabase, call: Callable[..., Any], *args: Any) -> Any:
+        """`call` on the database pool; TimeoutError when it takes longer than the database's timeout."""
+        result = await asyncio.wait_for(self.loop.run_in_executor(self.database_pool, call, *args), database.timeout)
+        if self._database_down:
+            self._database_down = False
+            log.info("the authentication database %s answers again", database.source)
+        return result
+
+    def _unavailable(self, database: UserDatabase | None, exc: BaseException) -> None:
+        if not self._database_down and database is not None:
+            self._database_down = True
+            reason = exc if isinstance(exc, DatabaseError) else f"{database.source}: no answer in {database.timeout} s"
+            log.error("answering CONNACK 0x03 while the authentication database cannot answer: %s", reason)
+
+    async def _read_rules(self, database: UserDatabase) -> None:
+        """Read the ACL table for the next certificate login (those skip `login`, so `checker` had only stale rules)."""
+        try:
+            await self._ask(database, database.rules)
+        except (DatabaseError, TimeoutError) as exc:
+            self._unavailable(database, exc)
+
     def checker(self, username: str | None, client_id: str) -> Checker | None:
         """The connection's ACL checker; None when there is no ACL (everything allowed)."""
-        return None if self.acl is None else self.acl.checker(username, client_id)
+        database = self.database
+        if database is None or not database.with_acl:
+            return None if self.acl is None else self.acl.checker(username, client_id)
+        if not database.acl_is_fresh() and (self._reading is None or self._reading.done()):
+            self._reading = asyncio.ensure_future(self._read_rules(database))
+        acl = database.acl  # None before they were read once: nothing is allowed
+        return Checker(NO_RULES) if acl is None else acl.checker(username, client_id)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self.pool, self.database_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
