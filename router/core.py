@@ -25,18 +25,21 @@ log = logging.getLogger("plexmq.router")
 _pack_sub = wire.SUBSCRIBER.pack
 _pack_deliver = wire.DELIVER_HEAD.pack
 _unpack_pub = wire.PUB_HEAD.unpack_from
+_unpack_count = wire.COUNT.unpack_from
+_count_size = wire.COUNT.size
 _pub_head_size = wire.PUB_HEAD.size
 
 
 class Dest:
     """A worker's share of one topic's subscribers, collecting raw QoS 0 packets during a turn."""
 
-    __slots__ = ("worker", "subs", "pending")
+    __slots__ = ("worker", "subs", "pending", "count")
 
     def __init__(self, worker: bytes, subs: bytes) -> None:
         self.worker = worker
         self.subs = subs  # every online subscriber on that worker, packed
-        self.pending: list[bytes] = []
+        self.pending: list[bytes] = []  # runs of packets
+        self.count = 0  # packets in `pending`
 
 
 class Targets:
@@ -343,46 +346,28 @@ class Router:
                         self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
         self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
 
-    def _on_pub0(self, worker: bytes, header: bytes, data: bytes) -> None:
-        """A run of plain QoS 0 PUBLISH packets: each is matched and queued as it is for its workers."""
-        cache = self.cache
-        raw_dirty = self.raw_dirty
-        pos = 0
-        end = len(data)
-        count = 0
-        while pos < end:
-            i = pos + 1
-            b = data[i]
-            length = b & 127
-            shift = 7
-            while b & 128:
-                i += 1
-                b = data[i]
-                length |= (b & 127) << shift
-                shift += 7
-            body = i + 1
-            stop = body + length
-            topic = data[body + 2:body + 2 + ((data[body] << 8) | data[body + 1])]
-            targets = cache.get(topic)
-            if targets is None:
-                targets = self._match(topic)
-            if targets.raw:
-                packet = data[pos:stop]
-                for dest in targets.raw:
-                    pending = dest.pending
-                    if not pending:
-                        raw_dirty.append(dest)
-                    pending.append(packet)
-            count += 1
-            pos = stop
+    def _on_pub0(self, worker: bytes, header: bytes, packets: bytes) -> None:
+        """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its workers."""
+        topic = header[_count_size:]
+        targets = self.cache.get(topic)
+        if targets is None:
+            targets = self._match(topic)
+        count = _unpack_count(header)[0]
+        for dest in targets.raw:
+            pending = dest.pending
+            if not pending:
+                self.raw_dirty.append(dest)
+            pending.append(packets)
+            dest.count += count
         self.received += count
 
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
             pending = dest.pending
             self.out(dest.worker).add(wire.DELIVER_RAW, dest.subs, b"".join(pending))
-            self.delivered += len(pending) * (len(dest.subs) // wire.SUBSCRIBER.size)
+            self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
             pending.clear()
+            dest.count = 0
         self.raw_dirty.clear()
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:

@@ -24,7 +24,7 @@ REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 mes
 GONE = 8  # GONE_HEAD (conn, publish_will)
 STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
 CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
-PUB0 = 9  # no header; payload: a run of plain QoS 0 PUBLISH packets (first byte 0x30) exactly as received
+PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to that topic (first byte 0x30) exactly as received
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...]]

@@ -117,7 +117,11 @@ class Connection(asyncio.Protocol):
         pos = 0
         end = len(buf)
         max_size = worker.max_packet_size
-        run = -1  # start of a run of plain QoS 0 PUBLISH packets, forwarded to the router as they are
+        # a run: plain QoS 0 PUBLISH packets to one topic, forwarded to the router as they are and
+        # matched there once (a device's read usually holds one topic)
+        run = -1  # its start
+        run_topic = b""
+        count = 0
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
@@ -130,17 +134,22 @@ class Connection(asyncio.Protocol):
                 if first == 0x30 and self.fast:
                     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
                     topic = buf[start + 2:topic_end]
-                    to_archive = known_topics.get(topic) if topic_end <= stop else None
-                    if to_archive is None:
-                        p.decode_publish(0, buf[start:stop])  # validates, raises MalformedPacket
-                        to_archive = worker.remember_topic(topic)
-                    if run < 0:
-                        run = pos
+                    if run < 0 or topic != run_topic:
+                        to_archive = known_topics.get(topic) if topic_end <= stop else None
+                        if to_archive is None:
+                            p.decode_publish(0, buf[start:stop])  # validates, raises MalformedPacket
+                            to_archive = worker.remember_topic(topic)
+                        if run >= 0:
+                            self._forward(buf, run, pos, run_topic, count, skipped)
+                        run, run_topic, count = pos, topic, 0
+                    elif topic_end > stop:
+                        p.decode_publish(0, buf[start:stop])  # a topic longer than its packet: raises
+                    count += 1
                     if archiving and not to_archive:
                         skipped.append((pos, stop))
                 else:
                     if run >= 0:
-                        self._forward(buf, run, pos, skipped)
+                        self._forward(buf, run, pos, run_topic, count, skipped)
                         run = -1
                     self._packet(first >> 4, first & 15, buf[start:stop])
                     if self.state == CLOSED:
@@ -151,22 +160,22 @@ class Connection(asyncio.Protocol):
                 pos = stop
         except p.MalformedPacket as exc:
             if run >= 0:
-                self._forward(buf, run, pos, skipped)
+                self._forward(buf, run, pos, run_topic, count, skipped)
             self.close(f"malformed packet: {exc}")
             return
         if run >= 0:
-            self._forward(buf, run, pos, skipped)
+            self._forward(buf, run, pos, run_topic, count, skipped)
         self.buf = buf[pos:] if pos < end else b""
         worker.flush_soon()
         if self.keepalive:
             self.deadline = worker.now() + self.keepalive * 1.5
 
-    def _forward(self, buf: bytes, run: int, end: int, skipped: list[tuple[int, int]]) -> None:
-        """Send a run of plain QoS 0 PUBLISH packets to the router as they are, and archive them
-        (but the `skipped` ones) just as they are."""
+    def _forward(self, buf: bytes, run: int, end: int, topic: bytes, count: int, skipped: list[tuple[int, int]]) -> None:
+        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are,
+        and archive them (but the `skipped` ones) just as they are."""
         packets = buf[run:end]
         worker = self.worker
-        worker.link.pub0(packets)
+        worker.link.pub0(topic, count, packets)
         if worker.archive is not None:
             if skipped:
                 kept, at = [], run

@@ -6,12 +6,15 @@ import asyncio
 import os
 from typing import Callable
 
+import orjson
 import zmq
 
 from router import wire
+from router.process import CONFIG_ENV
 
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack
+_pack_count = wire.COUNT.pack
 
 
 class RouterLink:
@@ -27,6 +30,13 @@ class RouterLink:
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)  # at shutdown the router is stopping too: nothing to wait for
+        # a tcp:// link's CURVE keys come with the config the acceptor hands its children, not in `endpoint`
+        keys = orjson.loads(os.environ[CONFIG_ENV]).get("router_curve")
+        if keys:
+            sock.setsockopt(zmq.IPV6, 1)
+            sock.setsockopt(zmq.CURVE_SERVERKEY, keys["server_public"].encode())
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, keys["client_public"].encode())
+            sock.setsockopt(zmq.CURVE_SECRETKEY, keys["client_secret"].encode())
         sock.connect(endpoint)
         self.batch = wire.Batch()
         self.fd = sock.getsockopt(zmq.FD)
@@ -50,8 +60,8 @@ class RouterLink:
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
         self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
 
-    def pub0(self, packets: bytes) -> None:
-        self.batch.add(wire.PUB0, b"", packets)
+    def pub0(self, topic: bytes, count: int, packets: bytes) -> None:
+        self.batch.add(wire.PUB0, _pack_count(count) + topic, packets)
 
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
