@@ -95,6 +95,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "memory_limit": Option(int, 0, _range(0), "worker RSS in bytes above which QoS 0 deliveries are shed (0: no limit)"),
         "max_connections": Option(int, 0, _range(0), "connections the broker holds at most (0: no limit)"),
         "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),
+        "client_message_rate": Option(float, 0.0, _range(0), "PUBLISH packets per second one client may send (0: no limit)"),
+        "client_byte_rate": Option(float, 0.0, _range(0), "bytes per second one client may send (0: no limit)"),
         "allow_networks": Option(list, [], _networks, "client networks (CIDR) that may connect (empty: all)"),
         "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
@@ -110,6 +112,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                                  "send as their password; empty: no tokens"),
         "jwt_audience": Option(str, "", doc="the audience a token must name (empty: not checked)"),
         "jwt_issuer": Option(str, "", doc="the issuer a token must name (empty: not checked)"),
+        "jwt_disconnect_on_expiry": Option(bool, False, doc="close a token's connection when the token expires"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
                                                    "loopback without authentication"),
     },

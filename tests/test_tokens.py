@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from tests.conftest import Broker
 from tests.test_admission import from_address
 from tests.test_auth import config, login
+from workers import packets as p
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +29,19 @@ def token(key: object, kid: str, algorithm: str = "RS256", **claims: object) -> 
     return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid}).encode()  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def tokens_broker(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object]) -> Broker:
+def start_tokens_broker(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object],
+                        extra: str = "") -> Broker:
     jwks = {"keys": [dict(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys["rsa"].public_key())), kid="r1"),  # type: ignore[attr-defined]
                      dict(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(keys["ec"].public_key())), kid="e1")]}  # type: ignore[attr-defined]
     (tmp_path / "jwks.json").write_text(json.dumps(jwks))
     return start_broker("--workers", "2", "--config", config(tmp_path, f'jwt_jwks_file = "{tmp_path / "jwks.json"}"\n'
-                                                            'jwt_audience = "plexmq"\njwt_issuer = "https://idp.example"\n'))
+                                                            'jwt_audience = "plexmq"\njwt_issuer = "https://idp.example"\n'
+                                                            + extra))
+
+
+@pytest.fixture
+def tokens_broker(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object]) -> Broker:
+    return start_tokens_broker(tmp_path, start_broker, keys)
 
 
 def test_tokens_decide_the_connack(tokens_broker: Broker, keys: dict[str, object]) -> None:
@@ -67,3 +74,21 @@ def test_a_bad_jwks_file_stops_startup(tmp_path: Path) -> None:
     (tmp_path / "jwks.json").write_text("{nope")
     with pytest.raises(cfg.ConfigError, match="not a usable JWKS file"):
         cfg.load(config(tmp_path, f'jwt_jwks_file = "{tmp_path / "jwks.json"}"\n'), {})
+
+
+@pytest.mark.parametrize("disconnect", [True, False])
+def test_an_expiring_token_ends_the_session_only_when_configured(
+        tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object], disconnect: bool) -> None:
+    b = start_tokens_broker(tmp_path, start_broker, keys, f"jwt_disconnect_on_expiry = {str(disconnect).lower()}\n")
+    expires = time.time() + 2
+    c, code = login(b.port, "", token(keys["rsa"], "r1", exp=expires))
+    assert code == 0
+    if disconnect:
+        c.read_until_closed(timeout=6)  # the worker sweeps once a second
+        assert time.time() >= expires
+        assert "token expired" in b.output()
+    else:
+        time.sleep(max(0.0, expires + 1.5 - time.time()))  # waiting for an absence: past the expiry and a sweep
+        c.send(p.PINGREQ_PACKET)
+        assert c.recv() == (0xD0, b"")
+    c.close()

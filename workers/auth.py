@@ -65,6 +65,7 @@ class Auth:
         self.acl_path: str = config["acl_file"]
         self.allow_anonymous: bool = config["allow_anonymous"]
         self.jwt = (config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
+        self.disconnect_on_expiry: bool = config["jwt_disconnect_on_expiry"]
         self.database_settings = (config["auth_database"], config["auth_database_cache"],
                                   config["auth_database_timeout"], config["auth_database_acl"])
         if (self.password_path or config["auth_database"]) and self.pool is None:
@@ -92,19 +93,20 @@ class Auth:
         """Whether a CONNECT must wait for `login` (a password file, a database or token keys make it so)."""
         return self.passwords is not None or self.tokens is not None or self.database is not None
 
-    async def login(self, username: str | None, password: bytes | None, address: str) -> tuple[int, str | None]:
-        """The CONNACK return code for these credentials and the username the client is known by
-        (a token's subject); failures come back after a delay, a database that cannot answer at once."""
+    async def login(self, username: str | None, password: bytes | None, address: str) -> tuple[int, str | None, float]:
+        """The CONNACK return code for these credentials, the username the client is known by (a
+        token's subject) and when its session must end (0: never); failures come back after a delay,
+        a database that cannot answer at once."""
         database = self.database
         try:
-            code, identity = await self._check(username, password)
+            code, identity, expires = await self._check(username, password)
             if code == ACCEPTED and database is not None and database.with_acl:
                 await self._ask(database, database.rules)  # for `checker`, which cannot wait
         except (DatabaseError, TimeoutError) as exc:
             self._unavailable(database, exc)
-            return SERVER_UNAVAILABLE, None
+            return SERVER_UNAVAILABLE, None, 0.0
         if code == ACCEPTED:
-            return code, identity
+            return code, identity, expires
         self.refused += 1
         now = time.monotonic()
         count, last = self._failures.get(address, (0, now))
@@ -113,39 +115,41 @@ class Auth:
             self._failures.clear()
         self._failures[address] = (count, now)
         await asyncio.sleep(min(0.1 * 2 ** (count - 1), FAILURE_DELAY_MAX))
-        return code, None
+        return code, None, 0.0
 
-    async def _check(self, username: str | None, password: bytes | None) -> tuple[int, str | None]:
+    async def _check(self, username: str | None, password: bytes | None) -> tuple[int, str | None, float]:
+        """(code, identity, the time.time() at which the session ends: a token's expiry with
+        jwt_disconnect_on_expiry, else 0)."""
         tokens = self.tokens
         if tokens is not None and tokens.looks_like_token(password):
             claims = tokens.verify(password)  # type: ignore[arg-type]  # a signature check: tens of µs
             subject = None if claims is None else str(claims.get("sub", "")) or username
             if claims is None or username and username != subject:  # any name but the token's own
-                return BAD_CREDENTIALS, None
-            return ACCEPTED, subject
+                return BAD_CREDENTIALS, None, 0.0
+            return ACCEPTED, subject, float(claims["exp"]) if self.disconnect_on_expiry else 0.0
         passwords = self.passwords
         if username is None:
-            return (ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED), None
+            return (ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED), None, 0.0
         secret = password or b""
         database = self.database
         if database is not None:
             stored = await self._ask(database, database.password_hash, username)
             if not await self.loop.run_in_executor(self.pool, database.check, username, stored, secret):
-                return BAD_CREDENTIALS, None
-            return ACCEPTED, username
+                return BAD_CREDENTIALS, None, 0.0
+            return ACCEPTED, username, 0.0
         if passwords is None:
-            return BAD_CREDENTIALS, None  # tokens only, and this is not one
+            return BAD_CREDENTIALS, None, 0.0  # tokens only, and this is not one
         key = (username, hmac.digest(self._key, secret, hashlib.sha256))
         now = time.monotonic()
         if now - self._good.get(key, -GOOD_LOGIN_SECONDS) < GOOD_LOGIN_SECONDS:
-            return ACCEPTED, username
+            return ACCEPTED, username, 0.0
         if not await self.loop.run_in_executor(self.pool, passwords.check, username, secret):
-            return BAD_CREDENTIALS, None
+            return BAD_CREDENTIALS, None, 0.0
         if self.passwords is passwords:  # not reloaded meanwhile
             if len(self._good) >= GOOD_LOGINS_MAX:
                 self._good.clear()
             self._good[key] = now
-        return ACCEPTED, username
+        return ACCEPTED, username, 0.0
 
     async def _ask(self, database: UserDatabase, call: Callable[..., Any], *args: Any) -> Any:
         """`call` on the database pool; TimeoutError when it takes longer than the database's timeout."""

@@ -48,7 +48,8 @@ def peer_name(address: object) -> str:
 class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
-                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username")
+                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username",
+                 "credit_messages", "credit_bytes", "credit_at")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -77,6 +78,8 @@ class Connection(asyncio.Protocol):
         self.waiting = 0  # SUBSCRIBE and UNSUBSCRIBE the router has not answered yet
         self.checker: Checker | None = None  # the ACL's answers for this client; None: no ACL
         self.fast = False  # plain QoS 0 PUBLISH runs go to the router untouched (connected, no ACL)
+        # what is left of the client's buckets (client_message_rate, client_byte_rate) at credit_at
+        self.credit_messages = self.credit_bytes = self.credit_at = 0.0
 
     @property
     def closed(self) -> bool:
@@ -122,15 +125,19 @@ class Connection(asyncio.Protocol):
         run = -1  # its start
         run_topic = b""
         count = 0
+        published = 0  # PUBLISH packets of this read, for client_message_rate
+        limit, max_published = self._allowance(end) if worker.rate_limited else (end, end)
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
         try:
-            while pos < end:
+            while pos < limit:
                 found = _frame(buf, pos, max_size)
                 if found is None:
                     break
                 first, start, stop = found
+                if published >= max_published and first & 0xF0 == 0x30:
+                    break  # the rest waits in the buffer until the client's bucket has refilled
                 if first == 0x30 and self.fast:
                     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
                     topic = buf[start + 2:topic_end]
@@ -145,12 +152,14 @@ class Connection(asyncio.Protocol):
                     elif topic_end > stop:
                         p.decode_publish(0, buf[start:stop])  # a topic longer than its packet: raises
                     count += 1
+                    published += 1
                     if archiving and not to_archive:
                         skipped.append((pos, stop))
                 else:
                     if run >= 0:
                         self._forward(buf, run, pos, run_topic, count, skipped)
                         run = -1
+                    published += first >> 4 == p.PUBLISH
                     self._packet(first >> 4, first & 15, buf[start:stop])
                     if self.state == CLOSED:
                         return
@@ -169,6 +178,51 @@ class Connection(asyncio.Protocol):
         worker.flush_soon()
         if self.keepalive:
             self.deadline = worker.now() + self.keepalive * 1.5
+        if worker.rate_limited:
+            self._charge(published, pos)
+
+    # -- per-client rate limits: buckets that hold one second's worth and refill at the rate ------
+
+    def _allowance(self, end: int) -> tuple[int, int]:
+        """How far into the buffer this read may go (bytes) and how many PUBLISH packets it may take."""
+        worker = self.worker
+        now = worker.now()
+        elapsed = now - self.credit_at if self.credit_at else math.inf  # the first read finds them full
+        self.credit_at = now
+        limit = max_published = end
+        rate = worker.message_rate
+        if rate:
+            self.credit_messages = min(self.credit_messages + elapsed * rate, max(rate, 1.0))
+            max_published = int(self.credit_messages)
+        rate = worker.byte_rate
+        if rate:
+            self.credit_bytes = min(self.credit_bytes + elapsed * rate, max(rate, 1.0))
+            limit = min(end, int(self.credit_bytes))  # a packet that starts within it is read whole
+        return limit, max_published
+
+    def _charge(self, published: int, consumed: int) -> None:
+        """Take what this read used; a bucket that cannot pay for the next packet stops reading the
+        client until it has refilled (pause, not buffer: the rest of the read waits in `buf`)."""
+        worker = self.worker
+        wait = 0.0
+        rate = worker.message_rate
+        if rate:
+            self.credit_messages -= published
+            wait = (1.0 - self.credit_messages) / rate
+        rate = worker.byte_rate
+        if rate:
+            self.credit_bytes -= consumed
+            wait = max(wait, (1.0 - self.credit_bytes) / rate)
+        if wait > 0 and self.transport is not None:
+            self.transport.pause_reading()
+            worker.loop.call_later(wait, self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        if self.state == CLOSED or self.transport is None:
+            return
+        self.transport.resume_reading()
+        if self.buf:
+            self.data_received(b"")  # what the last read could not take yet
 
     def _forward(self, buf: bytes, run: int, end: int, topic: bytes, count: int, skipped: list[tuple[int, int]]) -> None:
         """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are,
@@ -275,18 +329,20 @@ class Connection(asyncio.Protocol):
             return
         self._accept(connect)
 
-    def _logged_in(self, login: asyncio.Future[tuple[int, str | None]], connect: p.Connect) -> None:
+    def _logged_in(self, login: asyncio.Future[tuple[int, str | None, float]], connect: p.Connect) -> None:
         if self.state != AUTHENTICATING:
             return  # closed while the password was checked
         if login.cancelled() or login.exception() is not None:
             log.error("client %s: cannot check the password: %s", self.client_id, login.exception())
             self.write(p.encode_connack(False, SERVER_UNAVAILABLE))
             return self.close("authentication failed")
-        code, identity = login.result()
+        code, identity, expires = login.result()
         if code:
             self.write(p.encode_connack(False, code))
             return self.close("bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
         self.username = identity
+        if expires:
+            self.worker.end_at(expires, self)
         self._accept(connect)
         self.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
         if self.state == CONNECTING:

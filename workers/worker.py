@@ -7,6 +7,7 @@ and one ZeroMQ frame to the router. Keepalive and CONNECT deadlines share one wh
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import os
@@ -62,6 +63,9 @@ class Worker:
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
         self.shed = 0
         self.memory_limit: int = config["memory_limit"]
+        self.message_rate = self.byte_rate = 0.0
+        self.rate_limited = False
+        self._set_rates(config)
         context = tls.server_context(config["tls"]) if tls.wanted(config) else None
         self.identity_as_username: bool = context is not None and config["tls"]["use_identity_as_username"]
         self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {  # listener kind -> (TLS, WebSocket)
@@ -69,6 +73,7 @@ class Worker:
             handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
         self.max_conns = max(fd_limit - FD_RESERVE, 1)
         self.conns: dict[int, Connection] = {}
+        self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
         self.next_conn = 1
         self.dirty: list[Connection] = []
         self.flush_pending = False
@@ -347,10 +352,17 @@ class Worker:
             except OSError:
                 pass  # the acceptor is gone: the channel's EOF stops this worker
 
+    def end_at(self, when: float, conn: Connection) -> None:
+        """Close `conn` at `when` (time.time(): its token expires), checked by the once-a-second sweep."""
+        heapq.heappush(self.ending, (when, conn.conn_id, conn))
+
     def _tick(self) -> None:
         now = self.loop.time()
         for conn in self.wheel.expire(now):
             conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state < CONNECTING else "keepalive timeout")  # type: ignore[attr-defined]
+        ending, wall = self.ending, time.time()
+        while ending and ending[0][0] <= wall:
+            heapq.heappop(ending)[2].close("token expired")  # a closed one ignores it
         self._report_load()
         self._report_stats()
         if self.archive is not None:
@@ -385,11 +397,18 @@ class Worker:
         self.max_queued = config["max_queued_messages"]
         self.connect_timeout = config["connect_timeout"]
         self.memory_limit = config["memory_limit"]
+        self._set_rates(config)
         self.auth.configure(config)
         if self.archive is not None:
             self.archive.set_filters(config["archive"]["topics"])
             self.known_topics.clear()
         log.info("worker %d reloaded its settings", self.worker_id)
+
+    def _set_rates(self, config: dict) -> None:
+        """Per-client rate limits (0: none); connections check `rate_limited` after each read."""
+        self.message_rate = config["client_message_rate"]
+        self.byte_rate = config["client_byte_rate"]
+        self.rate_limited = bool(self.message_rate or self.byte_rate)
 
     def stop(self) -> None:
         if self.stopped:

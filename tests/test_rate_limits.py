@@ -1,0 +1,64 @@
+"""Per-client rate limits (client_message_rate, client_byte_rate): a client that sends faster is read
+more slowly (its data waits in its socket), so it is held to the rate and nothing it sent is lost."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests.conftest import Broker
+from tests.mqtt import Client, RawClient
+from tests.steps import uid
+from workers import packets as p
+
+
+def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:
+    """Seconds between the first and the last of `count` PUBLISHes that one client sends in a single
+    write, as its subscriber receives them; every one must arrive, in order."""
+    topic = f"rate/{uid()}"
+    sub = Client(b.port, f"rate-sub-{uid()}")
+    sub.subscribe(topic, qos)
+    pub = RawClient(b.port)
+    pub.connect(f"rate-pub-{uid()}")
+    pub.send(b"".join(p.encode_publish(topic.encode(), b"%06d" % i + payload, qos, packet_id=i + 1 if qos else 0)
+                      for i in range(count)))
+    first = sub.get()
+    started = time.monotonic()
+    got = [first.payload[:6]] + [sub.get().payload[:6] for _ in range(count - 1)]
+    took = time.monotonic() - started
+    assert got == [b"%06d" % i for i in range(count)]
+    if qos:
+        acks = [pub.recv() for _ in range(count)]
+        assert acks == [(0x40, (i + 1).to_bytes(2, "big")) for i in range(count)]
+    pub.send(p.PINGREQ_PACKET)  # the throttled client is still served
+    assert pub.recv() == (0xD0, b"")
+    pub.close()
+    sub.disconnect()
+    return took
+
+
+def limited(tmp_path: Path, start_broker: Callable[..., Broker], text: str) -> Broker:
+    config = tmp_path / "plexmq.toml"
+    config.write_text(text)
+    return start_broker("--workers", "1", "--config", str(config))
+
+
+def test_message_rate_holds_a_publisher_to_it_and_loses_nothing(tmp_path: Path,
+                                                               start_broker: Callable[..., Broker]) -> None:
+    b = limited(tmp_path, start_broker, "client_message_rate = 200.0\n")
+    # the bucket holds 200; the other 400 come at 200/s, so about 2 s
+    assert burst_takes(b, 600, b"m") >= 1.5
+    assert burst_takes(b, 300, b"q", qos=1) >= 0.3  # QoS 1: acknowledged in order, all of them
+
+
+def test_byte_rate_holds_a_publisher_to_it(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = limited(tmp_path, start_broker, "client_byte_rate = 20000.0\n")
+    # 60 packets of ~1 KB: the bucket holds 20 KB, the other ~40 KB come at 20 KB/s
+    assert burst_takes(b, 60, b"x" * 1000) >= 1.5
+
+
+def test_without_limits_a_burst_is_not_slowed(start_broker: Callable[..., Broker]) -> None:
+    """The same burst with the defaults: the limits above are what slowed it."""
+    b = start_broker("--workers", "1")
+    assert burst_takes(b, 600, b"m") < 1.5
