@@ -15,6 +15,8 @@ from router.process import CONFIG_ENV
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack
 _pack_count = wire.COUNT.pack
+# plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 
 class RouterLink:
@@ -47,14 +49,14 @@ class RouterLink:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
         nothing is left)."""
         sock = self.sock
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self.on_frame(sock.recv(zmq.NOBLOCK, copy=True))
+        while sock.getsockopt(_EVENTS) & _POLLIN:
+            self.on_frame(sock.recv(_NOBLOCK, copy=True))
 
     def send(self) -> None:
         if self.batch:
-            self.sock.send(self.batch.take(), zmq.NOBLOCK)
+            self.sock.send(self.batch.take(), _NOBLOCK)
             # a send can consume the fd's edge: look for input that arrived meanwhile
-            if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if self.sock.getsockopt(_EVENTS) & _POLLIN:
                 self.loop.call_soon(self.drain)
 
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
