@@ -7,10 +7,14 @@ and the key. The result is a plain dict that the acceptor hands to its children 
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import zmq
+import zmq.auth
 
 from router.units import parse_duration
 from workers import tls
@@ -67,6 +71,32 @@ def _strings(value: Any) -> str | None:
     return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
 
 
+_TCP_ENDPOINT = re.compile(r"tcp://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})")
+_HOST_NAME = re.compile(r"(?=.*[A-Za-z])[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
+
+
+def _is_address(host: str, version: int) -> bool:
+    try:
+        return ipaddress.ip_address(host).version == version
+    except ValueError:
+        return False
+
+
+def _router_bind(value: Any) -> str | None:
+    """Empty, or a tcp:// endpoint that the router can bind and the workers connect to: no `*`, no
+    port 0, no interface name (ZeroMQ takes those on bind only)."""
+    if not value:
+        return None
+    found = _TCP_ENDPOINT.fullmatch(value)
+    if found and 0 < int(found["port"]) < 65536:
+        if found["v6"]:
+            if _is_address(found["v6"], 6):
+                return None
+        elif _is_address(found["host"], 4) or _HOST_NAME.fullmatch(found["host"]):
+            return None
+    return 'must be empty (ipc:// in run_dir) or "tcp://HOST:PORT" (an IPv4 address, [IPv6] or a name)'
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 SCHEMA: dict[str, dict[str, Option]] = {
@@ -84,6 +114,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "max_queued_messages": Option(int, 1000, _range(0), "messages queued per client beyond the inflight window"),
         "max_queued_bytes": Option(int, 0, _range(0), "payload bytes queued per client beyond the inflight window (0: no limit)"),
         "run_dir": Option(str, "", doc="private directory for the internal sockets (empty: a new temporary one)"),
+        "router_bind": Option(str, "", _router_bind, "the workers' link to the router: empty (ipc:// in run_dir) "
+                              "or tcp://HOST:PORT, encrypted and authenticated with CURVE"),
+        "router_curve_dir": Option(str, "", doc="server.key_secret and client.key_secret for a tcp:// "
+                                   "router_bind (empty: new keys at each start)"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
         "persistence": Option(bool, True, doc="keep the store on disk (false: everything in memory only)"),
         "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),
@@ -206,6 +240,7 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     _check_exposure(config)
     _check_auth_files(config)
     _check_tls(config)
+    _check_router_link(config)
     return config
 
 
@@ -239,6 +274,36 @@ def _check_tls(config: dict[str, Any]) -> None:
             tls.server_context(config["tls"])
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _check_router_link(config: dict[str, Any]) -> None:
+    """Read the CURVE key files once, so that a missing or bad one stops startup, not the router."""
+    if config["router_curve_dir"]:
+        if not config["router_bind"]:
+            raise ConfigError("router_curve_dir: needs a tcp:// router_bind (the ipc:// link has no keys)")
+        curve_keys(config["router_curve_dir"])
+
+
+def curve_keys(key_dir: str) -> dict[str, str]:
+    """The CURVE keys of a tcp:// router link (z85): the server's and the workers' (client) pair, read
+    from key_dir (as `zmq.auth.create_certificates(key_dir, "server")` and `"client"` write them),
+    or new ones that only this run's processes learn."""
+    if not key_dir:
+        (server_public, server_secret), (client_public, client_secret) = zmq.curve_keypair(), zmq.curve_keypair()
+    else:
+        pairs = []
+        for name in ("server", "client"):
+            path = os.path.join(key_dir, f"{name}.key_secret")
+            try:
+                public, secret = zmq.auth.load_certificate(path)
+            except (OSError, ValueError) as exc:  # a missing file is an OSError without strerror
+                raise ConfigError(f"router_curve_dir: {exc}") from None
+            if len(public) != 40 or not secret or len(secret) != 40:
+                raise ConfigError(f"router_curve_dir: {path} holds no CURVE key pair (z85, 40 characters each)")
+            pairs.append((public, secret))
+        (server_public, server_secret), (client_public, client_secret) = pairs
+    return {"server_public": server_public.decode(), "server_secret": server_secret.decode(),
+            "client_public": client_public.decode(), "client_secret": client_secret.decode()}
 
 
 def listeners(config: dict[str, Any]) -> list[tuple[str, str, int]]:

@@ -66,9 +66,14 @@ def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[
 
 
 def write(path: str, config: dict[str, Any]) -> None:
-    """Where the children read their config on SIGHUP."""
-    with open(path, "wb") as f:
+    """Where the children read their config on SIGHUP: mode 0600 (it may hold the router link's
+    CURVE secret keys), and replaced whole, so a child never reads it half written."""
+    part = f"{path}.part"
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(fd, 0o600)  # a .part left by a crash may have had another mode
         f.write(orjson.dumps(config))
+    os.replace(part, path)
 
 
 def _is_broker(cmdline: list[str]) -> bool:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from typing import Callable
 
-from acceptor.config import listeners
+from acceptor.config import curve_keys, listeners
 from acceptor import reload
 from acceptor.admission import Admission
 from acceptor.listener import Listener
@@ -42,6 +42,15 @@ def check_store(data_dir: str, sync: str) -> None:
         store.close()
 
 
+def check_router_bind(endpoint: str) -> None:
+    """Bind the router's tcp:// endpoint once and let it go: a port in use or a name that does not
+    resolve stops startup with one line, not a router that fails in a loop (OSError)."""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    with socket.socket(socket.AF_INET6 if host.startswith("[") else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), int(port)))
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -64,6 +73,12 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         except OSError as exc:
             print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
             return 1
+    if config["router_bind"]:
+        try:
+            check_router_bind(config["router_bind"])
+        except OSError as exc:
+            print(f"plexmq: cannot bind router_bind {config['router_bind']}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     if config["persistence"]:
         config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
@@ -85,7 +100,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
-    config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
+    if config["router_bind"]:  # the children learn the keys from their config, never from a log
+        config["router_endpoint"] = config["router_bind"]
+        config["router_curve"] = curve_keys(config["router_curve_dir"])
+    else:
+        config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
     config["config_path"] = os.path.join(run_dir, "config.json")
     reload.write(config["config_path"], config)
     for scheme, sock in socks:  # the plain listener first, in the line tests and scripts read

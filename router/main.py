@@ -8,9 +8,11 @@ import os
 import signal
 import sys
 import time
+from types import SimpleNamespace
 
 import orjson
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
 from router.core import Router
 from router.listing import ClientListing
@@ -49,6 +51,7 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.SNDHWM, 0)  # flow control is ours (DESIGN.md): never let ZeroMQ drop
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
+    auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
     sock.bind(config["router_endpoint"])
     store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
@@ -125,8 +128,23 @@ def serve(config: dict) -> None:
     if store is not None:
         store.close()
     sock.close(0)
+    if auth is not None:
+        auth.stop()  # its sockets would keep ctx.term() waiting
     ctx.term()
     log.info("router stopped")
+
+
+def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:
+    """A tcp:// link: encrypted with CURVE and open only to the workers' client key, which a ZAP
+    handler (a thread on this context) checks: without one ZeroMQ lets any client key in."""
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    allowed = keys["client_public"].encode()
+    auth.configure_curve_callback("*", SimpleNamespace(callback=lambda _domain, key: key == allowed))
+    sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:port needs it; IPv4 works as before
+    sock.setsockopt(zmq.CURVE_SERVER, 1)
+    sock.setsockopt(zmq.CURVE_SECRETKEY, keys["server_secret"].encode())
+    return auth
 
 
 def _expiry_interval(expiration: float) -> float:

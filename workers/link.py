@@ -6,11 +6,9 @@ import asyncio
 import os
 from typing import Callable
 
-import orjson
 import zmq
 
 from router import wire
-from router.process import CONFIG_ENV
 
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack
@@ -23,7 +21,8 @@ class RouterLink:
     """Collects the records of one loop turn in `batch`; `send()` ships them as one frame."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, worker_id: int,
-                 on_frame: Callable[[bytes], None]) -> None:
+                 on_frame: Callable[[bytes], None], curve: dict[str, str] | None = None) -> None:
+        """`curve`: the keys of a tcp:// link (router_bind), which the acceptor hands its children."""
         self.loop = loop
         self.on_frame = on_frame
         self.ctx = zmq.Context(io_threads=1)
@@ -32,13 +31,11 @@ class RouterLink:
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)  # at shutdown the router is stopping too: nothing to wait for
-        # a tcp:// link's CURVE keys come with the config the acceptor hands its children, not in `endpoint`
-        keys = orjson.loads(os.environ[CONFIG_ENV]).get("router_curve")
-        if keys:
+        if curve:
             sock.setsockopt(zmq.IPV6, 1)
-            sock.setsockopt(zmq.CURVE_SERVERKEY, keys["server_public"].encode())
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, keys["client_public"].encode())
-            sock.setsockopt(zmq.CURVE_SECRETKEY, keys["client_secret"].encode())
+            sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server_public"].encode())
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["client_public"].encode())
+            sock.setsockopt(zmq.CURVE_SECRETKEY, curve["client_secret"].encode())
         sock.connect(endpoint)
         self.batch = wire.Batch()
         self.fd = sock.getsockopt(zmq.FD)

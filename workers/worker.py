@@ -79,7 +79,7 @@ class Worker:
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.wheel = TimerWheel(loop.time())
-        self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame)
+        self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame, config.get("router_curve"))
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
