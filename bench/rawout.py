@@ -30,7 +30,8 @@ def utc_offset_ns() -> int:
 class LatencySamples:
     """Per-message (send time, receive time, publisher, sequence, subscriber), evenly decimated."""
 
-    __slots__ = ("cap", "pub", "recv_ns", "sent_ns", "seq", "skip", "stride", "sub")
+    COLUMNS = ("sent_ns", "recv_ns", "pub", "seq", "sub")
+    __slots__ = ("cap", "skip", "stride", *COLUMNS)
 
     def __init__(self, cap: int) -> None:
         self.cap = max(cap, 2)
@@ -53,7 +54,7 @@ class LatencySamples:
         self.seq.append(seq)
         self.sub.append(sub)
         if len(self.sub) >= self.cap:
-            for name in self.__slots__[3:]:
+            for name in self.COLUMNS:
                 setattr(self, name, getattr(self, name)[::2])
             self.stride *= 2
 

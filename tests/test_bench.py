@@ -94,3 +94,16 @@ def test_durability_script_small(capsys) -> None:
     assert 0 < result["connack_s"] <= result["first_message_s"] <= result["all_messages_s"]
     assert result["disk_filled"]["total_mb"] > 0 and result["rss_filled_mb"]["router"] > 0
     assert not Path(result["data_dir"]).exists()  # the temporary data dir is gone
+
+
+def test_latency_samples_are_decimated_evenly_and_stay_aligned() -> None:
+    """Past the cap every other kept sample goes and the stride doubles; the columns stay rows."""
+    from bench.rawout import LatencySamples
+
+    kept = LatencySamples(8)
+    for i in range(100):
+        kept.add(sent_ns=i, recv_ns=i + 1000, pub=i % 7, seq=i, sub=3)
+    assert kept.stride == 16
+    assert list(kept.seq) == list(range(0, 100, 16))
+    assert [list(kept.sent_ns), list(kept.recv_ns), list(kept.pub), list(kept.sub)] == [
+        list(kept.seq), [i + 1000 for i in kept.seq], [i % 7 for i in kept.seq], [3] * len(kept.seq)]
