@@ -19,6 +19,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="MQTT port (default 1883)")
     serve.add_argument("--workers", type=int, metavar="N", help="connection workers (default: cores - 1, at least 1)")
+    serve.add_argument("--max-connections", type=int, metavar="N",
+                       help="connections the broker holds at most; without --workers, enough workers start to hold them "
+                            "under the open-file limit (default 0: no limit)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",

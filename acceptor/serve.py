@@ -17,7 +17,7 @@ from acceptor import reload
 from acceptor.admission import Admission
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
-from router.process import raise_fd_limit
+from router.process import connections_per_worker, raise_fd_limit
 from router.store import Store, StoreError
 from workers import handoff
 
@@ -28,9 +28,10 @@ KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": hand
          "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
 
 
-def default_workers() -> int:
-    """One per core less one for the router, at least one."""
-    return max((os.cpu_count() or 2) - 1, 1)
+def default_workers(max_connections: int, per_worker: int) -> int:
+    """One per core less one for the router, at least one, and at least as many as it takes to hold
+    `max_connections` when each worker holds `per_worker`."""
+    return max((os.cpu_count() or 2) - 1, 1, -(-max_connections // per_worker))  # -(-a // b): a / b rounded up
 
 
 def check_store(data_dir: str, sync: str) -> None:
@@ -63,9 +64,9 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(config: dict, load: Callable[[], dict]) -> int:
     """Run the broker until SIGTERM/SIGINT; the exit status. `load` reads the config again (SIGHUP)."""
-    raise_fd_limit()
+    per_worker = connections_per_worker(raise_fd_limit())
     if not config["workers"]:
-        config["workers"] = default_workers()
+        config["workers"] = default_workers(config["max_connections"], per_worker)
     socks: list[tuple[str, socket.socket]] = []
     for scheme, host, port in listeners(config):
         try:
@@ -113,6 +114,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
         else:
             log.info("plexmq listening on %s:%d (%s)", host, port, scheme)
+    needed = -(-config["max_connections"] // per_worker)
+    if needed > config["workers"]:
+        log.warning("%d workers hold at most %d connections (%d each under the open-file limit): max_connections "
+                    "%d needs --workers %d", config["workers"], config["workers"] * per_worker, per_worker,
+                    config["max_connections"], needed)
 
     loop = asyncio.new_event_loop()  # the stdlib loop: uvloop keeps SIGCHLD for itself
     asyncio.set_event_loop(loop)

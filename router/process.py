@@ -52,6 +52,14 @@ def raise_fd_limit() -> int:
     return hard
 
 
+FD_RESERVE = 64  # a worker's descriptors besides its clients: ZeroMQ, the channel, logs, the archive
+
+
+def connections_per_worker(fd_limit: int) -> int:
+    """How many client connections one worker can hold under the open-file limit `fd_limit`."""
+    return max(fd_limit - FD_RESERVE, 1)
+
+
 def become_child(parent_pid: int, log_level: str, log_format: str, role: str) -> int:
     """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -247,3 +249,18 @@ def test_without_authentication_only_loopback(tmp_path: Path, text: str) -> None
 def test_loopback_needs_no_authentication(tmp_path: Path) -> None:
     for host in ("127.0.0.1", "127.0.0.5", "::1", "localhost"):
         assert cfg.load(None, {"host": host})["host"] == host
+
+
+def test_max_connections_picks_enough_workers_or_says_so(start_broker: Callable[..., Broker]) -> None:
+    """Each worker holds what the open-file limit leaves it: more connections need more workers."""
+    from router.process import connections_per_worker
+
+    per_worker = connections_per_worker(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    wanted = per_worker + 1  # one more than a worker can hold: two workers
+    b = start_broker("--max-connections", str(wanted))
+    expected = max((os.cpu_count() or 2) - 1, 2)  # the cores' default, or the two it takes
+    assert re.search(rf"listening on \S+ with {expected} workers", b.output()), b.output()
+    assert "needs --workers" not in b.output()
+    one = start_broker("--workers", "1", "--max-connections", str(wanted))
+    assert f"1 workers hold at most {per_worker} connections" in one.output(), one.output()
+    assert f"max_connections {wanted} needs --workers 2" in one.output()

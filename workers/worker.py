@@ -23,7 +23,7 @@ import psutil
 import uvloop
 
 from router import wire
-from router.process import CONFIG_ENV, become_child, missed_reload
+from router.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
 from router.stats import process_usage
 from workers import handoff, tls
 from workers.archive import ArchiveWriter
@@ -37,7 +37,6 @@ from workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
 
-FD_RESERVE = 64  # descriptors kept for ZeroMQ, the channel, logs and the archive
 KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
@@ -71,7 +70,7 @@ class Worker:
         self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {  # listener kind -> (TLS, WebSocket)
             handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
             handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
-        self.max_conns = max(fd_limit - FD_RESERVE, 1)
+        self.max_conns = connections_per_worker(fd_limit)
         self.conns: dict[int, Connection] = {}
         self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
         self.next_conn = 1
