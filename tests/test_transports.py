@@ -381,3 +381,28 @@ def test_bad_tls_config_stops_startup_with_one_line(tmp_path: Path, pki: Pki, li
         assert key in message, message
         if "absent" in lines:
             assert "absent.pem" in message, message
+
+
+def test_the_readme_security_example_works(pki: Pki, tmp_path: Path) -> None:
+    """README.md's "Securing plexmq" config and ACL, with this test's files in place of /etc/plexmq:
+    alice logs in over TLS, writes where the ACL lets her and is refused where it does not."""
+    from tests.test_auth import users
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text().split("## Securing plexmq", 1)[1]
+    toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
+    acl = re.search(r"```\n(# /etc/plexmq/acl.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
+    (tmp_path / "acl").write_text(acl)
+    users(tmp_path / "passwd", alice="wonderland")
+    shutil.copy(pki.server_cert, tmp_path / "server.crt")
+    shutil.copy(pki.server_key, tmp_path / "server.key")
+    toml = toml.replace("/etc/plexmq/", f"{tmp_path}/").replace("port = 8883", "port = 0")
+    b = Broker(tmp_path / "broker.log", ["--config", str(write(tmp_path, toml))])
+    try:
+        alice = Client(port_of(b, "mqtts"), "readme-alice", username="alice", password="wonderland", tls=pki.tls())
+        assert alice.subscribe("sensors/#", 1) == [1]
+        assert alice.subscribe("secret/x", 1) == [0x80]
+        alice.publish("sensors/t1", b"21.5", qos=1)
+        assert alice.get().payload == b"21.5"
+        alice.disconnect()
+    finally:
+        b.stop()
