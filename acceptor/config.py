@@ -327,9 +327,32 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve to anything
 
 
+def logins(config: dict[str, Any]) -> list[str]:
+    """The sources of logins the config names, as the startup line says them."""
+    found = []
+    if config["password_file"]:
+        found.append(f"password file {config['password_file']}")
+    if config["auth_database"]:
+        found.append("database (auth_database)")  # its URL may hold a password: never logged
+    if config["jwt_jwks_file"]:
+        found.append(f"JWT keys {config['jwt_jwks_file']}")
+    return found
+
+
+def security_line(config: dict[str, Any]) -> str:
+    """What the operator is told at startup about who may connect (the safe default says so)."""
+    if not logins(config):
+        if config["allow_anonymous"]:
+            return "no authentication: anonymous clients allowed (allow_anonymous = true)"
+        return "no authentication configured: listening on loopback only"
+    acl = config["acl_file"] or ("the database's ACL" if config["auth_database_acl"] else "none (all topics)")
+    return (f"authentication: {', '.join(logins(config))}; anonymous clients "
+            f"{'allowed' if config['allow_anonymous'] else 'refused'}; ACL: {acl}")
+
+
 def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
-    if config["password_file"] or config["auth_database"] or config["jwt_jwks_file"] or config["allow_anonymous"]:
+    if logins(config) or config["allow_anonymous"]:
         return
     for _scheme, host, _port in listeners(config):
         if not is_loopback(host):

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from typing import Callable
 
-from acceptor.config import curve_keys, listeners
+from acceptor.config import curve_keys, listeners, security_line
 from acceptor import reload
 from acceptor.admission import Admission
 from acceptor.listener import Listener
@@ -114,6 +114,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
         else:
             log.info("plexmq listening on %s:%d (%s)", host, port, scheme)
+    log.info("%s", security_line(config))
     needed = -(-config["max_connections"] // per_worker)
     if needed > config["workers"]:
         log.warning("%d workers hold at most %d connections (%d each under the open-file limit): max_connections "

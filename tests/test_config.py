@@ -251,6 +251,18 @@ def test_loopback_needs_no_authentication(tmp_path: Path) -> None:
         assert cfg.load(None, {"host": host})["host"] == host
 
 
+def test_startup_says_who_may_connect(tmp_path: Path, broker: Broker) -> None:
+    assert "no authentication configured: listening on loopback only" in broker.output()
+    users = tmp_path / "users"
+    users.write_text("# nobody yet\n")
+    line = cfg.security_line(cfg.load(str(write(tmp_path, f'password_file = "{users}"\nacl_file = ""\n')), {}))
+    assert line == f"authentication: password file {users}; anonymous clients refused; ACL: none (all topics)"
+    database = cfg.load(str(write(tmp_path, 'auth_database = "mysql://u:s3cret@db:3306/mqtt"\n'
+                                            'auth_database_acl = true\nallow_anonymous = true\n')), {})
+    assert cfg.security_line(database) == ("authentication: database (auth_database); anonymous clients allowed; "
+                                           "ACL: the database's ACL")  # and never its password
+
+
 def test_max_connections_picks_enough_workers_or_says_so(start_broker: Callable[..., Broker]) -> None:
     """Each worker holds what the open-file limit leaves it: more connections need more workers."""
     from router.process import connections_per_worker
