@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +36,8 @@ def spark_session(master: str | None, verbose: bool) -> Iterator[SparkSession]:
     if active is not None:
         yield _in_utc(active)
         return
+    if master is None or master.startswith("local"):
+        _python_of_this_process()
     builder = SparkSession.builder.appName("plexmq-pipeline").config("spark.ui.showConsoleProgress", "true")
     if master:
         builder = builder.master(master)
@@ -56,6 +59,16 @@ def spark_session(master: str | None, verbose: bool) -> Iterator[SparkSession]:
         yield _in_utc(spark)
     finally:
         spark.stop()
+
+
+def _python_of_this_process() -> None:
+    """Local Spark starts its Python workers with `python3` from PATH, which is not the interpreter
+    running plexmq when it is started by its path (a systemd unit, cron): use ours, unless the user
+    chose one or spark-submit (which passes the gateway) is in charge."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def _in_utc(spark: SparkSession) -> SparkSession:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
+import subprocess
+import sysconfig
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from pipeline.__main__ import main
-from tests.conftest import Broker
+from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
 from pipeline.session import spark_session
 from workers.archive import ArchiveWriter
@@ -231,3 +235,26 @@ def test_traffic_of_a_real_broker_with_the_archive_on(
     assert clients == {cid: (sum(1 for s in sent if s[0] == cid), sum(s[2] for s in sent if s[0] == cid))
                        for cid in {s[0] for s in sent}}
     assert [r.client_id for r in spark.read.parquet(str(out / "silent")).collect()] == ["dev-quiet"]
+
+
+def test_plexmq_run_by_its_path_uses_its_own_python_for_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """`venv/bin/plexmq pipeline ...` as a systemd unit or cron starts it: PATH without the
+    environment's bin/, whose `python3` (here a decoy that fails) Spark must not use."""
+    script = Path(sysconfig.get_path("scripts")) / "plexmq"
+    assert script.exists(), f"{script}: plexmq is not installed (pip install .)"
+    decoy = tmp_path / "decoy-bin"
+    decoy.mkdir()
+    (decoy / "python3").write_text("#!/bin/sh\necho 'decoy python3 from PATH' >&2\nexit 1\n")
+    (decoy / "python3").chmod(0o755)
+    java = shutil.which("java")
+    assert java is not None
+    path = os.pathsep.join((str(decoy), os.path.dirname(os.path.realpath(java)), "/usr/bin", "/bin"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    env.update(PATH=path, PYTHONPATH=str(ROOT))  # this checkout's code, through the installed script
+    topics = {r.topic for _, r in archive(tmp_path / "archive")}
+    out = tmp_path / "out"
+    done = subprocess.run([str(script), "pipeline", "traffic", "--archive", str(tmp_path / "archive"),
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / "report.html").exists()
+    assert {r.topic for r in spark.read.parquet(str(out / "topics")).collect()} == topics
