@@ -9,7 +9,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from tests.conftest import Broker
+from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from workers import packets as p
 
@@ -102,6 +102,31 @@ def test_unsupported_protocol_level_gets_connack_1_then_close(broker: Broker, na
     raw.send(connect_body(name, level, payload=string(f"connect-level-{name.decode()}-{level}")))
     assert raw.read_until_closed() == b"\x20\x02\x00\x01"
     raw.close()
+
+
+def test_v5_connect_gets_connack_1_and_a_log_line_that_names_the_level(broker: Broker) -> None:
+    """A real MQTT 5 CONNECT (properties after the keepalive) is refused with 0x01 [MQTT-3.1.2-2],
+    not dropped as a malformed 3.1.1 one."""
+    raw = RawClient(broker.port)
+    properties = b"\x05\x11\x00\x00\x0e\x10"  # 5 bytes: session expiry interval 3600
+    raw.send(connect_body(b"MQTT", 5, payload=properties + string("connect-v5")))
+    assert raw.read_until_closed() == b"\x20\x02\x00\x01"
+    line = f"(127.0.0.1:{raw.local_port}) closed: unsupported protocol level 5"
+    wait_for(lambda: line in broker.output(), 5, "the log line")
+    raw.close()
+
+
+def test_mqtt31_resumed_session_gets_no_session_present_flag(broker: Broker) -> None:
+    """MQTT 3.1 has no session-present flag: the CONNACK's first byte stays 0 when a session resumes."""
+    for level, resumed in ((3, 0), (4, 1)):
+        cid = f"present-{level}"
+        # clean first (clears what an earlier run left), then a new session, then one that resumes
+        for clean, present in ((True, 0), (False, 0), (False, resumed), (True, 0)):
+            raw = RawClient(broker.port)
+            raw.send(p.encode_connect(cid, clean_session=clean, protocol_level=level))
+            assert read_exact(raw, 4) == bytes((0x20, 0x02, present, 0x00))
+            raw.send(p.DISCONNECT_PACKET)
+            raw.read_until_closed()
 
 
 def test_empty_client_id_with_clean_session_is_assigned_one(broker: Broker) -> None:

@@ -316,3 +316,45 @@ def test_abandoned_persistent_sessions_expire(start_broker: Callable[..., Broker
     sub = RawClient(b.port)
     assert sub.connect(cid, clean=False) == (False, 0)  # a new session: the old one is gone
     sub.close()
+
+
+# ------------------------------------------------------------------ acknowledgements of the wrong kind
+
+
+@pytest.mark.parametrize("qos,wrong", [(1, "pubrec"), (1, "pubcomp"), (2, "puback"), (2, "pubcomp")],
+                         ids=["PUBREC-for-QoS1", "PUBCOMP-for-QoS1", "PUBACK-for-QoS2", "PUBCOMP-before-PUBREL"])
+def test_an_ack_of_the_wrong_kind_closes_the_client_and_the_session_keeps_the_message(
+        broker: Broker, qos: int, wrong: str) -> None:
+    """[MQTT-4.8.0-1]: a PUBREC or PUBCOMP for a QoS 1 delivery, a PUBACK for a QoS 2 one, or a PUBCOMP
+    before the broker sent PUBREL is a protocol violation: the client is closed, the message stays."""
+    cid, topic = f"wrong-ack-{uid()}", f"sess/wrongack/{uid()}"
+    sub = connect(broker.port, cid, clean=False)
+    assert subscribe(sub, 1, [(topic, qos)]) == [qos]
+    pub = connect(broker.port)
+    publish(pub, topic, b"kept", qos)
+    first, body = sub.recv()
+    m = as_pub(first, body)
+    assert (m.qos, m.payload) == (qos, b"kept")
+    sub.send(getattr(p, f"encode_{wrong}")(m.packet_id))
+    assert sub.read_until_closed() == b""
+
+    sub = RawClient(broker.port)
+    assert sub.connect(cid, clean=False) == (True, 0)
+    first, body = sub.recv()
+    again = as_pub(first, body)
+    assert (again.payload, again.packet_id, again.dup) == (b"kept", m.packet_id, True)
+    assert sync(sub) == []  # acknowledged properly now
+    disconnect(sub)
+    forget(broker.port, cid)
+    pub.close()
+
+
+@pytest.mark.parametrize("ack", ["puback", "pubrec", "pubcomp"])
+def test_an_ack_for_an_id_not_in_flight_is_harmless(broker: Broker, ack: str) -> None:
+    c = connect(broker.port)
+    c.send(getattr(p, f"encode_{ack}")(4321))
+    if ack == "pubrec":
+        assert c.recv() == (0x62, (4321).to_bytes(2, "big"))  # PUBREL, as for a PUBREC that came twice
+    c.send(p.PINGREQ_PACKET)
+    assert c.recv() == (0xD0, b"")
+    disconnect(c)

@@ -29,11 +29,12 @@ log = logging.getLogger("plexmq.worker")
 
 NEW, AUTHENTICATING, CONNECTING, CONNECTED, CLOSED = range(5)
 
-PROTOCOLS = {("MQTT", 4), ("MQIsdp", 3)}
 MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
 
 _frame = p.frame
 _publish_header = p.publish_header
+
+_STAGES = {1: "a QoS 1 delivery", 2: "a QoS 2 delivery awaiting PUBREC", -2: "a QoS 2 delivery awaiting PUBCOMP"}
 
 # An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0);
 # a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0)
@@ -49,7 +50,7 @@ class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
                  "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username",
-                 "credit_messages", "credit_bytes", "credit_at")
+                 "credit_messages", "credit_bytes", "credit_at", "level")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -63,6 +64,7 @@ class Connection(asyncio.Protocol):
         self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
+        self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1
         self.deadline = deadline
         self.wheel_slot = -1
         self.out: list[bytes] = []
@@ -257,22 +259,32 @@ class Connection(asyncio.Protocol):
         elif self.state == NEW:
             if kind != p.CONNECT:
                 return self.close(f"packet type {kind} before CONNECT")
-            self._connect(p.decode_connect(flags, body))
+            try:
+                connect = p.decode_connect(flags, body)
+            except p.UnsupportedProtocol as exc:
+                self.write(p.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
+                return self.close(f"unsupported protocol level {exc.level}")
+            self._connect(connect)
         elif kind == p.PUBACK:
-            self._acked(p.decode_packet_id(flags, body, 0), 1)
+            self._acked(p.decode_packet_id(flags, body, 0), 1, "PUBACK")
         elif kind == p.PUBREC:
             packet_id = p.decode_packet_id(flags, body, 0)
-            if self.inflight.get(packet_id) == 2:
+            stage = self.inflight.get(packet_id)
+            if stage == 1:
+                return self._wrong_ack("PUBREC", packet_id, stage)
+            if stage == 2:
                 self.inflight[packet_id] = -2
                 if self.persistent:
                     self.worker.link.ack(self.conn_id, packet_id, wire.ACK_RECEIVED)
+            elif stage is None:
+                log.debug("client %s: PUBREC for packet id %d, which is not in flight", self.client_id, packet_id)
             self.write(p.encode_pubrel(packet_id))
         elif kind == p.PUBREL:
             packet_id = p.decode_packet_id(flags, body, 2)
             self.worker.link.batch.add(wire.REL, wire.CONN_PID.pack(self.conn_id, packet_id))
             self.write(p.encode_pubcomp(packet_id))
         elif kind == p.PUBCOMP:
-            self._acked(p.decode_packet_id(flags, body, 0), -2)
+            self._acked(p.decode_packet_id(flags, body, 0), -2, "PUBCOMP")
         elif kind == p.SUBSCRIBE:
             packet_id, filters = p.decode_subscribe(flags, body)
             checker = self.checker
@@ -303,9 +315,6 @@ class Connection(asyncio.Protocol):
             self.close(f"packet type {kind} not allowed from a client")
 
     def _connect(self, connect: p.Connect) -> None:
-        if (connect.protocol_name, connect.protocol_level) not in PROTOCOLS:
-            self.write(p.encode_connack(False, 0x01))
-            return self.close(f"unsupported protocol {connect.protocol_name!r} level {connect.protocol_level}")
         client_id = connect.client_id
         if not client_id:
             if not connect.clean_session or connect.protocol_level == 3:
@@ -316,6 +325,7 @@ class Connection(asyncio.Protocol):
             self.write(p.encode_connack(False, 0x02))
             return self.close("MQTT 3.1 client id longer than 23 characters")
         self.client_id = client_id
+        self.level = connect.protocol_level
         self.username = connect.username
         auth = self.worker.auth
         if self.cert_username is not None:  # its certificate is its login (use_identity_as_username)
@@ -381,7 +391,7 @@ class Connection(asyncio.Protocol):
     def session_ready(self, present: bool) -> None:
         """The router has the session: CONNACK, then whatever it resends follows."""
         self.state = CONNECTED
-        self.write(p.encode_connack(present, 0))
+        self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         log.debug("client %s connected from %s", self.client_id, self.peer)
 
     # -- messages to the client ----------------------------------------------------------------
@@ -464,14 +474,24 @@ class Connection(asyncio.Protocol):
         self.inflight[packet_id] = -2
         self.write(p.encode_pubrel(packet_id))
 
-    def _acked(self, packet_id: int, expected: int) -> None:
-        if self.inflight.get(packet_id) != expected:
-            return  # an ack for nothing we sent at that stage: ignore, as mosquitto does
+    def _acked(self, packet_id: int, expected: int, name: str) -> None:
+        """PUBACK (expected stage 1) or PUBCOMP (-2) from the client."""
+        stage = self.inflight.get(packet_id)
+        if stage != expected:
+            if stage is None:  # not in flight at all (a late duplicate): harmless, as EMQX treats it
+                log.debug("client %s: %s for packet id %d, which is not in flight", self.client_id, name, packet_id)
+                return
+            return self._wrong_ack(name, packet_id, stage)
         del self.inflight[packet_id]
         if self.persistent:
             self.worker.link.ack(self.conn_id, packet_id, wire.ACK_DONE)
         if self.queue:
             self._pump()
+
+    def _wrong_ack(self, name: str, packet_id: int, stage: int) -> None:
+        """An acknowledgement of the wrong kind for a delivery in flight [MQTT-4.8.0-1]: close the
+        client; its session keeps the message, which was never acknowledged."""
+        self.close(f"protocol violation: {name} for packet id {packet_id}, {_STAGES[stage]}")
 
     # -- output and closing ------------------------------------------------------------------------
 

@@ -27,12 +27,21 @@ _B_B_U16 = struct.Struct(">BBH")  # first byte, 1-byte remaining length, 16-bit 
 _B_B_B_U16 = struct.Struct(">BBBH")  # first byte, 2-byte remaining length, 16-bit field
 _CONNECT_FIXED = struct.Struct(">BBH")  # protocol level, connect flags, keepalive
 
-_PROTOCOLS = frozenset(("MQTT", "MQIsdp"))
+_LEVELS = {"MQTT": 4, "MQIsdp": 3}  # protocol name -> the one level this codec reads with it
 _SUBACK_CODES = frozenset((0x00, 0x01, 0x02, 0x80))
 
 
 class MalformedPacket(ValueError):
     """The bytes break the MQTT wire format; the connection must be closed. str() is a short reason."""
+
+
+class UnsupportedProtocol(ValueError):
+    """A CONNECT of a protocol level this codec does not read: answered with CONNACK 0x01, never
+    parsed further (a v5 CONNECT's properties would read as a broken 3.1.1 payload)."""
+
+    def __init__(self, name: str, level: int) -> None:
+        super().__init__(f"unsupported protocol {name!r} level {level}")
+        self.level = level
 
 
 @dataclass(slots=True)
@@ -46,7 +55,7 @@ class Will:
 @dataclass(slots=True)
 class Connect:
     protocol_name: str  # "MQTT" or "MQIsdp"
-    protocol_level: int  # 4 for 3.1.1, 3 for 3.1; not validated here, the connection answers CONNACK 0x01
+    protocol_level: int  # 4 for 3.1.1, 3 for 3.1
     clean_session: bool
     keepalive: int
     client_id: str
@@ -140,15 +149,17 @@ def _packet_id_at(body: bytes | memoryview, pos: int) -> int:
 
 
 def decode_connect(flags: int, body: bytes | memoryview) -> Connect:
-    """A CONNECT body (3.1.1 or 3.1); the protocol level is left for the connection to judge."""
+    """A CONNECT body (3.1.1 or 3.1); UnsupportedProtocol for any other level, judged before the rest."""
     if flags:
         raise MalformedPacket("CONNECT fixed-header flags not 0")
     protocol_name, pos = _string(body, 0, "protocol name")
-    if protocol_name not in _PROTOCOLS:
+    if protocol_name not in _LEVELS:
         raise MalformedPacket(f"unknown protocol name {protocol_name!r}")
     if pos + 4 > len(body):
         raise MalformedPacket("truncated CONNECT variable header")
     level, cflags, keepalive = _CONNECT_FIXED.unpack_from(body, pos)
+    if _LEVELS[protocol_name] != level:
+        raise UnsupportedProtocol(protocol_name, level)
     pos += 4
     if cflags & 0x01:
         raise MalformedPacket("reserved connect flag set")
