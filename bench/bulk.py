@@ -15,7 +15,7 @@ import itertools
 import struct
 from typing import TYPE_CHECKING
 
-from workers.packets import MalformedPacket, frame
+from workers.mqtt.v4 import MalformedPacket, frame
 
 if TYPE_CHECKING:
     from bench.client import Subscriber

@@ -21,7 +21,7 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from bench import bulk
-from workers.packets import MalformedPacket, encode_publish, encode_subscribe, frame
+from workers.mqtt.v4 import MalformedPacket, encode_publish, encode_subscribe, frame
 
 if TYPE_CHECKING:
     from bench.agent import Agent

@@ -18,7 +18,7 @@ from time import monotonic
 from typing import TYPE_CHECKING
 
 from bench import limits
-from workers.packets import MalformedPacket, encode_connect, frame
+from workers.mqtt.v4 import MalformedPacket, encode_connect, frame
 
 if TYPE_CHECKING:
     from bench.agent import Agent

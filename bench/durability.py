@@ -35,7 +35,7 @@ import psutil
 
 from bench.brokers import BrokerSpec, RunningBroker
 from bench.monitor import process_name
-from workers.packets import (
+from workers.mqtt.v4 import (
     MalformedPacket,
     decode_connack,
     encode_connect,

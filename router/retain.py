@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from router.topics import matches
+from workers.mqtt.topics import matches
 
 
 class RetainedStore:

@@ -2,8 +2,8 @@
 
 Each trie level is one topic level; the wildcards `+` and `#` are stored as ordinary child keys, which is
 safe because topic names never contain them (workers refuse such PUBLISH topics with
-`router.topics.topic_name_error`, and filters are checked with `router.topics.valid_filter` before they
-get here). `router.topics.matches` is the reference semantics; the trie must agree with it.
+`workers.mqtt.topics.topic_name_error`, and filters are checked with `workers.mqtt.topics.valid_filter` before they
+get here). `workers.mqtt.topics.matches` is the reference semantics; the trie must agree with it.
 
 Matching walks the topic level by level, keeping the frontier of nodes whose filter prefix matches the
 topic so far (literal child and `+` child of each), and collects the subscribers of every `#` child met on

@@ -9,7 +9,7 @@ import time
 
 import paho.mqtt.client as paho
 
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 
 class RawClient:

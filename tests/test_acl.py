@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from router.topics import matches
+from workers.mqtt.topics import matches
 from workers import acl as acl_module
 from workers.acl import AclError, AclFile, covers, overlaps
 

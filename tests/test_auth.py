@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, sync, uid
-from workers import packets as p
+from workers.mqtt import v4 as p
 from workers.passwords import set_password
 
 CHEAP = 2 ** 10  # scrypt cost for test users: the file says it, the broker honours it

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
 
@@ -95,8 +95,8 @@ def test_mqtt31_with_paho(broker: Broker) -> None:
 # -- refused with a CONNACK return code, then closed ---------------------------------------------
 
 
-@pytest.mark.parametrize("name,level", [(b"MQTT", 5), (b"MQTT", 3), (b"MQTT", 0), (b"MQIsdp", 5)],
-                         ids=["MQTT-5", "MQTT-3", "MQTT-0", "MQIsdp-5"])
+@pytest.mark.parametrize("name,level", [(b"MQTT", 6), (b"MQTT", 3), (b"MQTT", 0), (b"MQIsdp", 5)],
+                         ids=["MQTT-6", "MQTT-3", "MQTT-0", "MQIsdp-5"])
 def test_unsupported_protocol_level_gets_connack_1_then_close(broker: Broker, name: bytes, level: int) -> None:
     raw = RawClient(broker.port)
     raw.send(connect_body(name, level, payload=string(f"connect-level-{name.decode()}-{level}")))

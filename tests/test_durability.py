@@ -43,7 +43,7 @@ from tests.steps import (
     worker_of,
 )
 from tests.test_processes import OwnBroker, alive, descendants, ping
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 RESUME_LIMIT = 5.0  # seconds the issue allows for traffic to resume after the router's death
 QUEUE = 20_000  # max_queued_messages for these tests: the streams must not overflow an offline queue

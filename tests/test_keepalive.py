@@ -6,7 +6,7 @@ import time
 
 from tests.conftest import Broker
 from tests.mqtt import RawClient
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 
 def closed_after(raw: RawClient, timeout: float) -> float | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
-from workers import packets as p
+from workers.mqtt import v4 as p
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers import packets as p
-from workers.packets import Connect, MalformedPacket, Will
+from workers.mqtt import v4 as p
+from workers.mqtt.v4 import Connect, MalformedPacket, Will
 
 
 class Pub(NamedTuple):
@@ -222,9 +222,12 @@ def test_decoded_types() -> None:
     assert type(connect.password) is bytes and type(connect.will.payload) is bytes
 
 
-def test_connect_protocol_level_is_not_judged_here() -> None:
-    raw = h("10 0e 0004") + b"MQTT" + h("05 02 003c 0002") + b"c1"
-    assert p.decode_connect(0, raw[2:]).protocol_level == 5
+@pytest.mark.parametrize("name,level", [(b"MQTT", 6), (b"MQTT", 3), (b"MQIsdp", 4), (b"MQIsdp", 5)])
+def test_connect_of_another_level_is_refused_before_its_payload_is_read(name: bytes, level: int) -> None:
+    body = h("0004" if name == b"MQTT" else "0006") + name + bytes((level,)) + h("02 003c 05 11 00000e10")
+    with pytest.raises(p.UnsupportedProtocol) as refused:
+        p.decode_connect(0, body)
+    assert refused.value.level == level
 
 
 # (name, bytes, max_size): each must raise MalformedPacket from frame() or the decoder.

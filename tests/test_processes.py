@@ -22,7 +22,7 @@ import pytest
 from router.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 STOP_LIMIT = 5.0  # seconds the issue allows for every process to be gone
 PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")

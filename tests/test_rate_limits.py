@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 
 def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:

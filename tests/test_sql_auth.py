@@ -27,7 +27,7 @@ from acceptor import config as cfg
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers import packets as p
+from workers.mqtt import v4 as p
 from workers.passwords import hash_password
 from workers.sqlauth import connect_args
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from tests.conftest import Broker
 from tests.test_admission import from_address
 from tests.test_auth import config, login
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 
 @pytest.fixture(scope="module")

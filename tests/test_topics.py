@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tests.conftest import Broker
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from workers import packets as p
+from workers.mqtt import v4 as p
 
 
 

@@ -1,4 +1,4 @@
-"""Tests for router/trie.py (the subscription index) and router/topics.py (the MQTT 3.1.1 topic rules)."""
+"""Tests for router/trie.py (the subscription index) and workers/mqtt/topics.py (the MQTT 3.1.1 topic rules)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.topics import matches, topic_name_error, valid_filter
+from workers.mqtt.topics import matches, topic_name_error, valid_filter
 from router.trie import SubscriptionTrie
 
 # (filter, topic, expected)
@@ -300,7 +300,7 @@ def test_many_subscriptions() -> None:
     assert trie.match("devices/99999/cmd") == {"monitor": 0, "archive": 2}
 
 
-# --- randomized: the trie agrees with brute force over router.topics.matches ---------------------------
+# --- randomized: the trie agrees with brute force over workers.mqtt.topics.matches ---------------------------
 
 _FILTER_LEVEL = st.sampled_from(["a", "b", "", "$a", "+", "#"])
 _TOPIC_LEVEL = st.sampled_from(["a", "b", "", "$a", "$"])
@@ -347,7 +347,7 @@ def test_random_against_brute_force(ops, topics) -> None:
     assert trie.node_count() == 1
 
 
-# --- router/topics.py ----------------------------------------------------------------------------------
+# --- workers/mqtt/topics.py ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
     "topic_filter,valid",

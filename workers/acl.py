@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from router.topics import matches, valid_filter
+from workers.mqtt.topics import matches, valid_filter
 
 READ, WRITE = 1, 2
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": 0}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from router.topics import matches
+from workers.mqtt.topics import matches
 from workers.archive_format import (
     HOUR_US,
     SEGMENT_SUFFIX,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from workers.packets import encode_publish
+from workers.mqtt.v4 import encode_publish
 
 MAGIC = b"PXAR"
 VERSION = 2

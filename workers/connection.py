@@ -1,4 +1,5 @@
-"""One client connection in a worker: the MQTT 3.1.1 state machine and its outbound window.
+"""One client connection in a worker: its reads, its state and its outbound window. What each packet
+from the client does is in workers/handlers/ (one module per packet).
 
 Reads are parsed in place (a buffer is kept only for a partial packet); every write of a loop
 turn is gathered in `out` and written once by the worker's flush. QoS 1/2 deliveries beyond the
@@ -10,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING
 
 from router import wire
-from router.topics import valid_filter
-from workers import packets as p
+from workers.handlers import HANDLERS
+from workers.handlers.connect import handle_connect
+from workers.mqtt import v4 as p
+from workers.mqtt.kinds import CONNECT
+from workers.states import AUTHENTICATING, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
-from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 
 if TYPE_CHECKING:
     from workers.acl import Checker
@@ -27,14 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("plexmq.worker")
 
-NEW, AUTHENTICATING, CONNECTING, CONNECTED, CLOSED = range(5)
-
-MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
-
 _frame = p.frame
 _publish_header = p.publish_header
-
-_STAGES = {1: "a QoS 1 delivery", 2: "a QoS 2 delivery awaiting PUBREC", -2: "a QoS 2 delivery awaiting PUBCOMP"}
 
 # An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0);
 # a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0)
@@ -109,7 +105,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        self._pump()
+        self.pump()
 
     def data_received(self, data: bytes) -> None:
         worker = self.worker
@@ -244,137 +240,17 @@ class Connection(asyncio.Protocol):
             if packets:
                 worker.archive_packets(self, packets)
 
-    # -- packets from the client ------------------------------------------------------------------
+    # -- packets from the client: workers/handlers/, one module per packet ------------------------
 
     def _packet(self, kind: int, flags: int, body: bytes) -> None:
-        if kind == p.PUBLISH:
-            if self.state == NEW:
-                return self.close("PUBLISH before CONNECT")
-            topic, packet_id, payload = p.decode_publish(flags, body)
-            qos = (flags >> 1) & 3
-            if self.checker is not None and not self.checker.can_write(topic):
-                self.worker.deny(self, packet_id, qos)
-            else:
-                self.worker.publish(self, topic, packet_id, qos, bool(flags & 1), payload)
-        elif self.state == NEW:
-            if kind != p.CONNECT:
+        if self.state == NEW:
+            if kind != CONNECT:
                 return self.close(f"packet type {kind} before CONNECT")
-            try:
-                connect = p.decode_connect(flags, body)
-            except p.UnsupportedProtocol as exc:
-                self.write(p.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
-                return self.close(f"unsupported protocol level {exc.level}")
-            self._connect(connect)
-        elif kind == p.PUBACK:
-            self._acked(p.decode_packet_id(flags, body, 0), 1, "PUBACK")
-        elif kind == p.PUBREC:
-            packet_id = p.decode_packet_id(flags, body, 0)
-            stage = self.inflight.get(packet_id)
-            if stage == 1:
-                return self._wrong_ack("PUBREC", packet_id, stage)
-            if stage == 2:
-                self.inflight[packet_id] = -2
-                if self.persistent:
-                    self.worker.link.ack(self.conn_id, packet_id, wire.ACK_RECEIVED)
-            elif stage is None:
-                log.debug("client %s: PUBREC for packet id %d, which is not in flight", self.client_id, packet_id)
-            self.write(p.encode_pubrel(packet_id))
-        elif kind == p.PUBREL:
-            packet_id = p.decode_packet_id(flags, body, 2)
-            self.worker.link.batch.add(wire.REL, wire.CONN_PID.pack(self.conn_id, packet_id))
-            self.write(p.encode_pubcomp(packet_id))
-        elif kind == p.PUBCOMP:
-            self._acked(p.decode_packet_id(flags, body, 0), -2, "PUBCOMP")
-        elif kind == p.SUBSCRIBE:
-            packet_id, filters = p.decode_subscribe(flags, body)
-            checker = self.checker
-            wanted = [[f, qos if valid_filter(f) and (checker is None or checker.can_read(f)) else None]
-                      for f, qos in filters]
-            if self.subs is None:
-                self.subs = {}
-            self.subs.update((f, qos) for f, qos in wanted if qos is not None)
-            self.waiting += 1
-            self.worker.link.batch.add_json(wire.SUBSCRIBE, [self.conn_id, packet_id, wanted])
-        elif kind == p.UNSUBSCRIBE:
-            packet_id, filters = p.decode_unsubscribe(flags, body)
-            if self.subs:
-                for f in filters:
-                    self.subs.pop(f, None)
-            self.waiting += 1
-            self.worker.link.batch.add_json(wire.UNSUBSCRIBE, [self.conn_id, packet_id, filters])
-        elif kind == p.PINGREQ:
-            p.decode_empty(flags, body)
-            self.write(p.PINGRESP_PACKET)
-        elif kind == p.DISCONNECT:
-            p.decode_empty(flags, body)
-            self.disconnected = True
-            self.close("client disconnected", level=logging.DEBUG)
-        elif kind == p.CONNECT:
-            self.close("second CONNECT")
-        else:
-            self.close(f"packet type {kind} not allowed from a client")
-
-    def _connect(self, connect: p.Connect) -> None:
-        client_id = connect.client_id
-        if not client_id:
-            if not connect.clean_session or connect.protocol_level == 3:
-                self.write(p.encode_connack(False, 0x02))
-                return self.close("empty client id without clean session")
-            client_id = f"plexmq-{uuid.uuid4().hex}"
-        elif connect.protocol_level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
-            self.write(p.encode_connack(False, 0x02))
-            return self.close("MQTT 3.1 client id longer than 23 characters")
-        self.client_id = client_id
-        self.level = connect.protocol_level
-        self.username = connect.username
-        auth = self.worker.auth
-        if self.cert_username is not None:  # its certificate is its login (use_identity_as_username)
-            self.username = self.cert_username
-        elif auth.required:
-            self.state = AUTHENTICATING
-            self.transport.pause_reading()  # type: ignore[union-attr]
-            host = self.peer.rsplit(":", 1)[0]
-            login = asyncio.ensure_future(auth.login(connect.username, connect.password, host))
-            login.add_done_callback(lambda done: self._logged_in(done, connect))
-            return
-        self._accept(connect)
-
-    def _logged_in(self, login: asyncio.Future[tuple[int, str | None, float]], connect: p.Connect) -> None:
-        if self.state != AUTHENTICATING:
-            return  # closed while the password was checked
-        if login.cancelled() or login.exception() is not None:
-            log.error("client %s: cannot check the password: %s", self.client_id, login.exception())
-            self.write(p.encode_connack(False, SERVER_UNAVAILABLE))
-            return self.close("authentication failed")
-        code, identity, expires = login.result()
-        if code:
-            self.write(p.encode_connack(False, code))
-            return self.close("bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
-        self.username = identity
-        if expires:
-            self.worker.end_at(expires, self)
-        self._accept(connect)
-        self.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
-        if self.state == CONNECTING:
-            self.transport.resume_reading()  # type: ignore[union-attr]
-            if self.buf:
-                self.data_received(b"")
-
-    def _accept(self, connect: p.Connect) -> None:
-        """Credentials accepted: check the will against the ACL, then claim the session."""
-        checker = self.worker.auth.checker(self.username, self.client_id)
-        if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
-            self.write(p.encode_connack(False, NOT_AUTHORIZED))
-            return self.close(f"will topic {connect.will.topic!r} not allowed")
-        self.checker = checker
-        self.fast = checker is None
-        self.persistent = not connect.clean_session
-        self.keepalive = connect.keepalive
-        self.deadline = self.worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
-        self.worker.wheel.add(self)  # the keepalive deadline may come before the CONNECT timeout
-        self.state = CONNECTING
-        self.will = connect.will
-        self.register(resume=False)
+            return handle_connect(self, flags, body)
+        handler = HANDLERS.get(kind)
+        if handler is None:
+            return self.close(f"packet type {kind} not allowed from a client")
+        handler(self, flags, body)
 
     def register(self, resume: bool) -> None:
         """Claim the session with the router; `resume`: again, with a restarted router, which then
@@ -452,7 +328,7 @@ class Connection(asyncio.Protocol):
             queue = self.queue = deque()
         queue.append(item)  # type: ignore[union-attr]
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         """Move queued messages out while the window and the socket have room."""
         queue = self.queue
         max_inflight = self.worker.max_inflight
@@ -473,25 +349,6 @@ class Connection(asyncio.Protocol):
     def resend_pubrel(self, packet_id: int) -> None:
         self.inflight[packet_id] = -2
         self.write(p.encode_pubrel(packet_id))
-
-    def _acked(self, packet_id: int, expected: int, name: str) -> None:
-        """PUBACK (expected stage 1) or PUBCOMP (-2) from the client."""
-        stage = self.inflight.get(packet_id)
-        if stage != expected:
-            if stage is None:  # not in flight at all (a late duplicate): harmless, as EMQX treats it
-                log.debug("client %s: %s for packet id %d, which is not in flight", self.client_id, name, packet_id)
-                return
-            return self._wrong_ack(name, packet_id, stage)
-        del self.inflight[packet_id]
-        if self.persistent:
-            self.worker.link.ack(self.conn_id, packet_id, wire.ACK_DONE)
-        if self.queue:
-            self._pump()
-
-    def _wrong_ack(self, name: str, packet_id: int, stage: int) -> None:
-        """An acknowledgement of the wrong kind for a delivery in flight [MQTT-4.8.0-1]: close the
-        client; its session keeps the message, which was never acknowledged."""
-        self.close(f"protocol violation: {name} for packet id {packet_id}, {_STAGES[stage]}")
 
     # -- output and closing ------------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ from workers import handoff, tls
 from workers.archive import ArchiveWriter
 from workers.auth import Auth
 from workers.archive_format import sender
-from workers import packets as p
-from workers.connection import CLOSED, CONNECTED, CONNECTING, Connection, peer_name
+from workers.mqtt import v4 as p
+from workers.connection import Connection, peer_name
+from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
 from workers.link import RouterLink
 from workers.websocket import WebSocket

@@ -1,0 +1,71 @@
+"""PUBACK, PUBREC, PUBREL and PUBCOMP from a client.
+
+`conn.inflight` holds the stage of each delivery in flight to the client: 1 (QoS 1, awaiting PUBACK),
+2 (QoS 2, awaiting PUBREC) or -2 (PUBREL sent, awaiting PUBCOMP). An acknowledgement of the wrong kind
+for an id in flight is a protocol violation [MQTT-4.8.0-1]; one for an id not in flight is a late
+duplicate and harmless (as EMQX treats it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from router import wire
+from workers.mqtt import v4
+
+if TYPE_CHECKING:
+    from workers.connection import Connection
+
+log = logging.getLogger("plexmq.worker")
+
+_STAGES = {1: "a QoS 1 delivery", 2: "a QoS 2 delivery awaiting PUBREC", -2: "a QoS 2 delivery awaiting PUBCOMP"}
+
+
+def handle_puback(conn: Connection, flags: int, body: bytes) -> None:
+    _finished(conn, v4.decode_packet_id(flags, body, 0), 1, "PUBACK")
+
+
+def handle_pubcomp(conn: Connection, flags: int, body: bytes) -> None:
+    _finished(conn, v4.decode_packet_id(flags, body, 0), -2, "PUBCOMP")
+
+
+def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
+    packet_id = v4.decode_packet_id(flags, body, 0)
+    stage = conn.inflight.get(packet_id)
+    if stage == 1:
+        return _wrong(conn, "PUBREC", packet_id, stage)
+    if stage == 2:
+        conn.inflight[packet_id] = -2
+        if conn.persistent:
+            conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_RECEIVED)
+    elif stage is None:
+        log.debug("client %s: PUBREC for packet id %d, which is not in flight", conn.client_id, packet_id)
+    conn.write(v4.encode_pubrel(packet_id))
+
+
+def handle_pubrel(conn: Connection, flags: int, body: bytes) -> None:
+    """The client releases a QoS 2 message it sent: the router forgets its id (received exactly once)."""
+    packet_id = v4.decode_packet_id(flags, body, 2)
+    conn.worker.link.batch.add(wire.REL, wire.CONN_PID.pack(conn.conn_id, packet_id))
+    conn.write(v4.encode_pubcomp(packet_id))
+
+
+def _finished(conn: Connection, packet_id: int, expected: int, name: str) -> None:
+    """PUBACK (expected stage 1) or PUBCOMP (-2): the delivery is done; the window has room again."""
+    stage = conn.inflight.get(packet_id)
+    if stage != expected:
+        if stage is None:
+            log.debug("client %s: %s for packet id %d, which is not in flight", conn.client_id, name, packet_id)
+            return
+        return _wrong(conn, name, packet_id, stage)
+    del conn.inflight[packet_id]
+    if conn.persistent:
+        conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
+    if conn.queue:
+        conn.pump()
+
+
+def _wrong(conn: Connection, name: str, packet_id: int, stage: int) -> None:
+    """Close the client; its session keeps the message, which was never acknowledged."""
+    conn.close(f"protocol violation: {name} for packet id {packet_id}, {_STAGES[stage]}")
