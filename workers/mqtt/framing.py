@@ -15,6 +15,8 @@ U16 = struct.Struct(">H")
 
 MALFORMED = 0x81  # MQTT 5 reason codes for a refused packet: the bytes break the format ...
 PROTOCOL_ERROR = 0x82  # ... or they parse, but break a rule of the protocol
+TOPIC_ALIAS_INVALID = 0x94
+PACKET_TOO_LARGE = 0x95
 
 
 class MalformedPacket(ValueError):
@@ -69,7 +71,7 @@ def frame(buf: bytes | bytearray, pos: int, max_size: int) -> tuple[int, int, in
         i += 1
     stop = i + length
     if stop - pos > max_size:
-        raise MalformedPacket(f"packet of {stop - pos} bytes exceeds the maximum of {max_size}")
+        raise MalformedPacket(f"packet of {stop - pos} bytes exceeds the maximum of {max_size}", PACKET_TOO_LARGE)
     if stop > end:
         return None
     return buf[pos], i, stop

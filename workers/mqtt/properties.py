@@ -3,8 +3,9 @@ may carry it) and the reader and writer of a property block.
 
 Decoded properties are a dict keyed by property id; the value is an int, str or bytes, except user
 properties (a list of (name, value) pairs, in order) and subscription identifiers (a list of ints).
-A property that is not allowed on its packet, one that appears twice (but user properties, and
-subscription identifiers on a PUBLISH), and an out-of-range value are protocol errors (0x82).
+A property that is not allowed on its packet is a malformed packet (0x81); one that appears twice
+(but user properties, and subscription identifiers on a PUBLISH) or an out-of-range value is a
+protocol error (0x82; a topic alias of 0 is 0x94).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import struct
 from typing import NamedTuple, Union
 
 from workers.mqtt import kinds
-from workers.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, encode_binary, encode_remaining_length,
+from workers.mqtt.framing import (PROTOCOL_ERROR, TOPIC_ALIAS_INVALID, MalformedPacket, encode_binary, encode_remaining_length,
                                   encode_string, read_binary, read_string, read_varint)
 
 WILL = 0  # the will's properties, in the CONNECT payload, are a "packet" of their own here
@@ -126,9 +127,9 @@ def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, i
         prop = TABLE.get(ident)
         if prop is None:
             raise MalformedPacket(f"unknown property {ident:#04x}")
-        if kind not in prop.packets:
+        if kind not in prop.packets:  # a malformed packet, not a protocol error (section 2.2.2.2)
             what = "will properties" if kind == WILL else kinds.NAMES[kind]
-            raise _protocol_error(f"{prop.name} not allowed in {what}")
+            raise MalformedPacket(f"{prop.name} not allowed in {what}")
         ptype = prop.type
         if ptype == BYTE:
             if pos >= end:
@@ -158,7 +159,7 @@ def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, i
         if ident in _FLAGS and value not in (0, 1):
             raise _protocol_error(f"{prop.name} {value}, not 0 or 1")
         if ident in _NOT_ZERO and not value:
-            raise _protocol_error(f"{prop.name} 0")
+            raise MalformedPacket(f"{prop.name} 0", TOPIC_ALIAS_INVALID if ident == TOPIC_ALIAS else PROTOCOL_ERROR)
         if ident == USER_PROPERTY or (ident == SUBSCRIPTION_IDENTIFIER and kind == kinds.PUBLISH):
             props.setdefault(ident, []).append(value)  # type: ignore[union-attr]
         elif ident in props:
