@@ -42,13 +42,11 @@ def _collect(subs: dict[Hashable, int], result: dict[Hashable, int]) -> None:
 class SubscriptionTrie:
     """The subscription index of the router: topic filters with + and # -> subscribers (any hashable key) with granted QoS."""
 
-    __slots__ = ("_root", "_count", "generation")
+    __slots__ = ("_root", "_count")
 
     def __init__(self) -> None:
         self._root = _Node()
         self._count = 0
-        # incremented by every add/remove that changes something; the router keys its match cache on it
-        self.generation = 0
 
     def __len__(self) -> int:
         """The number of (filter, key) subscriptions."""
@@ -74,13 +72,10 @@ class SubscriptionTrie:
         else:
             old = subs.get(key)
             if old is not None:
-                if old != qos:
-                    subs[key] = qos
-                    self.generation += 1
+                subs[key] = qos
                 return False
             subs[key] = qos
         self._count += 1
-        self.generation += 1
         return True
 
     def remove(self, topic_filter: str, key: Hashable) -> bool:
@@ -115,7 +110,6 @@ class SubscriptionTrie:
                     parent.children = None
                 node = parent
         self._count -= 1
-        self.generation += 1
         return True
 
     def match(self, topic: str) -> dict[Hashable, int]:

@@ -114,7 +114,6 @@ def test_empty_trie() -> None:
     assert len(trie) == 0
     assert trie.match("a/b") == {}
     assert trie.node_count() == 1
-    assert trie.generation == 0
 
 
 def test_overlapping_filters_of_one_key_give_max_qos() -> None:
@@ -252,30 +251,6 @@ def test_churn_does_not_grow() -> None:
     assert len(trie) == 1
 
 
-def test_generation_changes_only_on_real_changes() -> None:
-    trie = SubscriptionTrie()
-    g = trie.generation
-    trie.add("a/b", "k", 1)
-    assert trie.generation > g
-    g = trie.generation
-    trie.add("a/b", "k", 1)  # same QoS again: nothing changed
-    assert trie.generation == g
-    trie.add("a/b", "k", 2)  # QoS replaced: match results change
-    assert trie.generation > g
-    g = trie.generation
-    assert trie.remove("a/b", "other") is False
-    assert trie.remove("x", "k") is False
-    assert trie.remove("a", "k") is False
-    assert trie.generation == g
-    trie.match("a/b")
-    assert trie.generation == g
-    assert trie.remove("a/b", "k") is True
-    assert trie.generation > g
-    g = trie.generation
-    assert trie.remove("a/b", "k") is False
-    assert trie.generation == g
-
-
 def test_deep_topic_does_not_recurse() -> None:
     trie = SubscriptionTrie()
     deep = "/".join(["x"] * 5000)
@@ -326,18 +301,14 @@ def test_random_against_brute_force(ops, topics) -> None:
     trie = SubscriptionTrie()
     model: dict[tuple[str, int], int] = {}
     for is_add, f, key, qos in ops:
-        gen = trie.generation
         if is_add:
             new = (f, key) not in model
-            changed = model.get((f, key)) != qos
             assert trie.add(f, key, qos) is new
             model[(f, key)] = qos
         else:
             existed = (f, key) in model
-            changed = existed
             assert trie.remove(f, key) is existed
             model.pop((f, key), None)
-        assert (trie.generation != gen) is changed
         assert len(trie) == len(model)
     for topic in topics:
         assert trie.match(topic) == _brute_force(model, topic)
