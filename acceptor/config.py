@@ -111,6 +111,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "connect_timeout": Option(float, 10.0, _range(0.1), "seconds a new socket has to send CONNECT"),
         "max_packet_size": Option(int, 1 << 20, _range(2, 268_435_460), "largest packet a client may send, bytes"),
         "max_inflight": Option(int, 20, _range(1, 65535), "outgoing QoS 1/2 messages unacknowledged per client"),
+        "receive_maximum": Option(int, 1024, _range(1, 65535), "incoming QoS 1/2 PUBLISHes an MQTT 5 client may "
+                                  "have unacknowledged at once (more: DISCONNECT 0x93)"),
+        "topic_alias_maximum": Option(int, 10, _range(0, 65535), "topic aliases an MQTT 5 client may set per "
+                                      "connection (0: none)"),
         "max_queued_messages": Option(int, 1000, _range(0), "messages queued per client beyond the inflight window"),
         "max_queued_bytes": Option(int, 0, _range(0), "payload bytes queued per client beyond the inflight window (0: no limit)"),
         "run_dir": Option(str, "", doc="private directory for the internal sockets (empty: a new temporary one)"),

@@ -92,6 +92,7 @@ class Router:
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
+            wire.END_SESSION: self._on_end_session,
             wire.STATS: self._on_stats,
             wire.CLIENTS: self._on_clients,
         }
@@ -173,7 +174,9 @@ class Router:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume = orjson.loads(header)
+        conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh = orjson.loads(header)
+        # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
+        # both are clean session; 5.0: session expiry 0, and clean start).
         # resume: the connection registers again after a router restart; the number is the first packet id
         # past those its worker still has in flight (0 for a new connection)
         old = self.sessions.get(client_id)
@@ -181,7 +184,7 @@ class Router:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
             self._disconnect(old, publish_will=True)
             old = self.sessions.get(client_id)
-        present = old is not None and not clean
+        present = old is not None and not fresh
         if old is not None and not present:
             self._discard(old)
         session = old if present else Session(client_id, clean)
@@ -254,6 +257,14 @@ class Router:
         if session is not None:
             self._disconnect(session, bool(publish_will))
 
+    def _on_end_session(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """A 5.0 client set session expiry 0 at DISCONNECT: its persistent session ends with the
+        connection (GONE follows)."""
+        session = self.by_conn.get((worker, wire.CONN.unpack(header)[0]))
+        if session is not None and not session.clean:
+            self._forget_stored(session)
+            session.clean = True
+
     def _disconnect(self, session: Session, publish_will: bool) -> None:
         """The session's connection ended: publish its will if asked, keep it only if persistent."""
         del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
@@ -273,10 +284,8 @@ class Router:
             self.publish(will.topic, will.payload, will.qos, will.retain)
 
     def _discard(self, session: Session) -> None:
-        if not session.clean and self.store is not None:
-            client = (session.client_id,)
-            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
-                self.store.record(statement, client)
+        if not session.clean:
+            self._forget_stored(session)
         for topic_filter in session.subs:
             self.trie.remove(topic_filter, session)
         if session.subs:
@@ -284,6 +293,12 @@ class Router:
         session.subs.clear()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+
+    def _forget_stored(self, session: Session) -> None:
+        if self.store is not None:
+            client = (session.client_id,)
+            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
+                self.store.record(statement, client)
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -296,8 +311,8 @@ class Router:
         codes = []
         retained: list[tuple[str, bytes, int]] = []
         for topic_filter, qos in filters:
-            if qos is None:
-                codes.append(0x80)
+            if qos >= 0x80:  # refused by the worker: the reason code goes back as it is
+                codes.append(qos)
                 continue
             codes.append(qos)
             session.subs[topic_filter] = qos
@@ -320,15 +335,19 @@ class Router:
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
+        codes = bytearray()
         for topic_filter in filters:
             if session.subs.pop(topic_filter, None) is not None:
+                codes.append(0x00)
                 self.trie.remove(topic_filter, session)
                 if not session.clean and self.store is not None:
                     self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
+            else:
+                codes.append(0x11)  # no subscription existed (MQTT 5 tells the client)
         self.cache.clear()
         out = self.out(worker)
         out.hold()
-        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id))
+        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
 
     # -- messages --------------------------------------------------------------------------------
 

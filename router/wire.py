@@ -15,8 +15,8 @@ import orjson
 
 # worker -> router
 HELLO = 1  # orjson [worker_id, pid]
-CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0 or next pid)]; payload: will payload
-SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos|None(invalid)], ...]]
+CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0 or next pid), fresh]; payload: will payload
+SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
 PUB = 5  # PUB_HEAD (conn, packet_id, flags) + topic; payload
 ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
@@ -24,11 +24,12 @@ REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 mes
 GONE = 8  # GONE_HEAD (conn, publish_will)
 STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
 CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
+END_SESSION = 12  # CONN: a 5.0 client set session expiry 0 at DISCONNECT: its session ends with the connection
 PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to that topic (first byte 0x30) exactly as received
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...]]
-UNSUBACK = 22  # CONN_PID
+UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
 ROUTED = 23  # COUNT: this many of the worker's QoS>0 PUBs (in order) are routed; acknowledge them
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic + SUBSCRIBER * n; payload
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect

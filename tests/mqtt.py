@@ -8,8 +8,12 @@ import threading
 import time
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from workers.mqtt import v4 as p
+from workers.mqtt import v5
 
 
 class RawClient:
@@ -31,6 +35,14 @@ class RawClient:
         first, body = self.recv()
         assert first == 0x20, f"expected CONNACK, got {first:#x}"
         return p.decode_connack(0, body)
+
+    def connect5(self, client_id: str, clean_start: bool = True, keepalive: int = 60,
+                 properties: dict | None = None, **kw: object) -> tuple[bool, int, dict]:
+        """An MQTT 5.0 CONNECT; the CONNACK's (session present, reason code, properties)."""
+        self.send(v5.encode_connect(client_id, clean_start, keepalive, protocol_level=5, properties=properties, **kw))  # type: ignore[arg-type]
+        first, body = self.recv()
+        assert first == 0x20, f"expected CONNACK, got {first:#x}"
+        return v5.decode_connack(0, body)
 
     def recv(self, timeout: float = 5.0) -> tuple[int, bytes]:
         """(first byte, body) of the next packet; AssertionError if none comes in time or the socket closes."""
@@ -72,15 +84,17 @@ class RawClient:
 
 
 class Client:
-    """A paho-mqtt 3.1.1 client whose events land in queues the test can wait on."""
+    """A paho-mqtt client (3.1.1 unless `protocol` says otherwise) whose events land in queues the
+    test can wait on. With MQTTv5, `clean` is clean start and `session_expiry` goes in CONNECT."""
 
     def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
                  will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311,
                  username: str | None = None, password: str | None = None, transport: str = "tcp",
-                 tls: dict[str, str] | None = None) -> None:
+                 tls: dict[str, str] | None = None, session_expiry: int = 0) -> None:
         """`transport`: tcp or websockets; `tls`: the arguments of paho's tls_set (ca_certs, certfile, keyfile)."""
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
-                                  clean_session=clean, protocol=protocol, transport=transport)  # type: ignore[arg-type]
+        v5 = protocol == paho.MQTTv5
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,  # type: ignore[arg-type]
+                                  transport=transport, **({} if v5 else {"clean_session": clean}))  # type: ignore[arg-type]
         if tls is not None:
             self.client.tls_set(**tls)
         if username is not None:
@@ -89,23 +103,42 @@ class Client:
         self.connacks: queue.Queue[tuple[bool, int]] = queue.Queue()
         self.subacks: queue.Queue[list[int]] = queue.Queue()
         self.disconnected = threading.Event()
+        self.connack_properties: Properties | None = None
+        self.disconnect_reason: int | None = None
         self.client.on_message = lambda c, u, msg: self.messages.put(msg)
-        self.client.on_connect = lambda c, u, flags, rc, props: self.connacks.put((flags.session_present, rc.value))
+        self.client.on_connect = self._connected
         self.client.on_subscribe = lambda c, u, mid, codes, props: self.subacks.put([r.value for r in codes])
-        self.client.on_disconnect = lambda *a: self.disconnected.set()
+        self.client.on_disconnect = self._disconnected
         if will:
             self.client.will_set(will[0], will[1], will[2], will[3])
-        self.client.connect("127.0.0.1", port, keepalive)
+        if v5:
+            properties = Properties(PacketTypes.CONNECT)
+            if session_expiry:
+                properties.SessionExpiryInterval = session_expiry
+            self.client.connect("127.0.0.1", port, keepalive, clean_start=clean, properties=properties)
+        else:
+            self.client.connect("127.0.0.1", port, keepalive)
         self.client.loop_start()
         self.session_present, rc = self.connacks.get(timeout=5)
         assert rc == 0, f"CONNACK {rc}"
+
+    def _connected(self, client: paho.Client, userdata: object, flags: paho.ConnectFlags, rc: ReasonCode,
+                   properties: Properties | None) -> None:
+        self.connack_properties = properties
+        self.connacks.put((flags.session_present, rc.value))
+
+    def _disconnected(self, client: paho.Client, userdata: object, flags: object, rc: ReasonCode,
+                      properties: Properties | None) -> None:
+        self.disconnect_reason = rc.value
+        self.disconnected.set()
 
     def subscribe(self, topic: str, qos: int = 0) -> list[int]:
         self.client.subscribe(topic, qos)
         return self.subacks.get(timeout=5)
 
-    def publish(self, topic: str, payload: bytes | str, qos: int = 0, retain: bool = False) -> None:
-        info = self.client.publish(topic, payload, qos, retain)
+    def publish(self, topic: str, payload: bytes | str, qos: int = 0, retain: bool = False,
+                properties: Properties | None = None) -> None:
+        info = self.client.publish(topic, payload, qos, retain, properties)
         if qos:
             info.wait_for_publish(5)
             assert info.is_published()

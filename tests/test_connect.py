@@ -104,14 +104,14 @@ def test_unsupported_protocol_level_gets_connack_1_then_close(broker: Broker, na
     raw.close()
 
 
-def test_v5_connect_gets_connack_1_and_a_log_line_that_names_the_level(broker: Broker) -> None:
-    """A real MQTT 5 CONNECT (properties after the keepalive) is refused with 0x01 [MQTT-3.1.2-2],
-    not dropped as a malformed 3.1.1 one."""
+def test_connect_of_an_unknown_level_gets_connack_1_and_a_log_line_that_names_the_level(broker: Broker) -> None:
+    """A CONNECT of a level after 5 (5.0-shaped: properties after the keepalive) is refused with
+    0x01 [MQTT-3.1.2-2], not dropped as a malformed one."""
     raw = RawClient(broker.port)
     properties = b"\x05\x11\x00\x00\x0e\x10"  # 5 bytes: session expiry interval 3600
-    raw.send(connect_body(b"MQTT", 5, payload=properties + string("connect-v5")))
+    raw.send(connect_body(b"MQTT", 6, payload=properties + string("connect-v6")))
     assert raw.read_until_closed() == b"\x20\x02\x00\x01"
-    line = f"(127.0.0.1:{raw.local_port}) closed: unsupported protocol level 5"
+    line = f"(127.0.0.1:{raw.local_port}) closed: unsupported protocol level 6"
     wait_for(lambda: line in broker.output(), 5, "the log line")
     raw.close()
 

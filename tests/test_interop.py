@@ -207,3 +207,31 @@ def test_mqtt_3_1_clients(broker: Broker, subs: list[Sub], qos: int) -> None:
     expected = [(topic, qos, False, "from 3.1"), (topic, qos, False, "from 3.1.1")]
     assert old.messages() == expected
     assert new.messages() == expected
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_mqtt_5_clients(broker: Broker, subs: list[Sub], qos: int) -> None:
+    """`-V 5` on both ends and mixed with 3.1.1; the 5.0 publisher's QoS flow completes."""
+    topic = unique(f"v5/{qos}")
+    five = sub(broker, subs, "-V", "5", "-t", topic, "-q", str(qos), "-C", "2")
+    old = sub(broker, subs, "-V", "mqttv311", "-t", topic, "-q", str(qos), "-C", "2")
+    five.subscribed()
+    old.subscribed()
+    out = pub(broker, "-V", "5", "-t", topic, "-q", str(qos), "-m", "from 5.0")
+    if qos:
+        assert ("received PUBACK" if qos == 1 else "received PUBCOMP") in out, out
+    pub(broker, "-V", "mqttv311", "-t", topic, "-q", str(qos), "-m", "from 3.1.1")
+    expected = [(topic, qos, False, "from 5.0"), (topic, qos, False, "from 3.1.1")]
+    assert five.messages() == expected
+    assert old.messages() == expected
+
+
+def test_mqtt_5_session_expiry_keeps_the_session(broker: Broker, subs: list[Sub]) -> None:
+    """mosquitto_sub -V 5 -c asks for a session that never expires; -x 0 ends it at disconnect."""
+    topic = unique("v5session")
+    client_id = f"interop5-{uuid.uuid4().hex[:8]}"
+    assert sub(broker, subs, "-V", "5", "-c", "-i", client_id, "-t", topic, "-q", "1", "-E").messages() == []
+    pub(broker, "-V", "5", "-t", topic, "-q", "1", "-m", "kept for you")
+    s = sub(broker, subs, "-V", "5", "-c", "-i", client_id, "-t", topic, "-q", "1", "-C", "1")
+    assert s.messages() == [(topic, 1, False, "kept for you")]
+    sub(broker, subs, "-V", "5", "-i", client_id, "-t", f"{topic}/unused", "-E").messages()  # clean start: gone

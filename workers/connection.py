@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from router import wire
 from workers.handlers import HANDLERS
 from workers.handlers.connect import handle_connect
+from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
+from workers.mqtt import reasons, v5
 from workers.mqtt.kinds import CONNECT
 from workers.states import AUTHENTICATING, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
@@ -25,12 +27,14 @@ from workers.tls import common_name
 if TYPE_CHECKING:
     from workers.acl import Checker
     from workers.archive_format import Sender
+    from workers.negotiated import Negotiated
     from workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
 
 _frame = p.frame
 _publish_header = p.publish_header
+_publish_header5 = v5.publish_header
 
 # An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0);
 # a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0)
@@ -46,7 +50,7 @@ class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
                  "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username",
-                 "credit_messages", "credit_bytes", "credit_at", "level")
+                 "credit_messages", "credit_bytes", "credit_at", "level", "v5", "window")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -60,7 +64,9 @@ class Connection(asyncio.Protocol):
         self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
-        self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1
+        self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1, 5 is MQTT 5.0
+        self.v5: Negotiated | None = None  # what a 5.0 client agreed on at CONNECT
+        self.window = worker.max_inflight  # outgoing QoS 1/2 in flight at most (5.0: the client's receive maximum too)
         self.deadline = deadline
         self.wheel_slot = -1
         self.out: list[bytes] = []
@@ -168,7 +174,7 @@ class Connection(asyncio.Protocol):
         except p.MalformedPacket as exc:
             if run >= 0:
                 self._forward(buf, run, pos, run_topic, count, skipped)
-            self.close(f"malformed packet: {exc}")
+            self.close(f"malformed packet: {exc}", code=exc.code)
             return
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
@@ -252,13 +258,14 @@ class Connection(asyncio.Protocol):
             return self.close(f"packet type {kind} not allowed from a client")
         handler(self, flags, body)
 
-    def register(self, resume: bool) -> None:
-        """Claim the session with the router; `resume`: again, with a restarted router, which then
-        also gets the subscriptions (nothing is answered: the client never sees it)."""
+    def register(self, resume: bool, fresh: bool = False) -> None:
+        """Claim the session with the router; `fresh`: discard an earlier one (clean session, clean
+        start); `resume`: again, with a restarted router, which then also gets the subscriptions
+        (nothing is answered: the client never sees it)."""
         will = self.will
         header = [self.conn_id, self.client_id, not self.persistent, self.username,
                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                  max(self.inflight, default=0) + 1 if resume else 0]
+                  max(self.inflight, default=0) + 1 if resume else 0, fresh]
         batch = self.worker.link.batch
         batch.add_json(wire.CONNECT, header, will.payload if will else b"")
         if resume and self.subs:
@@ -267,7 +274,10 @@ class Connection(asyncio.Protocol):
     def session_ready(self, present: bool) -> None:
         """The router has the session: CONNACK, then whatever it resends follows."""
         self.state = CONNECTED
-        self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
+        if self.v5 is None:
+            self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
+        else:
+            self.write(v5.encode_connack(present, 0, self.worker.connack_properties(self.v5)))
         log.debug("client %s connected from %s", self.client_id, self.peer)
 
     # -- messages to the client ----------------------------------------------------------------
@@ -275,17 +285,22 @@ class Connection(asyncio.Protocol):
     def deliver(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
                 qos0_packet: bytes | None) -> None:
         """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first)."""
-        if self.paused or self.queue or (qos and len(self.inflight) >= self.worker.max_inflight):
+        if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
             return self._enqueue((topic, payload, qos, retain, dup, packet_id))
         if qos == 0:
-            self.write(qos0_packet or p.encode_publish(topic, payload, 0, retain))
+            packet = qos0_packet or self._encode_qos0(topic, payload, retain)
+            if self.v5 is None or self._fits(len(packet), 0):
+                self.write(packet)
             return
         if packet_id in self.inflight:
             return  # a restarted router resends what it cannot know we already sent
         self._send_qos(topic, payload, qos, retain, dup, packet_id)
 
     def deliver_raw(self, packets: bytes) -> None:
-        """Plain QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
+        """Plain QoS 0 PUBLISH packets (in this connection's version), written as they are unless the
+        connection is backed up."""
+        if self.v5 is not None and self.v5.max_packet and len(packets) > self.v5.max_packet:
+            packets = self._fitting(packets)
         if not (self.paused or self.queue):
             self.write(packets)
             return
@@ -296,11 +311,44 @@ class Connection(asyncio.Protocol):
             pos = stop
 
     def _send_qos(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int) -> None:
-        if not packet_id:
-            packet_id = self._take_pid()
-        self.inflight[packet_id] = qos
-        self.write(_publish_header(topic, len(payload), qos, retain, dup, packet_id))
+        """`packet_id` 0: this worker numbers it (a clean session); else the router did (persistent)."""
+        numbered = packet_id or self._take_pid()
+        if self.v5 is None:
+            header = _publish_header(topic, len(payload), qos, retain, dup, numbered)
+        else:
+            header = _publish_header5(topic, len(payload), qos, retain, dup, numbered)
+            if not self._fits(len(header) + len(payload), packet_id):
+                return
+        self.inflight[numbered] = qos
+        self.write(header)
         self.write(payload)
+
+    def _encode_qos0(self, topic: bytes, payload: bytes, retain: bool) -> bytes:
+        if self.v5 is None:
+            return p.encode_publish(topic, payload, 0, retain)
+        return v5.encode_publish(topic, payload, 0, retain)
+
+    def _fits(self, size: int, router_pid: int) -> bool:
+        """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size. One that does
+        not is dropped and counted, and done with as if it had been sent [MQTT-3.1.2-25]: a
+        persistent session's copy is finished with the router."""
+        limit = self.v5.max_packet  # type: ignore[union-attr]
+        if not limit or size <= limit:
+            return True
+        self.worker.dropped += 1
+        if router_pid:
+            self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
+        return False
+
+    def _fitting(self, packets: bytes) -> bytes:
+        """The plain QoS 0 packets of a run that fit the client's Maximum Packet Size."""
+        kept, pos = [], 0
+        while pos < len(packets):
+            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
+            if self._fits(stop - pos, 0):
+                kept.append(packets[pos:stop])
+            pos = stop
+        return b"".join(kept)
 
     def _take_pid(self) -> int:
         pid = self.next_pid
@@ -331,20 +379,36 @@ class Connection(asyncio.Protocol):
     def pump(self) -> None:
         """Move queued messages out while the window and the socket have room."""
         queue = self.queue
-        max_inflight = self.worker.max_inflight
+        window = self.window
         while queue and not self.paused and self.state != CLOSED:
             topic, payload, qos, retain, dup, packet_id = queue[0]
             if topic is None:
                 self.write(payload)
             elif qos == 0:
-                self.write(p.encode_publish(topic, payload, 0, retain))
-            elif len(self.inflight) < max_inflight:
+                packet = self._encode_qos0(topic, payload, retain)
+                if self.v5 is None or self._fits(len(packet), 0):
+                    self.write(packet)
+            elif len(self.inflight) < window:
                 self._send_qos(topic, payload, qos, retain, dup, packet_id)
             else:
                 break
             queue.popleft()  # type: ignore[union-attr]
         if not queue:
             self.queue = ()
+
+    def acknowledge(self, packet_id: int, qos: int, code: int) -> None:
+        """PUBACK (QoS 1) or PUBREC (QoS 2) for a PUBLISH of the client; 5.0 also hears a refusal's
+        reason (3.1.1 has no way to say it: the message is acknowledged and dropped)."""
+        negotiated = self.v5
+        if negotiated is None:
+            self.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
+            return
+        if qos == 1:
+            negotiated.receiving -= 1
+        elif code >= 0x80:
+            negotiated.releasing.discard(packet_id)  # a refused QoS 2 flow ends here: no PUBREL comes
+        told = {props.REASON_STRING: reasons.name(code)} if code and negotiated.problem_info else None
+        self.write(v5.encode_ack(p.PUBACK if qos == 1 else p.PUBREC, packet_id, code, told))
 
     def resend_pubrel(self, packet_id: int) -> None:
         self.inflight[packet_id] = -2
@@ -364,11 +428,15 @@ class Connection(asyncio.Protocol):
             self.transport.write(b"".join(self.out))
         self.out.clear()
 
-    def close(self, reason: str, level: int = logging.INFO) -> None:
-        """Close the connection; tell the router (which publishes the will unless DISCONNECT came)."""
+    def close(self, reason: str, level: int = logging.INFO, code: int = 0) -> None:
+        """Close the connection; tell the router (which publishes the will unless DISCONNECT came).
+        `code`: the MQTT 5 reason a 5.0 client is told in a DISCONNECT, with `reason` as its reason
+        string (only once it has had its CONNACK [MQTT-3.14.0-1])."""
         if self.state == CLOSED:
             return
         registered = self.state == CONNECTING or self.state == CONNECTED
+        if code and self.v5 is not None and self.state == CONNECTED:
+            self.write(v5.encode_disconnect(code, {props.REASON_STRING: reason}))
         self.state = CLOSED
         self.fast = False
         self.flush()
@@ -381,4 +449,4 @@ class Connection(asyncio.Protocol):
         self.buf = b""
         self.queue = ()
         self.inflight.clear()
-        self.will = self.subs = self.checker = self.sender = None
+        self.will = self.subs = self.checker = self.sender = self.v5 = None

@@ -29,10 +29,13 @@ from workers import handoff, tls
 from workers.archive import ArchiveWriter
 from workers.auth import Auth
 from workers.archive_format import sender
+from workers.mqtt import properties as props
+from workers.mqtt import reasons, v5
 from workers.mqtt import v4 as p
 from workers.connection import Connection, peer_name
 from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
+from workers.negotiated import Negotiated
 from workers.link import RouterLink
 from workers.websocket import WebSocket
 
@@ -43,6 +46,8 @@ KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PU
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.SUBSCRIBER.iter_unpack
+_unpack_conn_pid = wire.CONN_PID.unpack_from
+_conn_pid_size = wire.CONN_PID.size
 
 
 # conn, packet id, qos, retain, topic, payload; topic None: denied by the ACL, acknowledged in its turn
@@ -58,6 +63,8 @@ class Worker:
         self.config_path: str = config["config_path"]
         self.max_packet_size: int = config["max_packet_size"]
         self.max_inflight: int = config["max_inflight"]
+        self.receive_maximum: int = config["receive_maximum"]
+        self.topic_alias_maximum: int = config["topic_alias_maximum"]
         self.max_queued: int = config["max_queued_messages"]
         self.connect_timeout: float = config["connect_timeout"]
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
@@ -199,6 +206,18 @@ class Worker:
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload))
 
+    def connack_properties(self, negotiated: Negotiated) -> props.Properties:
+        """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer."""
+        told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
+                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size,
+                                  props.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 0,
+                                  props.SHARED_SUBSCRIPTION_AVAILABLE: 0}
+        if self.topic_alias_maximum:
+            told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
+        if negotiated.assigned_id:
+            told[props.ASSIGNED_CLIENT_IDENTIFIER] = negotiated.assigned_id
+        return told
+
     # -- records from the router ---------------------------------------------------------------------
 
     def on_frame(self, frame: bytes) -> None:
@@ -208,10 +227,16 @@ class Worker:
                 if self.shedding:
                     self.shed += len(header) // wire.SUBSCRIBER.size
                     continue
+                as_v5 = None  # the same packets for 5.0 subscribers, made for the first one
                 for conn_id, _granted, _packet_id in _iter_subs(header):
                     conn = conns.get(conn_id)
                     if conn is not None and conn.state != CLOSED:
-                        conn.deliver_raw(payload)
+                        if conn.v5 is None:
+                            conn.deliver_raw(payload)
+                        else:
+                            if as_v5 is None:
+                                as_v5 = v5.publishes_from_v4(payload)
+                            conn.deliver_raw(as_v5)
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
@@ -226,13 +251,19 @@ class Worker:
                 conn = conns.get(conn_id)
                 if conn is not None:
                     conn.waiting -= 1
-                    conn.write(p.encode_suback(packet_id, codes))
+                    if conn.v5 is None:
+                        conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
+                    else:
+                        conn.write(v5.encode_suback(packet_id, codes))
             elif kind == wire.UNSUBACK:
-                conn_id, packet_id = wire.CONN_PID.unpack(header)
+                conn_id, packet_id = _unpack_conn_pid(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
                     conn.waiting -= 1
-                    conn.write(p.encode_unsuback(packet_id))
+                    if conn.v5 is None:
+                        conn.write(p.encode_unsuback(packet_id))
+                    else:
+                        conn.write(v5.encode_unsuback(packet_id, list(header[_conn_pid_size:])))
             elif kind == wire.RESEND_REL:
                 conn_id, packet_id = wire.CONN_PID.unpack(header)
                 conn = conns.get(conn_id)
@@ -244,7 +275,7 @@ class Worker:
                 conn = conns.get(wire.CONN.unpack(header)[0])
                 if conn is not None:
                     conn.kicked = True
-                    conn.close("taken over by a new connection with the same client id")
+                    conn.close("taken over by a new connection with the same client id", code=reasons.SESSION_TAKEN_OVER)
         self.flush_soon()
 
     def _list_clients(self, request: dict) -> None:
@@ -263,18 +294,22 @@ class Worker:
         start = _deliver_size + topic_len
         topic = header[_deliver_size:start]
         conns = self.conns
-        qos0_packet = None
+        qos0_packets: list[bytes | None] = [None, None]  # 3.1.1 and 5.0, each encoded once and shared
         for conn_id, granted, packet_id in _iter_subs(header[start:]):
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
             eff = granted if granted < qos else qos
-            if eff == 0 and self.shedding:
-                self.shed += 1
-                continue
-            if eff == 0 and qos0_packet is None:
-                qos0_packet = p.encode_publish(topic, payload, 0, retain)
-            conn.deliver(topic, payload, eff, retain, dup, packet_id, qos0_packet)
+            packet = None
+            if eff == 0:
+                if self.shedding:
+                    self.shed += 1
+                    continue
+                version = conn.v5 is not None
+                packet = qos0_packets[version]
+                if packet is None:
+                    packet = qos0_packets[version] = (v5 if version else p).encode_publish(topic, payload, 0, retain)
+            conn.deliver(topic, payload, eff, retain, dup, packet_id, packet)
 
     def _routed(self, count: int) -> None:
         """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC, in the order
@@ -285,17 +320,17 @@ class Worker:
             if topic is not None:
                 count -= 1
             if conn.state != CLOSED:
-                conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
+                conn.acknowledge(packet_id, qos, 0 if topic is not None else reasons.NOT_AUTHORIZED)
 
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
-        """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires."""
+        """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
         self.auth.denied += 1
         if not qos:
             return
         if self.awaiting:
             self.awaiting.append((conn, packet_id, qos, False, None, b""))
         else:
-            conn.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
+            conn.acknowledge(packet_id, qos, reasons.NOT_AUTHORIZED)
 
     # -- the acceptor channel and housekeeping ----------------------------------------------------
 
@@ -359,10 +394,13 @@ class Worker:
     def _tick(self) -> None:
         now = self.loop.time()
         for conn in self.wheel.expire(now):
-            conn.close(f"no CONNECT within {self.connect_timeout:g} s" if conn.state < CONNECTING else "keepalive timeout")  # type: ignore[attr-defined]
+            if conn.state < CONNECTING:  # type: ignore[attr-defined]
+                conn.close(f"no CONNECT within {self.connect_timeout:g} s")  # type: ignore[attr-defined]
+            else:
+                conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]
         ending, wall = self.ending, time.time()
         while ending and ending[0][0] <= wall:
-            heapq.heappop(ending)[2].close("token expired")  # a closed one ignores it
+            heapq.heappop(ending)[2].close("token expired", code=reasons.NOT_AUTHORIZED)  # a closed one ignores it
         self._report_load()
         self._report_stats()
         if self.archive is not None:
@@ -416,7 +454,7 @@ class Worker:
         self.stopped = True
         for conn in list(self.conns.values()):
             conn.kicked = True
-            conn.close("broker shutting down")
+            conn.close("broker shutting down", code=reasons.SERVER_SHUTTING_DOWN)
         self.flush()
         self.link.close()
         self.auth.close()

@@ -25,4 +25,5 @@ HANDLERS: dict[int, Handler] = {
     kinds.UNSUBSCRIBE: subscribe.handle_unsubscribe,
     kinds.PINGREQ: ping.handle_pingreq,
     kinds.DISCONNECT: ping.handle_disconnect,
+    kinds.AUTH: ping.handle_auth,
 }

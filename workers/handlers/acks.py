@@ -12,7 +12,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from router import wire
-from workers.mqtt import v4
+from workers.mqtt import v4, v5
+from workers.mqtt.framing import PROTOCOL_ERROR
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -22,19 +23,31 @@ log = logging.getLogger("plexmq.worker")
 _STAGES = {1: "a QoS 1 delivery", 2: "a QoS 2 delivery awaiting PUBREC", -2: "a QoS 2 delivery awaiting PUBCOMP"}
 
 
+def _decode(conn: Connection, kind: int, flags: int, body: bytes) -> tuple[int, int]:
+    """(packet id, reason code); 3.1.1 acks have no reason code: 0."""
+    if conn.v5 is None:
+        return v4.decode_packet_id(flags, body, 2 if kind == v4.PUBREL else 0), 0
+    packet_id, code, _properties = v5.decode_ack(kind, flags, body)
+    return packet_id, code
+
+
 def handle_puback(conn: Connection, flags: int, body: bytes) -> None:
-    _finished(conn, v4.decode_packet_id(flags, body, 0), 1, "PUBACK")
+    _finished(conn, _decode(conn, v4.PUBACK, flags, body)[0], 1, "PUBACK")
 
 
 def handle_pubcomp(conn: Connection, flags: int, body: bytes) -> None:
-    _finished(conn, v4.decode_packet_id(flags, body, 0), -2, "PUBCOMP")
+    _finished(conn, _decode(conn, v4.PUBCOMP, flags, body)[0], -2, "PUBCOMP")
 
 
 def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
-    packet_id = v4.decode_packet_id(flags, body, 0)
+    packet_id, code = _decode(conn, v4.PUBREC, flags, body)
     stage = conn.inflight.get(packet_id)
     if stage == 1:
         return _wrong(conn, "PUBREC", packet_id, stage)
+    if code >= 0x80:  # 5.0: the client refused it; the flow ends without PUBREL [MQTT-4.3.3-4]
+        if stage == 2:
+            _finished(conn, packet_id, 2, "PUBREC")
+        return
     if stage == 2:
         conn.inflight[packet_id] = -2
         if conn.persistent:
@@ -46,7 +59,9 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
 
 def handle_pubrel(conn: Connection, flags: int, body: bytes) -> None:
     """The client releases a QoS 2 message it sent: the router forgets its id (received exactly once)."""
-    packet_id = v4.decode_packet_id(flags, body, 2)
+    packet_id = _decode(conn, v4.PUBREL, flags, body)[0]
+    if conn.v5 is not None:
+        conn.v5.releasing.discard(packet_id)
     conn.worker.link.batch.add(wire.REL, wire.CONN_PID.pack(conn.conn_id, packet_id))
     conn.write(v4.encode_pubcomp(packet_id))
 
@@ -68,4 +83,4 @@ def _finished(conn: Connection, packet_id: int, expected: int, name: str) -> Non
 
 def _wrong(conn: Connection, name: str, packet_id: int, stage: int) -> None:
     """Close the client; its session keeps the message, which was never acknowledged."""
-    conn.close(f"protocol violation: {name} for packet id {packet_id}, {_STAGES[stage]}")
+    conn.close(f"protocol violation: {name} for packet id {packet_id}, {_STAGES[stage]}", code=PROTOCOL_ERROR)

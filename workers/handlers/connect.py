@@ -1,6 +1,7 @@
 """CONNECT: the protocol level, the client id, the login (which may wait for a password check or a
 database), the will against the ACL; then the session is claimed from the router, whose answer
-(`Connection.session_ready`) sends the CONNACK."""
+(`Connection.session_ready`) sends the CONNACK. A 5.0 client also agrees its limits here
+(`workers.negotiated`) and hears every refusal's reason code and reason string."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import uuid
 from typing import TYPE_CHECKING
 
 from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
-from workers.mqtt import v4
+from workers.mqtt import properties as props
+from workers.mqtt import reasons, v4, v5
+from workers.mqtt.connect import Connect, decode_connect
+from workers.mqtt.framing import PROTOCOL_ERROR
+from workers.negotiated import Negotiated
 from workers.states import AUTHENTICATING, CONNECTING
 
 if TYPE_CHECKING:
@@ -20,29 +25,40 @@ if TYPE_CHECKING:
 log = logging.getLogger("plexmq.worker")
 
 MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
+IDENTIFIER_REJECTED = 0x02  # 3.1.1 CONNACK return codes; the others come from workers.auth
+# the 5.0 reason code for each 3.1.1 CONNACK return code
+_AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reasons.CLIENT_IDENTIFIER_NOT_VALID,
+          SERVER_UNAVAILABLE: reasons.SERVER_UNAVAILABLE, BAD_CREDENTIALS: reasons.BAD_USER_NAME_OR_PASSWORD,
+          NOT_AUTHORIZED: reasons.NOT_AUTHORIZED}
 
 
 def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     """The first packet of a connection."""
     try:
-        connect = v4.decode_connect(flags, body)
+        connect = decode_connect(flags, body)
     except v4.UnsupportedProtocol as exc:
-        return _unsupported(conn, exc.level)
-    if connect.protocol_level == 5:
-        return _unsupported(conn, 5)  # the codec reads 5.0; the broker does not speak it yet
+        conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
+        return conn.close(f"unsupported protocol level {exc.level}")
+    worker = conn.worker
+    conn.level = connect.protocol_level
+    if conn.level == 5:
+        negotiated = conn.v5 = Negotiated(connect, worker.topic_alias_maximum)
+        conn.window = min(worker.max_inflight, negotiated.receive_max)
+        method = connect.properties.get(props.AUTHENTICATION_METHOD)
+        if method is not None:
+            return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
     client_id = connect.client_id
     if not client_id:
-        if not connect.clean_session or connect.protocol_level == 3:
-            conn.write(v4.encode_connack(False, 0x02))
-            return conn.close("empty client id without clean session")
+        if conn.v5 is None and (not connect.clean_session or conn.level == 3):
+            return refuse(conn, IDENTIFIER_REJECTED, "empty client id without clean session")
         client_id = f"plexmq-{uuid.uuid4().hex}"
-    elif connect.protocol_level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
-        conn.write(v4.encode_connack(False, 0x02))
-        return conn.close("MQTT 3.1 client id longer than 23 characters")
+        if conn.v5 is not None:
+            conn.v5.assigned_id = client_id
+    elif conn.level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
+        return refuse(conn, IDENTIFIER_REJECTED, "MQTT 3.1 client id longer than 23 characters")
     conn.client_id = client_id
-    conn.level = connect.protocol_level
     conn.username = connect.username
-    auth = conn.worker.auth
+    auth = worker.auth
     if conn.cert_username is not None:  # its certificate is its login (use_identity_as_username)
         conn.username = conn.cert_username
     elif auth.required:
@@ -55,26 +71,29 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     _accept(conn, connect)
 
 
-def _unsupported(conn: Connection, level: int) -> None:
-    conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
-    conn.close(f"unsupported protocol level {level}")
-
-
 def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
-    conn.close("second CONNECT")
+    conn.close("second CONNECT", code=PROTOCOL_ERROR)
 
 
-def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, float]], connect: v4.Connect) -> None:
+def refuse(conn: Connection, code: int, reason: str) -> None:
+    """CONNACK with a refusal, then close. `code` is a 3.1.1 return code (1-5), which a 5.0 client
+    hears as its 5.0 equivalent, or a 5.0 reason code (0x80 and up), which only 5.0 clients can get."""
+    if conn.v5 is None:
+        conn.write(v4.encode_connack(False, code))
+    else:
+        conn.write(v5.encode_connack(False, _AS_V5.get(code, code), {props.REASON_STRING: reason}))
+    conn.close(reason)
+
+
+def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, float]], connect: Connect) -> None:
     if conn.state != AUTHENTICATING:
         return  # closed while the password was checked
     if login.cancelled() or login.exception() is not None:
         log.error("client %s: cannot check the password: %s", conn.client_id, login.exception())
-        conn.write(v4.encode_connack(False, SERVER_UNAVAILABLE))
-        return conn.close("authentication failed")
+        return refuse(conn, SERVER_UNAVAILABLE, "authentication failed")
     code, identity, expires = login.result()
     if code:
-        conn.write(v4.encode_connack(False, code))
-        return conn.close("bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
+        return refuse(conn, code, "bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
     conn.username = identity
     if expires:
         conn.worker.end_at(expires, conn)
@@ -86,19 +105,20 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
             conn.data_received(b"")
 
 
-def _accept(conn: Connection, connect: v4.Connect) -> None:
-    """Credentials accepted: check the will against the ACL, then claim the session."""
+def _accept(conn: Connection, connect: Connect) -> None:
+    """Credentials accepted: check the will against the ACL, then claim the session. A 5.0 session
+    outlives its connection when its expiry interval is not 0; clean start alone says whether an
+    earlier one is discarded."""
     worker = conn.worker
     checker = worker.auth.checker(conn.username, conn.client_id)
     if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
-        conn.write(v4.encode_connack(False, NOT_AUTHORIZED))
-        return conn.close(f"will topic {connect.will.topic!r} not allowed")
+        return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
     conn.checker = checker
-    conn.fast = checker is None
-    conn.persistent = not connect.clean_session
+    conn.fast = checker is None and conn.v5 is None  # 5.0 PUBLISHes are read one by one
+    conn.persistent = not connect.clean_session if conn.v5 is None else conn.v5.session_expiry > 0
     conn.keepalive = connect.keepalive
     conn.deadline = worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
     worker.wheel.add(conn)  # the keepalive deadline may come before the CONNECT timeout
     conn.state = CONNECTING
     conn.will = connect.will
-    conn.register(resume=False)
+    conn.register(resume=False, fresh=connect.clean_session)

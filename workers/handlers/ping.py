@@ -1,11 +1,14 @@
-"""PINGREQ and DISCONNECT: the packets without a body."""
+"""PINGREQ, DISCONNECT and AUTH: the packets that end, keep or (re)authenticate a connection."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
-from workers.mqtt import v4
+from router import wire
+from workers.mqtt import properties as props
+from workers.mqtt import reasons, v4, v5
+from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -17,7 +20,28 @@ def handle_pingreq(conn: Connection, flags: int, body: bytes) -> None:
 
 
 def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
-    """A clean goodbye: no will."""
-    v4.decode_empty(flags, body)
-    conn.disconnected = True
-    conn.close("client disconnected", level=logging.DEBUG)
+    """A goodbye: no will, unless a 5.0 client asks for it (0x04). A 5.0 client may also end its
+    session here (session expiry 0), but not start one it did not ask for at CONNECT [MQTT-3.14.2-2]."""
+    negotiated = conn.v5
+    if negotiated is None:
+        v4.decode_empty(flags, body)
+        conn.disconnected = True
+        return conn.close("client disconnected", level=logging.DEBUG)
+    code, properties = v5.decode_reason_only(v5.DISCONNECT, flags, body)
+    expiry = properties.get(props.SESSION_EXPIRY_INTERVAL)
+    if expiry is not None:
+        if expiry and not negotiated.session_expiry:
+            raise MalformedPacket("session expiry set at DISCONNECT after 0 at CONNECT", PROTOCOL_ERROR)
+        if not expiry and negotiated.session_expiry:
+            conn.worker.link.batch.add(wire.END_SESSION, wire.CONN.pack(conn.conn_id))
+    conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
+    conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)
+
+
+def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
+    """AUTH after CONNECT: this broker offers no authentication method yet, so a client never
+    started an exchange it could continue."""
+    if conn.v5 is None:
+        return conn.close("packet type 15 not allowed from a client")
+    v5.decode_reason_only(v5.AUTH, flags, body)
+    raise MalformedPacket("AUTH without an authentication method at CONNECT", PROTOCOL_ERROR)

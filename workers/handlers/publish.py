@@ -1,19 +1,75 @@
-"""PUBLISH from a client (all but the plain QoS 0 runs): checked against the ACL, then routed."""
+"""PUBLISH from a client (all but the plain 3.1.1 QoS 0 runs, which `Connection.data_received`
+forwards as they are): topic alias and flow control (5.0), the ACL, then routed."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workers.mqtt import v4
+from workers.mqtt import properties as props
+from workers.mqtt import reasons, v4, v5
+from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from workers.states import CLOSED
 
 if TYPE_CHECKING:
     from workers.connection import Connection
+    from workers.negotiated import Negotiated
 
 
 def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
-    topic, packet_id, payload = v4.decode_publish(flags, body)
     qos = (flags >> 1) & 3
+    negotiated = conn.v5
+    if negotiated is None:
+        topic, packet_id, payload = v4.decode_publish(flags, body)
+    else:
+        topic, packet_id, payload, properties = v5.decode_publish(flags, body)
+        if properties:
+            topic = _resolve_alias(negotiated, topic, properties)
+        if qos == 2:
+            if packet_id not in negotiated.releasing:  # not a resend before PUBREL
+                negotiated.releasing.add(packet_id)
+                _count_in(conn, negotiated)
+        elif qos:
+            negotiated.receiving += 1
+            _count_in(conn, negotiated)
+        if conn.state == CLOSED:  # over the Receive Maximum
+            return
+        if properties.get(props.PAYLOAD_FORMAT_INDICATOR) == 1 and not _is_utf8(payload):
+            if not qos:
+                return conn.close("payload not UTF-8 as its format indicator says", code=reasons.PAYLOAD_FORMAT_INVALID)
+            return conn.acknowledge(packet_id, qos, reasons.PAYLOAD_FORMAT_INVALID)
     if conn.checker is not None and not conn.checker.can_write(topic):
         conn.worker.deny(conn, packet_id, qos)
     else:
         conn.worker.publish(conn, topic, packet_id, qos, bool(flags & 1), payload)
+
+
+def _resolve_alias(negotiated: Negotiated, topic: str, properties: props.Properties) -> str:
+    """The topic a PUBLISH names, through its topic alias: set by a topic, used by an empty one."""
+    alias = properties.get(props.TOPIC_ALIAS)
+    if alias is None:
+        return topic
+    if alias > negotiated.alias_max:  # type: ignore[operator]
+        raise MalformedPacket(f"topic alias {alias} beyond the maximum {negotiated.alias_max}",
+                              reasons.TOPIC_ALIAS_INVALID)
+    if topic:
+        negotiated.aliases[alias] = topic  # type: ignore[index]
+        return topic
+    known = negotiated.aliases.get(alias)  # type: ignore[arg-type]
+    if known is None:
+        raise MalformedPacket(f"topic alias {alias} used before it was set", PROTOCOL_ERROR)
+    return known
+
+
+def _count_in(conn: Connection, negotiated: Negotiated) -> None:
+    """The broker's Receive Maximum: more unacknowledged QoS 1/2 PUBLISHes is 0x93."""
+    if negotiated.receiving + len(negotiated.releasing) > conn.worker.receive_maximum:
+        conn.close(f"more than {conn.worker.receive_maximum} QoS 1/2 PUBLISHes unacknowledged",
+                   code=reasons.RECEIVE_MAXIMUM_EXCEEDED)
+
+
+def _is_utf8(payload: bytes) -> bool:
+    try:
+        payload.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

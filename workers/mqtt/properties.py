@@ -15,7 +15,7 @@ from typing import NamedTuple, Union
 
 from workers.mqtt import kinds
 from workers.mqtt.framing import (PROTOCOL_ERROR, TOPIC_ALIAS_INVALID, MalformedPacket, encode_binary, encode_remaining_length,
-                                  encode_string, read_binary, read_string, read_varint)
+                                  encode_string, read_string, read_varint)
 
 WILL = 0  # the will's properties, in the CONNECT payload, are a "packet" of their own here
 
@@ -147,15 +147,23 @@ def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, i
             value = _U32.unpack_from(body, pos)[0]
             pos += 4
         elif ptype == VARINT:
-            value, pos = read_varint(body[:end], pos, prop.name)
-        elif ptype == STRING:
-            value, pos = read_string(body[:end], pos, prop.name)
-        elif ptype == BINARY:
-            value, pos = read_binary(body[:end], pos, prop.name)
-        else:
-            key, pos = read_string(body[:end], pos, "user property name")
-            text, pos = read_string(body[:end], pos, "user property value")
+            value, pos = read_varint(body, pos, prop.name)
+            if pos > end:
+                raise MalformedPacket(f"truncated {prop.name}")
+        elif ptype == PAIR:
+            key, pos = _string(body, pos, end, "user property name")
+            text, pos = _string(body, pos, end, "user property value")
             value = (key, text)
+        elif ptype == BINARY:
+            if pos + 2 > end:
+                raise MalformedPacket(f"truncated {prop.name}")
+            stop = pos + 2 + ((body[pos] << 8) | body[pos + 1])
+            if stop > end:
+                raise MalformedPacket(f"truncated {prop.name}")
+            value = bytes(body[pos + 2:stop])
+            pos = stop
+        else:
+            value, pos = _string(body, pos, end, prop.name)
         if ident in _FLAGS and value not in (0, 1):
             raise _protocol_error(f"{prop.name} {value}, not 0 or 1")
         if ident in _NOT_ZERO and not value:
@@ -167,6 +175,16 @@ def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, i
         else:
             props[ident] = value
     return props, end
+
+
+def _string(body: bytes | memoryview, pos: int, end: int, what: str) -> tuple[str, int]:
+    """The UTF-8 string at body[pos], which must end by `end` (the property block's end)."""
+    if pos + 2 > end:
+        raise MalformedPacket(f"truncated {what}")
+    stop = pos + 2 + ((body[pos] << 8) | body[pos + 1])
+    if stop > end:
+        raise MalformedPacket(f"truncated {what}")
+    return read_string(body, pos, what)
 
 
 def encode(props: Properties | None) -> bytes:

@@ -1,0 +1,329 @@
+"""End to end: MQTT 5.0 clients (paho-mqtt's v5 API and raw sockets for byte-exact checks) beside
+3.1.1 ones on one broker: CONNACK properties, reason codes on every acknowledgement, server-initiated
+DISCONNECT with its reason, session expiry, topic aliases, flow control and packet size limits."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import paho.mqtt.client as paho
+
+from tests.conftest import Broker
+from tests.mqtt import Client, RawClient
+from tests.steps import uid
+from tests.test_passwords import passwd
+from workers.mqtt import properties as P
+from workers.mqtt import v4, v5
+
+V5 = paho.MQTTv5
+
+
+def raw5(port: int, client_id: str = "", clean_start: bool = True, properties: dict | None = None,
+         **kw: object) -> tuple[RawClient, tuple[bool, int, dict]]:
+    c = RawClient(port)
+    return c, c.connect5(client_id or f"r5-{uid()}", clean_start, properties=properties, **kw)
+
+
+def recv_publish(c: RawClient) -> tuple[str, int, bytes, dict, int]:
+    """(topic, packet id, payload, properties, first byte) of the next packet, which must be a PUBLISH."""
+    first, body = c.recv()
+    assert first >> 4 == v5.PUBLISH, f"expected PUBLISH, got {first:#x} {body!r}"
+    topic, packet_id, payload, props = v5.decode_publish(first & 15, body, from_server=True)
+    return topic, packet_id, payload, props, first
+
+
+def disconnect_of(c: RawClient) -> tuple[int, dict]:
+    """The reason code and properties of the DISCONNECT the broker sends before it closes."""
+    data = c.read_until_closed()
+    found = v5.frame(data, 0, len(data) + 1)
+    assert found is not None and found[0] == 0xE0, f"expected DISCONNECT, got {data!r}"
+    return v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])
+
+
+def subscribe5(c: RawClient, packet_id: int, filters: list[tuple[str, int]], properties: dict | None = None) -> list[int]:
+    c.send(v5.encode_subscribe(packet_id, filters, properties))
+    first, body = c.recv()
+    assert first == 0x90, f"expected SUBACK, got {first:#x}"
+    got, codes, _props = v5.decode_suback(v5.SUBACK, 0, body)
+    assert got == packet_id
+    return codes
+
+
+# -- CONNECT and CONNACK ---------------------------------------------------------------------------
+
+
+def test_connack_tells_the_limits_byte_exact(broker: Broker) -> None:
+    c = RawClient(broker.port)
+    c.send(v5.encode_connect("v5-exact", True, 60, protocol_level=5))
+    # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB,
+    # no subscription identifiers, no shared subscriptions, topic alias maximum 10
+    assert c.recv() == (0x20, bytes.fromhex("0000 0f 21 0400 27 00100000 29 00 2a 00 22 000a"))
+    c.send(v4.PINGREQ_PACKET)
+    assert c.recv() == (0xD0, b"")
+    c.send(v5.encode_disconnect())
+    assert c.read_until_closed() == b""
+
+
+def test_empty_client_id_is_assigned_and_told(broker: Broker) -> None:
+    c = RawClient(broker.port)
+    present, code, props = c.connect5("", clean_start=False)  # 5.0 allows this without clean start
+    assert (present, code) == (False, 0)
+    assigned = props[P.ASSIGNED_CLIENT_IDENTIFIER]
+    assert assigned.startswith("plexmq-")
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+
+
+def test_paho_v5_round_trip_at_each_qos_beside_a_311_client(broker: Broker) -> None:
+    """Mixed traffic: 5.0 and 3.1.1 publishers and subscribers on one topic, QoS 0 (the 3.1.1 raw
+    path's packets rewritten for 5.0 subscribers), 1 and 2."""
+    topic = f"v5/mixed/{uid()}"
+    sub5 = Client(broker.port, f"sub5-{uid()}", protocol=V5)
+    sub4 = Client(broker.port, f"sub4-{uid()}")
+    assert sub5.subscribe(topic, 2) == [2]
+    assert sub4.subscribe(topic, 2) == [2]
+    assert sub5.connack_properties.ReceiveMaximum == 1024  # type: ignore[union-attr]
+    pub5 = Client(broker.port, f"pub5-{uid()}", protocol=V5)
+    pub4 = Client(broker.port, f"pub4-{uid()}")
+    for qos in (0, 1, 2):
+        for name, pub in (("v5", pub5), ("v4", pub4)):
+            pub.publish(topic, f"{name}-{qos}", qos)
+            for sub in (sub5, sub4):
+                msg = sub.get()
+                assert (msg.topic, msg.payload, msg.qos) == (topic, f"{name}-{qos}".encode(), qos)
+    for c in (sub5, sub4, pub5, pub4):
+        c.disconnect()
+
+
+def test_bad_password_gets_0x86_and_an_authentication_method_0x8c(start_broker: Callable[..., Broker],
+                                                                     tmp_path: Path) -> None:
+    passwords = tmp_path / "passwd"
+    assert passwd(str(passwords), "alice", "--password-stdin", stdin="secret\n").returncode == 0
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'password_file = "{passwords}"\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    c = RawClient(b.port)
+    present, code, props = c.connect5("v5-bad", username="alice", password=b"wrong")
+    assert (present, code, props[P.REASON_STRING]) == (False, 0x86, "bad user name or password")
+    assert c.read_until_closed() == b""
+    c = RawClient(b.port)
+    assert c.connect5("v5-good", username="alice", password=b"secret")[:2] == (False, 0)
+    c.close()
+    c = RawClient(b.port)
+    present, code, props = c.connect5("v5-scram", properties={P.AUTHENTICATION_METHOD: "SCRAM-SHA-1"},
+                                      username="alice", password=b"secret")
+    assert (present, code) == (False, 0x8C)
+    assert c.read_until_closed() == b""
+
+
+# -- sessions ----------------------------------------------------------------------------------------
+
+
+def test_session_expiry_keeps_a_session_and_clean_start_discards_it(broker: Broker) -> None:
+    cid, topic = f"v5-sess-{uid()}", f"v5/sess/{uid()}"
+    c, (present, code, _) = raw5(broker.port, cid, clean_start=True, properties={P.SESSION_EXPIRY_INTERVAL: 3600})
+    assert (present, code) == (False, 0)
+    assert subscribe5(c, 1, [(topic, 1)]) == [1]
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    pub = Client(broker.port, f"pub-{uid()}", protocol=V5)
+    pub.publish(topic, b"while away", 1)
+
+    c, (present, code, _) = raw5(broker.port, cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 3600})
+    assert (present, code) == (True, 0)
+    topic_got, pid, payload, _props, first = recv_publish(c)
+    assert (topic_got, payload, first & 6) == (topic, b"while away", 2)
+    c.send(v5.encode_ack(v5.PUBACK, pid))
+    c.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))  # ends the session now
+    c.read_until_closed()
+
+    c, (present, code, _) = raw5(broker.port, cid, clean_start=False)
+    assert (present, code) == (False, 0)
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    pub.disconnect()
+
+
+def test_session_expiry_0_ends_the_session_with_the_connection(broker: Broker) -> None:
+    cid = f"v5-zero-{uid()}"
+    c, _ = raw5(broker.port, cid, clean_start=False)
+    assert subscribe5(c, 1, [(f"v5/zero/{uid()}", 1)]) == [1]
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    c, (present, _code, _) = raw5(broker.port, cid, clean_start=False)
+    assert present is False
+    c.close()
+
+
+def test_session_expiry_set_at_disconnect_after_0_is_a_protocol_error(broker: Broker) -> None:
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 60}))
+    code, props = disconnect_of(c)
+    assert code == 0x82 and "session expiry" in props[P.REASON_STRING]
+
+
+def test_takeover_tells_the_old_connection_0x8e(broker: Broker) -> None:
+    cid = f"v5-take-{uid()}"
+    old, _ = raw5(broker.port, cid)
+    new, (_present, code, _) = raw5(broker.port, cid)
+    assert code == 0
+    assert disconnect_of(old)[0] == 0x8E
+    new.close()
+
+
+def test_disconnect_with_will_publishes_it_and_a_normal_one_does_not(broker: Broker) -> None:
+    topic = f"v5/will/{uid()}"
+    watcher = Client(broker.port, f"watch-{uid()}", protocol=V5)
+    watcher.subscribe(topic, 1)
+    for code, expected in ((0x00, None), (0x04, b"gone")):
+        c = RawClient(broker.port)
+        c.connect5(f"v5-will-{uid()}", will=v5.Will(topic, b"gone", 1, False))
+        c.send(v5.encode_disconnect(code))
+        assert c.read_until_closed() == b""
+        if expected is None:
+            assert watcher.nothing()
+        else:
+            assert watcher.get().payload == expected
+    watcher.disconnect()
+
+
+# -- acknowledgements with reason codes --------------------------------------------------------------
+
+
+def test_suback_and_unsuback_reason_codes(broker: Broker) -> None:
+    c, _ = raw5(broker.port)
+    topic = f"v5/codes/{uid()}"
+    assert subscribe5(c, 1, [(topic, 1), ("bad/#/filter", 0), ("$share/group/t", 1)]) == [1, 0x8F, 0x9E]
+    assert subscribe5(c, 2, [(topic, 0)], {P.SUBSCRIPTION_IDENTIFIER: 7}) == [0xA1]
+    c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed"]))
+    first, body = c.recv()
+    assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11])
+    c.close()
+
+
+def test_acl_refusals_carry_0x87(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite open/#\n")
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'acl_file = "{acl}"\nallow_anonymous = true\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    c, _ = raw5(b.port, properties={P.REQUEST_PROBLEM_INFORMATION: 1})
+    assert subscribe5(c, 1, [("open/x", 1), ("closed/x", 1)]) == [1, 0x87]
+    c.send(v5.encode_publish(b"closed/x", b"no", 1, packet_id=5))
+    first, body = c.recv()
+    assert first == 0x40 and v5.decode_ack(v5.PUBACK, 0, body) == (5, 0x87, {P.REASON_STRING: "not authorized"})
+    c.send(v5.encode_publish(b"closed/x", b"no", 2, packet_id=6))
+    first, body = c.recv()
+    assert first == 0x50 and v5.decode_ack(v5.PUBREC, 0, body)[:2] == (6, 0x87)
+    c.send(v5.encode_publish(b"open/x", b"yes", 1, packet_id=7))
+    delivery, puback = sorted((c.recv(), c.recv()))  # either may come first
+    assert puback == (0x40, b"\x00\x07")  # success: the short form
+    assert delivery[0] == 0x32 and v5.decode_publish(2, delivery[1], from_server=True)[2] == b"yes"
+    c.close()
+
+
+def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    first, body = c.recv()
+    assert first == 0x40 and v5.decode_ack(v5.PUBACK, 0, body)[:2] == (9, 0x99)
+    c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 0, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    assert disconnect_of(c)[0] == 0x99
+
+
+# -- server-initiated DISCONNECT ---------------------------------------------------------------------
+
+
+def test_malformed_and_protocol_errors_are_told_with_their_reason(broker: Broker) -> None:
+    c, _ = raw5(broker.port)
+    c.send(bytes.fromhex("3006 0001 61 05 0200"))  # property length beyond the packet
+    code, props = disconnect_of(c)
+    assert code == 0x81 and "property length" in props[P.REASON_STRING]
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_connect("again", protocol_level=5))
+    code, props = disconnect_of(c)
+    assert (code, props[P.REASON_STRING]) == (0x82, "second CONNECT")
+
+
+def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
+    topic = f"v5/wrongack/{uid()}"
+    c, _ = raw5(broker.port)
+    assert subscribe5(c, 1, [(topic, 1)]) == [1]
+    pub = Client(broker.port, f"pub-{uid()}")
+    pub.publish(topic, b"x", 1)
+    _t, pid, _p, _props, _f = recv_publish(c)
+    c.send(v5.encode_ack(v5.PUBREC, pid))
+    assert disconnect_of(c)[0] == 0x82
+    pub.disconnect()
+
+
+def test_topic_aliases_from_the_client(broker: Broker) -> None:
+    topic = f"v5/alias/{uid()}"
+    sub = Client(broker.port, f"sub-{uid()}")
+    sub.subscribe(topic, 0)
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_publish(topic.encode(), b"first", 1, packet_id=1, properties={P.TOPIC_ALIAS: 3}))
+    assert c.recv() == (0x40, b"\x00\x01")
+    c.send(v5.encode_publish(b"", b"second", 1, packet_id=2, properties={P.TOPIC_ALIAS: 3}))
+    assert c.recv() == (0x40, b"\x00\x02")
+    assert [sub.get().payload, sub.get().payload] == [b"first", b"second"]
+    c.send(v5.encode_publish(b"", b"unknown", 0, properties={P.TOPIC_ALIAS: 4}))
+    assert disconnect_of(c)[0] == 0x82
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_publish(topic.encode(), b"beyond", 0, properties={P.TOPIC_ALIAS: 11}))
+    assert disconnect_of(c)[0] == 0x94
+    sub.disconnect()
+
+
+def test_receive_maximum_is_enforced_with_0x93(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text("receive_maximum = 2\n")
+    b = start_broker("--workers", "1", "--config", str(config))
+    c, (_present, _code, props) = raw5(b.port)
+    assert props[P.RECEIVE_MAXIMUM] == 2
+    for pid in (1, 2):  # QoS 2 without PUBREL: each stays unacknowledged
+        c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=pid))
+        assert c.recv() == (0x50, pid.to_bytes(2, "big"))
+    c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=2))  # a resend counts once
+    assert c.recv() == (0x50, b"\x00\x02")
+    c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=3))
+    assert disconnect_of(c)[0] == 0x93
+
+
+def test_packet_too_large_for_the_broker_is_0x95(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text("max_packet_size = 100\n")
+    b = start_broker("--workers", "1", "--config", str(config))
+    c, (_present, _code, props) = raw5(b.port)
+    assert props[P.MAXIMUM_PACKET_SIZE] == 100
+    c.send(v5.encode_publish(b"v5/big", b"x" * 200))
+    assert disconnect_of(c)[0] == 0x95
+
+
+def test_a_message_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -> None:
+    topic = f"v5/max/{uid()}"
+    c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 64})
+    assert subscribe5(c, 1, [(topic, 1)]) == [1]
+    pub = Client(broker.port, f"pub-{uid()}")
+    pub.publish(topic, b"L" * 100, 0)
+    pub.publish(topic, b"L" * 100, 1)
+    pub.publish(topic, b"small", 1)
+    got = recv_publish(c)
+    assert got[2] == b"small"
+    c.close()
+    pub.disconnect()
+
+
+def test_keepalive_timeout_is_0x8d(broker: Broker) -> None:
+    c, _ = raw5(broker.port, keepalive=1)
+    assert disconnect_of(c)[0] == 0x8D
+
+
+def test_graceful_stop_tells_clients_0x8b(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "1")
+    c, _ = raw5(b.port)
+    b.proc.send_signal(signal.SIGTERM)
+    assert disconnect_of(c)[0] == 0x8B

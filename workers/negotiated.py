@@ -1,0 +1,26 @@
+"""What an MQTT 5.0 connection agreed on at CONNECT, kept apart from `Connection` so that a 3.1.1
+connection (most of 100k idle clients) pays one empty slot for it."""
+
+from __future__ import annotations
+
+from workers.mqtt import properties as props
+from workers.mqtt.connect import Connect
+
+
+class Negotiated:
+    __slots__ = ("problem_info", "receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
+                 "session_expiry", "assigned_id")
+
+    def __init__(self, connect: Connect, alias_max: int) -> None:
+        p = connect.properties
+        # the client's limits on what the broker sends it
+        self.problem_info = bool(p.get(props.REQUEST_PROBLEM_INFORMATION, 1))  # reason strings on acks
+        self.receive_max: int = p.get(props.RECEIVE_MAXIMUM, 65535)  # type: ignore[assignment]
+        self.max_packet: int = p.get(props.MAXIMUM_PACKET_SIZE, 0)  # type: ignore[assignment]  # 0: no limit
+        self.session_expiry: int = p.get(props.SESSION_EXPIRY_INTERVAL, 0)  # type: ignore[assignment]
+        # the broker's limits on what the client sends
+        self.alias_max = alias_max
+        self.aliases: dict[int, str] = {}  # topic alias -> topic name, set by the client's PUBLISHes
+        self.receiving = 0  # QoS 1 PUBLISHes of the client not yet acknowledged
+        self.releasing: set[int] = set()  # QoS 2 packet ids of the client awaiting its PUBREL
+        self.assigned_id = ""  # the client id the broker chose for an empty one
