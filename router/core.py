@@ -14,7 +14,7 @@ import orjson
 
 from router import store as db
 from router import wire
-from router.retain import RetainedStore
+from router.retain import Retained, RetainedStore
 from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Will
 from router.listing import ClientListing
 from router.store import Store
@@ -28,6 +28,14 @@ _unpack_pub = wire.PUB_HEAD.unpack_from
 _unpack_count = wire.COUNT.unpack_from
 _count_size = wire.COUNT.size
 _pub_head_size = wire.PUB_HEAD.size
+
+
+def _deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, expiry: int) -> bytes:
+    """A DELIVER record's header up to its subscribers."""
+    flags = wire.pub_flags(qos, retain, dup)
+    if props or expiry:
+        return _pack_deliver(flags | wire.HAS_EXTRA, len(topic)) + topic + wire.extra(props, expiry)
+    return _pack_deliver(flags, len(topic)) + topic
 
 
 class Dest:
@@ -218,16 +226,30 @@ class Router:
         self._send_ready(session, out)
 
     def _send_ready(self, session: Session, out: wire.Batch) -> None:
-        """Send what waited for room in the session's window."""
+        """Send what waited for room in the session's window; what expired while it waited goes
+        (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
         store = self.store
-        for pid, pending in session.ready(self.window):
-            if store is not None:
-                store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
-            self._send_pending(session, out, pid, pending, dup=False)
+        now = time.time()
+        while True:
+            expired = []
+            for pid, pending in session.ready(self.window):
+                if pending.expiry and pending.expiry <= now:
+                    expired.append(pid)
+                    continue
+                if store is not None:
+                    store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
+                self._send_pending(session, out, pid, pending, dup=False)
+            if not expired:
+                return
+            for pid in expired:  # each took a place in the window: give it back, then look again
+                session.release(pid)
+                if store is not None:
+                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
-    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool) -> int:
+    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+              expiry: int = 0) -> int:
         """Session.keep, stored: the packet id to send it with now, 0 when it waits, -1 when dropped."""
-        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window)
+        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry)
         if pid < 0:
             self.dropped += 1
             self._log_drops(session)
@@ -235,7 +257,7 @@ class Router:
             self.seq += 1
             stored = next(reversed(session.unacked))  # the packet id it was kept under
             self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
-                                                SENT if pid else QUEUED))
+                                                SENT if pid else QUEUED, props, expiry))
         return pid
 
     @staticmethod
@@ -247,9 +269,8 @@ class Router:
 
     @staticmethod
     def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
-        topic = pending.topic
-        head = _pack_deliver(wire.pub_flags(pending.qos, pending.retain, dup), len(topic))
-        out.add(wire.DELIVER, head + topic + _pack_sub(session.conn, pending.qos, pid), pending.payload)
+        out.add(wire.DELIVER, _deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
+                                            pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, publish_will = wire.GONE_HEAD.unpack(header)
@@ -308,8 +329,9 @@ class Router:
         if session is None:
             return
         out = self.out(worker)
+        now = time.time()
         codes = []
-        retained: list[tuple[str, bytes, int]] = []
+        retained: list[tuple[str, Retained, int]] = []
         for topic_filter, qos in filters:
             if qos >= 0x80:  # refused by the worker: the reason code goes back as it is
                 codes.append(qos)
@@ -320,15 +342,15 @@ class Router:
             if not session.clean and self.store is not None:
                 self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, qos))
             if packet_id:
-                for topic, body, retained_qos in self.retained.matching(topic_filter):
-                    retained.append((topic, body, min(qos, retained_qos)))
+                for topic, message in self.retained.matching(topic_filter, now):
+                    retained.append((topic, message, min(qos, message[1])))
         self.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
         out.hold()
         out.add_json(wire.SUBACK, [conn, packet_id, codes])
-        for topic, body, qos in retained:
-            self._deliver_one(session, out, topic.encode(), body, qos, retain=True)
+        for topic, (body, _stored_qos, props, expiry), qos in retained:
+            self._deliver_one(session, out, topic.encode(), body, qos, True, props, expiry)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = orjson.loads(header)
@@ -363,7 +385,11 @@ class Router:
                         return  # a resend before PUBREL: received exactly once
                     if not session.clean and self.store is not None:
                         self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
-        self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
+        if flags & wire.HAS_EXTRA:
+            props, expiry, start = wire.read_extra(header, _pub_head_size)
+            self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry)
+        else:
+            self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
 
     def _on_pub0(self, worker: bytes, header: bytes, packets: bytes) -> None:
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its workers."""
@@ -411,19 +437,20 @@ class Router:
         elif session.releasing(packet_id) and store is not None:
             store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
 
-    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0) -> None:
         """A message from a client (or its will): counted, then routed."""
         self.received += 1
-        self.route(topic, payload, qos, retain)
+        self.route(topic, payload, qos, retain, props, expiry)
 
-    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
-        """Route one message to every matching subscriber: matched once, one record per worker."""
+    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0) -> None:
+        """Route one message to every matching subscriber: matched once, one record per worker.
+        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (router/wire.py)."""
         if retain:
             name = topic.decode()
-            self.retained.put(name, payload, qos)
+            self.retained.put(name, payload, qos, props, expiry)
             if self.store is not None and not topic.startswith(b"$SYS/"):  # $SYS is fresh after a restart
                 if payload:
-                    self.store.record(db.RETAINED_SAVE, (name, payload, qos))
+                    self.store.record(db.RETAINED_SAVE, (name, payload, qos, props, expiry))
                 else:
                     self.store.record(db.RETAINED_DELETE, (name,))
         targets = self.cache.get(topic)
@@ -431,7 +458,10 @@ class Router:
             targets = self._match(topic)
         online = targets.online
         offline = targets.offline
-        head = _pack_deliver(qos, len(topic)) + topic
+        if props or expiry:
+            head = _pack_deliver(qos | wire.HAS_EXTRA, len(topic)) + topic + wire.extra(props, expiry)
+        else:
+            head = _pack_deliver(qos, len(topic)) + topic
         keep = self._keep
         for worker, clean_subs, persistent in online:
             subs = clean_subs
@@ -440,7 +470,7 @@ class Router:
                 for session, granted in persistent:
                     eff = granted if granted < qos else qos
                     if eff:
-                        pid = keep(session, topic, payload, eff, False)
+                        pid = keep(session, topic, payload, eff, False, props, expiry)
                         if pid > 0:
                             parts.append(_pack_sub(session.conn, eff, pid))
                     else:
@@ -455,7 +485,7 @@ class Router:
         for session, granted in offline:
             eff = granted if granted < qos else qos
             if eff:
-                keep(session, topic, payload, eff, False)
+                keep(session, topic, payload, eff, False, props, expiry)
 
     def _match(self, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
@@ -481,18 +511,24 @@ class Router:
         self.cache[topic] = targets
         return targets
 
-    def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+    def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
+                     props: bytes, expiry: int) -> None:
         pid = 0
         if qos and not session.clean:
-            pid = self._keep(session, topic, payload, qos, retain)
+            pid = self._keep(session, topic, payload, qos, retain, props, expiry)
             if pid <= 0:
                 return  # dropped, or queued until the client's window has room
-        out.add(wire.DELIVER, _pack_deliver(wire.pub_flags(qos, retain), len(topic)) + topic + _pack_sub(session.conn, qos, pid), payload)
+        out.add(wire.DELIVER, _deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
+                payload)
 
     # -- housekeeping ------------------------------------------------------------------------------
 
     def expire(self, now: float) -> int:
-        """Remove persistent sessions offline longer than `expiration`; how many went."""
+        """Remove retained messages past their expiry, and persistent sessions offline longer than
+        `expiration`; how many sessions went."""
+        for topic in self.retained.expire(now):
+            if self.store is not None:
+                self.store.record(db.RETAINED_DELETE, (topic,))
         if not self.expiration:
             return 0
         stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration]

@@ -18,16 +18,20 @@ MAX_PACKET_ID = 65535
 
 
 class Pending:
-    """One outgoing QoS 1/2 message of a persistent session."""
+    """One outgoing QoS 1/2 message of a persistent session; `props` are its MQTT 5 properties as
+    they travel (see router/wire.py), `expiry` the time.time() second it expires at (0: never)."""
 
-    __slots__ = ("topic", "payload", "qos", "retain", "state")
+    __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expiry")
 
-    def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, state: int) -> None:
+    def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, state: int, props: bytes = b"",
+                 expiry: int = 0) -> None:
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
         self.state = state
+        self.props = props
+        self.expiry = expiry
 
 
 class Will:
@@ -66,7 +70,7 @@ class Session:
         self.dropped_logged = 0.0  # time.monotonic() the drops were last logged
 
     def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, limit: int, max_bytes: int,
-             window: int) -> int:
+             window: int, props: bytes = b"", expiry: int = 0) -> int:
         """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits, -1 when dropped
         (the session holds `limit` messages already, or `max_bytes` of payload when that is not 0)."""
         unacked = self.unacked
@@ -79,10 +83,10 @@ class Session:
             pid = pid % MAX_PACKET_ID + 1
         self.next_pid = pid % MAX_PACKET_ID + 1
         if self.worker is not None and self.inflight < window:
-            unacked[pid] = Pending(topic, payload, qos, retain, SENT)
+            unacked[pid] = Pending(topic, payload, qos, retain, SENT, props, expiry)
             self.inflight += 1
             return pid
-        unacked[pid] = Pending(topic, payload, qos, retain, QUEUED)
+        unacked[pid] = Pending(topic, payload, qos, retain, QUEUED, props, expiry)
         self.enqueue(pid)
         return 0
 

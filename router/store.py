@@ -18,9 +18,10 @@ import sqlite3
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from router.retain import Retained
 from router.sessions import QUEUED, Pending, Session
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILE_NAME = "plexmq.db"
 
 _TABLES = """
@@ -31,13 +32,27 @@ CREATE TABLE IF NOT EXISTS subscriptions (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
     seq INTEGER PRIMARY KEY, client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, topic BLOB NOT NULL,
-    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL
+    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
+    props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS message_ids ON messages (client_id, packet_id);
 CREATE TABLE IF NOT EXISTS incoming (
     client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS retained (topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS retained (
+    topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
+    props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+_TO_VERSION_3 = """
+BEGIN;
+ALTER TABLE messages ADD COLUMN props BLOB NOT NULL DEFAULT x'';
+ALTER TABLE messages ADD COLUMN expiry INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE retained ADD COLUMN props BLOB NOT NULL DEFAULT x'';
+ALTER TABLE retained ADD COLUMN expiry INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET value = 3 WHERE key = 'schema';
+COMMIT;
 """
 
 # the statements `record` takes, by name
@@ -48,14 +63,14 @@ MESSAGES_DELETE = "DELETE FROM messages WHERE client_id = ?"
 INCOMING_DELETE = "DELETE FROM incoming WHERE client_id = ?"
 SUB_SAVE = "INSERT OR REPLACE INTO subscriptions VALUES (?, ?, ?)"
 SUB_DELETE = "DELETE FROM subscriptions WHERE client_id = ? AND filter = ?"
-MESSAGE_SAVE = "INSERT OR REPLACE INTO messages (client_id, packet_id, seq, topic, payload, qos, retain, state) " \
-               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+MESSAGE_SAVE = "INSERT OR REPLACE INTO messages (client_id, packet_id, seq, topic, payload, qos, retain, state, " \
+               "props, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 MESSAGE_STATE = "UPDATE messages SET state = ? WHERE client_id = ? AND packet_id = ?"
 MESSAGE_RELEASING = "UPDATE messages SET state = ?, payload = x'' WHERE client_id = ? AND packet_id = ?"
 MESSAGE_DELETE = "DELETE FROM messages WHERE client_id = ? AND packet_id = ?"
 INCOMING_SAVE = "INSERT OR IGNORE INTO incoming VALUES (?, ?)"
 INCOMING_DELETE_ONE = "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?"
-RETAINED_SAVE = "INSERT OR REPLACE INTO retained VALUES (?, ?, ?)"
+RETAINED_SAVE = "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)"
 RETAINED_DELETE = "DELETE FROM retained WHERE topic = ?"
 
 
@@ -68,7 +83,7 @@ class Loaded:
     """What a restarted router starts from."""
 
     sessions: dict[str, Session] = field(default_factory=dict)
-    retained: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    retained: dict[str, Retained] = field(default_factory=dict)
     next_seq: int = 1
 
 
@@ -98,6 +113,8 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif row[0] == 2:  # before MQTT 5: messages and retained messages gain their properties and expiry
+            self.db.executescript(_TO_VERSION_3)
         elif row[0] != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema version {row[0]}, this plexmq reads {SCHEMA_VERSION}")
 
@@ -121,18 +138,18 @@ class Store:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
                     session.subs[topic_filter] = qos
-            rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state FROM messages "
-                              "ORDER BY seq")  # the rowid: read in order, nothing to sort
-            for client_id, pid, topic, payload, qos, retain, state in rows:
+            rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state, props, expiry "
+                              "FROM messages ORDER BY seq")  # the rowid: read in order, nothing to sort
+            for client_id, pid, topic, payload, qos, retain, state, props, expiry in rows:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
-                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state))
+                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state, props, expiry))
             for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming"):
                 session = loaded.sessions.get(client_id)
                 if session is not None:
                     session.receive(pid)
-            for topic, payload, qos in db.execute("SELECT topic, payload, qos FROM retained"):
-                loaded.retained[topic] = (payload, qos)
+            for topic, payload, qos, props, expiry in db.execute("SELECT topic, payload, qos, props, expiry FROM retained"):
+                loaded.retained[topic] = (payload, qos, props, expiry)
             loaded.next_seq = (db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0) + 1
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {_reason(exc)}") from None

@@ -18,7 +18,7 @@ HELLO = 1  # orjson [worker_id, pid]
 CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0 or next pid), fresh]; payload: will payload
 SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
-PUB = 5  # PUB_HEAD (conn, packet_id, flags) + topic; payload
+PUB = 5  # PUB_HEAD (conn, packet_id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
 ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
 REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # GONE_HEAD (conn, publish_will)
@@ -31,7 +31,7 @@ SESSION = 20  # orjson [conn, session_present]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...]]
 UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
 ROUTED = 23  # COUNT: this many of the worker's QoS>0 PUBs (in order) are routed; acknowledge them
-DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic + SUBSCRIBER * n; payload
+DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
 LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
@@ -40,14 +40,21 @@ DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to writ
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
 
+# A message from an MQTT 5 publisher may carry what travels with it to subscribers: its properties
+# (payload format, content type, response topic, correlation data, user properties: the property
+# entries as they are on the wire, without the block's length) and the time.time() second it expires
+# at (0: never). Messages without either (all of 3.1.1) leave the flag off and carry nothing more.
+HAS_EXTRA = 0x10  # in the flags of PUB and DELIVER
+EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
+
 RECORD = struct.Struct("<BII")
-PUB_HEAD = struct.Struct("<IHB")  # flags: qos | retain << 2
+PUB_HEAD = struct.Struct("<IHB")  # flags: qos | retain << 2 | HAS_EXTRA
 ACK_HEAD = struct.Struct("<IHB")
 CONN_PID = struct.Struct("<IH")
 GONE_HEAD = struct.Struct("<IB")
 CONN = struct.Struct("<I")
 COUNT = struct.Struct("<I")
-DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3
+DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
 SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
 
 _pack_record = RECORD.pack
@@ -118,3 +125,15 @@ def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
 
 def pub_flags(qos: int, retain: bool, dup: bool = False) -> int:
     return qos | (retain << 2) | (dup << 3)
+
+
+def extra(props: bytes, expiry: int) -> bytes:
+    """What follows the topic of a message with properties or an expiry (set HAS_EXTRA in its flags)."""
+    return EXTRA.pack(expiry, len(props)) + props
+
+
+def read_extra(header: bytes, pos: int) -> tuple[bytes, int, int]:
+    """(properties, expiry, position after them) of the EXTRA at header[pos]."""
+    expiry, length = EXTRA.unpack_from(header, pos)
+    start = pos + EXTRA.size
+    return header[start:start + length], expiry, start + length

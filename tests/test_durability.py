@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -43,7 +44,9 @@ from tests.steps import (
     worker_of,
 )
 from tests.test_processes import OwnBroker, alive, descendants, ping
+from workers.mqtt import properties as P
 from workers.mqtt import v4 as p
+from workers.mqtt import v5
 
 RESUME_LIMIT = 5.0  # seconds the issue allows for traffic to resume after the router's death
 QUEUE = 20_000  # max_queued_messages for these tests: the streams must not overflow an offline queue
@@ -777,3 +780,89 @@ def test_clean_sessions_leave_nothing_behind_a_restart(brokers: Brokers, tmp_pat
     assert present, "the persistent session was lost"
     disconnect(c)
     disconnect(pub)
+
+
+# -- 7. MQTT 5: a session with an expiry interval, messages with properties and an expiry ----------------
+
+
+def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(brokers: Brokers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    b = brokers.start(data)
+    cid, topic = f"dur5-{uid()}", f"dur/v5/{uid()}"
+    c = RawClient(b.port)
+    assert c.connect5(cid, properties={P.SESSION_EXPIRY_INTERVAL: 3600})[:2] == (False, 0)
+    c.send(v5.encode_subscribe(1, [(topic, 1)]))
+    assert c.recv()[0] == 0x90
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    carried = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("trace", "t-1")]}
+    pub = RawClient(b.port)
+    pub.connect5(f"dur5-pub-{uid()}")
+    for pid, (payload, expiry) in enumerate([(b"brief", 2), (b"lasting", 3600)], 1):
+        pub.send(v5.encode_publish(topic.encode(), payload, 1, packet_id=pid,
+                                   properties={**carried, P.MESSAGE_EXPIRY_INTERVAL: expiry}))
+        assert pub.recv() == (0x40, pid.to_bytes(2, "big"))  # acknowledged: stored
+    pub.send(v5.encode_publish(f"{topic}/r".encode(), b"kept", 1, True, packet_id=3,
+                               properties={**carried, P.MESSAGE_EXPIRY_INTERVAL: 3600}))
+    assert pub.recv() == (0x40, b"\x00\x03")
+
+    brokers.kill_whole(b)
+    time.sleep(2.1)  # the 2 s interval ends while the broker is down (expiry is time: nothing to await)
+    b = brokers.start(data)
+    c = RawClient(b.port)
+    present, code, _props = c.connect5(cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 3600})
+    assert (present, code) == (True, 0), "the 5.0 session was lost"
+    c.send(v5.encode_subscribe(2, [(f"{topic}/r", 1)]))
+    got = []
+    while len(got) < 2:  # the queued message and the retained one, in either order around the SUBACK
+        first, body = c.recv()
+        if first >> 4 == v5.PUBLISH:
+            topic_got, pid, payload, props = v5.decode_publish(first & 15, body, from_server=True)
+            c.send(v5.encode_ack(v5.PUBACK, pid))
+            left = props.pop(P.MESSAGE_EXPIRY_INTERVAL)
+            assert 3590 <= left < 3600 and props == carried
+            got.append((topic_got, payload))
+    assert sorted(got) == [(topic, b"lasting"), (f"{topic}/r", b"kept")]  # "brief" expired, never delivered
+    c.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))
+    c.read_until_closed()
+
+
+def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, tmp_path: Path) -> None:
+    """A data dir written before MQTT 5 (schema 2) opens: its messages and retained messages gain
+    empty properties and no expiry, and nothing is lost."""
+    data = tmp_path / "data"
+    data.mkdir()
+    db = sqlite3.connect(data / "plexmq.db")
+    db.executescript("""
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+        INSERT INTO meta VALUES ('schema', 2);
+        CREATE TABLE sessions (client_id TEXT PRIMARY KEY, last_seen REAL NOT NULL);
+        CREATE TABLE subscriptions (client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL,
+                                    PRIMARY KEY (client_id, filter)) WITHOUT ROWID;
+        CREATE TABLE messages (seq INTEGER PRIMARY KEY, client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+                               topic BLOB NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL,
+                               retain INTEGER NOT NULL, state INTEGER NOT NULL);
+        CREATE UNIQUE INDEX message_ids ON messages (client_id, packet_id);
+        CREATE TABLE incoming (client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+                               PRIMARY KEY (client_id, packet_id)) WITHOUT ROWID;
+        CREATE TABLE retained (topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL);
+        INSERT INTO sessions VALUES ('old-client', 0);
+        INSERT INTO subscriptions VALUES ('old-client', 'old/#', 1);
+        INSERT INTO messages VALUES (1, 'old-client', 1, x'6f6c642f61', x'717565756564', 1, 0, 0);
+        INSERT INTO retained VALUES ('old/r', x'6b657074', 1);
+    """)
+    db.close()
+    b = brokers.start(data)
+    c, present = reconnect(b.port, "old-client")
+    assert present
+    first, body = c.recv()
+    assert as_pub(first, body)[:2] == ("old/a", b"queued")
+    c.send(p.encode_puback(as_pub(first, body).packet_id))
+    assert subscribe(c, 2, [("old/r", 1)]) == [1]
+    first, body = c.recv()
+    assert as_pub(first, body)[:2] == ("old/r", b"kept")
+    c.send(p.encode_puback(as_pub(first, body).packet_id))
+    disconnect(c)
+    brokers.terminate(b)  # the broker holds the store exclusively: it is read back after the stop
+    with sqlite3.connect(data / "plexmq.db") as after:
+        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (3,)

@@ -5,6 +5,7 @@ DISCONNECT with its reason, session expiry, topic aliases, flow control and pack
 from __future__ import annotations
 
 import signal
+import time
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -327,3 +328,81 @@ def test_graceful_stop_tells_clients_0x8b(start_broker: Callable[..., Broker]) -
     c, _ = raw5(b.port)
     b.proc.send_signal(signal.SIGTERM)
     assert disconnect_of(c)[0] == 0x8B
+
+
+# -- what a message carries: properties byte for byte, message expiry --------------------------------
+
+CARRIED = {P.PAYLOAD_FORMAT_INDICATOR: 1, P.CONTENT_TYPE: "application/json", P.RESPONSE_TOPIC: "replies/7",
+           P.CORRELATION_DATA: b"\x00\x01req-7", P.USER_PROPERTY: [("k", "1"), ("k", "2"), ("zone", "été")]}
+
+
+def test_properties_pass_through_byte_for_byte(broker: Broker) -> None:
+    """User properties (order and repeats kept), content type, payload format, response topic and
+    correlation data reach a 5.0 subscriber unchanged, live, retained and queued; the message expiry
+    interval arrives as what is left of it; a 3.1.1 subscriber gets the message without them."""
+    topic = f"v5/props/{uid()}"
+    sub5, _ = raw5(broker.port)
+    assert subscribe5(sub5, 1, [(topic, 1)]) == [1]
+    sub4 = Client(broker.port, f"sub4-{uid()}")
+    sub4.subscribe(topic, 1)
+    paho5 = Client(broker.port, f"paho5-{uid()}", protocol=V5)
+    paho5.subscribe(topic, 1)
+    pub, _ = raw5(broker.port)
+    sent = v5.encode_publish(topic.encode(), b'{"t": 21}', 1, True, packet_id=3,
+                             properties={**CARRIED, P.MESSAGE_EXPIRY_INTERVAL: 600, P.TOPIC_ALIAS: 1})
+    pub.send(sent)
+    assert pub.recv() == (0x40, b"\x00\x03")
+
+    got_topic, _pid, payload, props, _first = recv_publish(sub5)
+    assert (got_topic, payload) == (topic, b'{"t": 21}')
+    assert 598 <= props.pop(P.MESSAGE_EXPIRY_INTERVAL) <= 600
+    assert props == CARRIED  # the topic alias was the publisher's, not carried
+    assert P.encode_entries(CARRIED) in sent  # and the bytes are the publisher's own
+    msg = sub4.get()
+    assert (msg.payload, msg.properties) == (b'{"t": 21}', None)
+    msg = paho5.get()
+    assert msg.properties.UserProperty == [("k", "1"), ("k", "2"), ("zone", "été")]  # type: ignore[union-attr]
+    assert msg.properties.CorrelationData == b"\x00\x01req-7"  # type: ignore[union-attr]
+
+    late, _ = raw5(broker.port)  # the retained copy keeps them too
+    assert subscribe5(late, 1, [(topic, 1)]) == [1]
+    _t, _pid, _payload, props, first = recv_publish(late)
+    assert first & 1 and props.pop(P.MESSAGE_EXPIRY_INTERVAL) <= 600 and props == CARRIED
+    for c in (sub5, pub, late):
+        c.close()
+    sub4.disconnect()
+    paho5.disconnect()
+
+
+def test_expired_messages_are_never_delivered(broker: Broker) -> None:
+    """Queued for an offline session, and retained: what expires is not sent; what has time left is
+    sent with what is left."""
+    cid, topic = f"v5-exp-{uid()}", f"v5/exp/{uid()}"
+    c, _ = raw5(broker.port, cid, properties={P.SESSION_EXPIRY_INTERVAL: 600})
+    assert subscribe5(c, 1, [(topic, 1)]) == [1]
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    pub, _ = raw5(broker.port)
+    for pid, (payload, expiry) in enumerate([(b"short", 1), (b"long", 600), (b"forever", 0)], 1):
+        properties = {P.MESSAGE_EXPIRY_INTERVAL: expiry} if expiry else None
+        pub.send(v5.encode_publish(topic.encode(), payload, 1, packet_id=pid, properties=properties))
+        assert pub.recv() == (0x40, pid.to_bytes(2, "big"))
+    pub.send(v5.encode_publish(f"{topic}/kept".encode(), b"retained briefly", 1, True, packet_id=9,
+                               properties={P.MESSAGE_EXPIRY_INTERVAL: 1}))
+    assert pub.recv() == (0x40, b"\x00\x09")
+    time.sleep(2.1)  # the 1 s intervals end (no event to await: expiry is time)
+
+    c, (present, _code, _props) = raw5(broker.port, cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})
+    assert present
+    got = []
+    for _ in range(2):
+        _t, pid, payload, props, _first = recv_publish(c)
+        c.send(v5.encode_ack(v5.PUBACK, pid))
+        got.append((payload, props.get(P.MESSAGE_EXPIRY_INTERVAL)))
+    assert got[0][0] == b"long" and 590 <= got[0][1] < 600  # type: ignore[operator]
+    assert got[1] == (b"forever", None)
+    assert subscribe5(c, 2, [(f"{topic}/kept", 1)]) == [1]
+    assert subscribe5(c, 3, [(f"{topic}/barrier", 0)]) == [0]  # no retained PUBLISH came between: it expired
+    c.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))
+    c.read_until_closed()
+    pub.close()

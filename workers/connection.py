@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -36,9 +37,12 @@ _frame = p.frame
 _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
 
-# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0);
-# a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0)
-Queued = tuple[bytes | None, bytes, int, bool, bool, int]
+# What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
+# time.time() second it expires at or 0)
+Extra = tuple[bytes, int]
+# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0, extra);
+# a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0, None)
+Queued = tuple[bytes | None, bytes, int, bool, bool, int, Extra | None]
 
 
 def peer_name(address: object) -> str:
@@ -283,18 +287,17 @@ class Connection(asyncio.Protocol):
     # -- messages to the client ----------------------------------------------------------------
 
     def deliver(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
-                qos0_packet: bytes | None) -> None:
-        """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first)."""
+                qos0_packet: bytes | None, extra: Extra | None = None) -> None:
+        """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first).
+        `qos0_packet`: the QoS 0 PUBLISH already encoded for this connection's version (shared)."""
         if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
-            return self._enqueue((topic, payload, qos, retain, dup, packet_id))
-        if qos == 0:
-            packet = qos0_packet or self._encode_qos0(topic, payload, retain)
-            if self.v5 is None or self._fits(len(packet), 0):
-                self.write(packet)
+            return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
+        if qos0_packet is not None and self.v5 is None:
+            self.write(qos0_packet)  # the fan-out hot path
             return
-        if packet_id in self.inflight:
+        if qos and packet_id in self.inflight:
             return  # a restarted router resends what it cannot know we already sent
-        self._send_qos(topic, payload, qos, retain, dup, packet_id)
+        self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet)
 
     def deliver_raw(self, packets: bytes) -> None:
         """Plain QoS 0 PUBLISH packets (in this connection's version), written as they are unless the
@@ -307,46 +310,63 @@ class Connection(asyncio.Protocol):
         pos = 0
         while pos < len(packets):
             _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
-            self._enqueue((None, packets[pos:stop], 0, False, False, 0))
+            self._enqueue((None, packets[pos:stop], 0, False, False, 0, None))
             pos = stop
 
-    def _send_qos(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int) -> None:
-        """`packet_id` 0: this worker numbers it (a clean session); else the router did (persistent)."""
-        numbered = packet_id or self._take_pid()
+    def publish_header(self, topic: bytes, size: int, qos: int, retain: bool, dup: bool, packet_id: int,
+                       extra: Extra | None) -> bytes | None:
+        """A PUBLISH up to its payload of `size` bytes, in this connection's version (5.0: with the
+        message's properties and the rest of its expiry interval); None when the message has expired."""
         if self.v5 is None:
-            header = _publish_header(topic, len(payload), qos, retain, dup, numbered)
-        else:
-            header = _publish_header5(topic, len(payload), qos, retain, dup, numbered)
-            if not self._fits(len(header) + len(payload), packet_id):
-                return
-        self.inflight[numbered] = qos
+            if extra is not None and extra[1] and extra[1] <= time.time():
+                return None  # expired
+            return _publish_header(topic, size, qos, retain, dup, packet_id)
+        if extra is None:
+            return _publish_header5(topic, size, qos, retain, dup, packet_id)
+        block = v5.message_properties(extra[0], extra[1], time.time())
+        return None if block is None else _publish_header5(topic, size, qos, retain, dup, packet_id, block)
+
+    def _send(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
+              extra: Extra | None, packet: bytes | None = None) -> None:
+        """Write one PUBLISH. `packet_id` 0: this worker numbers it (clean session, QoS 1/2); else the
+        router did (persistent). An expired message, or one larger than a 5.0 client takes, is done
+        with unsent [MQTT-3.1.2-25]."""
+        if packet is not None:
+            if self._fits(len(packet)):
+                self.write(packet)
+            else:
+                self._unsent(0)
+            return
+        numbered = packet_id or (self._take_pid() if qos else 0)
+        header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
+        if header is None or not self._fits(len(header) + len(payload)):
+            return self._unsent(packet_id)
+        if qos:
+            self.inflight[numbered] = qos
         self.write(header)
         self.write(payload)
 
-    def _encode_qos0(self, topic: bytes, payload: bytes, retain: bool) -> bytes:
-        if self.v5 is None:
-            return p.encode_publish(topic, payload, 0, retain)
-        return v5.encode_publish(topic, payload, 0, retain)
+    def _fits(self, size: int) -> bool:
+        """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size."""
+        limit = self.v5.max_packet if self.v5 is not None else 0
+        return not limit or size <= limit
 
-    def _fits(self, size: int, router_pid: int) -> bool:
-        """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size. One that does
-        not is dropped and counted, and done with as if it had been sent [MQTT-3.1.2-25]: a
-        persistent session's copy is finished with the router."""
-        limit = self.v5.max_packet  # type: ignore[union-attr]
-        if not limit or size <= limit:
-            return True
+    def _unsent(self, router_pid: int) -> None:
+        """A message dropped for this client: counted, and a persistent session's copy finished
+        with the router as if it had been sent."""
         self.worker.dropped += 1
         if router_pid:
             self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
-        return False
 
     def _fitting(self, packets: bytes) -> bytes:
         """The plain QoS 0 packets of a run that fit the client's Maximum Packet Size."""
         kept, pos = [], 0
         while pos < len(packets):
             _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
-            if self._fits(stop - pos, 0):
+            if self._fits(stop - pos):
                 kept.append(packets[pos:stop])
+            else:
+                self._unsent(0)
             pos = stop
         return b"".join(kept)
 
@@ -381,15 +401,11 @@ class Connection(asyncio.Protocol):
         queue = self.queue
         window = self.window
         while queue and not self.paused and self.state != CLOSED:
-            topic, payload, qos, retain, dup, packet_id = queue[0]
+            topic, payload, qos, retain, dup, packet_id, extra = queue[0]
             if topic is None:
                 self.write(payload)
-            elif qos == 0:
-                packet = self._encode_qos0(topic, payload, retain)
-                if self.v5 is None or self._fits(len(packet), 0):
-                    self.write(packet)
-            elif len(self.inflight) < window:
-                self._send_qos(topic, payload, qos, retain, dup, packet_id)
+            elif qos == 0 or len(self.inflight) < window:
+                self._send(topic, payload, qos, retain, dup, packet_id, extra)
             else:
                 break
             queue.popleft()  # type: ignore[union-attr]

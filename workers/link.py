@@ -56,8 +56,13 @@ class RouterLink:
             if self.sock.getsockopt(_EVENTS) & _POLLIN:
                 self.loop.call_soon(self.drain)
 
-    def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes) -> None:
-        self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
+    def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,
+            props: bytes = b"", expiry: int = 0) -> None:
+        if props or expiry:
+            head = _pack_pub(conn, packet_id, qos | (retain << 2) | wire.HAS_EXTRA) + wire.extra(props, expiry)
+            self.batch.add(wire.PUB, head + topic, payload)
+        else:
+            self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
 
     def pub0(self, topic: bytes, count: int, packets: bytes) -> None:
         self.batch.add(wire.PUB0, _pack_count(count) + topic, packets)

@@ -50,8 +50,9 @@ _unpack_conn_pid = wire.CONN_PID.unpack_from
 _conn_pid_size = wire.CONN_PID.size
 
 
-# conn, packet id, qos, retain, topic, payload; topic None: denied by the ACL, acknowledged in its turn
-Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes]
+# conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
+# ACL, acknowledged in its turn
+Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
 
 
 class Worker:
@@ -195,16 +196,18 @@ class Worker:
             self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
         self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]
 
-    def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes) -> None:
+    def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
+                props: bytes = b"", expiry: int = 0) -> None:
+        """A PUBLISH of `conn` to the router; `props` and `expiry` as router/wire.py carries them."""
         name = topic.encode()
-        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload)
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry)
         to_archive = self.known_topics.get(name)
         if to_archive is None:
             to_archive = self.remember_topic(name)
         if to_archive:
             self.archive_packets(conn, p.publish_header(name, len(payload), qos, retain, False, packet_id) + payload)
         if qos:
-            self.awaiting.append((conn, packet_id, qos, retain, name, payload))
+            self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer."""
@@ -286,13 +289,17 @@ class Worker:
         self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
 
     def _deliver(self, header: bytes, payload: bytes) -> None:
-        """One message for local subscribers: QoS 0 bytes are encoded once and shared."""
+        """One message for local subscribers: a QoS 0 PUBLISH is encoded once per version and shared."""
         flags, topic_len = _unpack_deliver(header)
         qos = flags & 3
         retain = bool(flags & 4)
         dup = bool(flags & 8)
         start = _deliver_size + topic_len
         topic = header[_deliver_size:start]
+        extra = None
+        if flags & wire.HAS_EXTRA:
+            props, expiry, start = wire.read_extra(header, start)
+            extra = (props, expiry)
         conns = self.conns
         qos0_packets: list[bytes | None] = [None, None]  # 3.1.1 and 5.0, each encoded once and shared
         for conn_id, granted, packet_id in _iter_subs(header[start:]):
@@ -308,15 +315,18 @@ class Worker:
                 version = conn.v5 is not None
                 packet = qos0_packets[version]
                 if packet is None:
-                    packet = qos0_packets[version] = (v5 if version else p).encode_publish(topic, payload, 0, retain)
-            conn.deliver(topic, payload, eff, retain, dup, packet_id, packet)
+                    head = conn.publish_header(topic, len(payload), 0, retain, False, 0, extra)
+                    if head is None:
+                        continue  # expired
+                    packet = qos0_packets[version] = head + payload
+            conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra)
 
     def _routed(self, count: int) -> None:
         """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC, in the order
         they sent them (denied ones, which the router never saw, in their turn)."""
         awaiting = self.awaiting
         while awaiting and (count or awaiting[0][4] is None):
-            conn, packet_id, qos, _retain, topic, _payload = awaiting.popleft()
+            conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
             if topic is not None:
                 count -= 1
             if conn.state != CLOSED:
@@ -328,7 +338,7 @@ class Worker:
         if not qos:
             return
         if self.awaiting:
-            self.awaiting.append((conn, packet_id, qos, False, None, b""))
+            self.awaiting.append((conn, packet_id, qos, False, None, b"", b"", 0))
         else:
             conn.acknowledge(packet_id, qos, reasons.NOT_AUTHORIZED)
 
@@ -369,9 +379,9 @@ class Worker:
                 conn.kicked = True  # the new router never heard of it: nothing to tell it
                 conn.close("router restarted while it was answering this client")
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
-        for conn, packet_id, qos, retain, topic, payload in awaiting:
+        for conn, packet_id, qos, retain, topic, payload, props, expiry in awaiting:
             if topic is not None:
-                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload)
+                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, props, expiry)
         self.awaiting = awaiting
         log.warning("router restarted: %d sessions registered again, %d publishes sent again", resumed, len(awaiting))
         self.flush_soon()

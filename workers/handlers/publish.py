@@ -3,6 +3,7 @@ forwards as they are): topic alias and flow control (5.0), the ACL, then routed.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from workers.mqtt import properties as props
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
     qos = (flags >> 1) & 3
     negotiated = conn.v5
+    carried, expiry = b"", 0
     if negotiated is None:
         topic, packet_id, payload = v4.decode_publish(flags, body)
     else:
@@ -33,14 +35,26 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
             _count_in(conn, negotiated)
         if conn.state == CLOSED:  # over the Receive Maximum
             return
-        if properties.get(props.PAYLOAD_FORMAT_INDICATOR) == 1 and not _is_utf8(payload):
-            if not qos:
-                return conn.close("payload not UTF-8 as its format indicator says", code=reasons.PAYLOAD_FORMAT_INVALID)
-            return conn.acknowledge(packet_id, qos, reasons.PAYLOAD_FORMAT_INVALID)
+        if properties:
+            if properties.get(props.PAYLOAD_FORMAT_INDICATOR) == 1 and not _is_utf8(payload):
+                if not qos:
+                    return conn.close("payload not UTF-8 as its format indicator says",
+                                      code=reasons.PAYLOAD_FORMAT_INVALID)
+                return conn.acknowledge(packet_id, qos, reasons.PAYLOAD_FORMAT_INVALID)
+            carried, expiry = _carried(properties)
     if conn.checker is not None and not conn.checker.can_write(topic):
         conn.worker.deny(conn, packet_id, qos)
     else:
-        conn.worker.publish(conn, topic, packet_id, qos, bool(flags & 1), payload)
+        conn.worker.publish(conn, topic, packet_id, qos, bool(flags & 1), payload, carried, expiry)
+
+
+def _carried(properties: props.Properties) -> tuple[bytes, int]:
+    """What of a PUBLISH's properties travels to its subscribers, byte for byte (router/wire.py), and
+    the time.time() second its message expiry interval ends (0: none; a second early at most)."""
+    carried = {ident: value for ident, value in properties.items() if ident in props.FORWARDED}
+    interval = properties.get(props.MESSAGE_EXPIRY_INTERVAL)
+    expiry = int(time.time()) + interval if interval is not None else 0  # type: ignore[operator]
+    return (props.encode_entries(carried) if carried else b""), expiry
 
 
 def _resolve_alias(negotiated: Negotiated, topic: str, properties: props.Properties) -> str:

@@ -100,6 +100,10 @@ TABLE: dict[int, Property] = {
     SHARED_SUBSCRIPTION_AVAILABLE: _p("shared subscription available", BYTE, kinds.CONNACK),
 }
 
+# what of a PUBLISH a broker passes on to subscribers unchanged (section 3.3.2.3); the message expiry
+# interval is passed on as what is left of it, the topic alias and subscription identifiers are per hop
+FORWARDED = frozenset((PAYLOAD_FORMAT_INDICATOR, CONTENT_TYPE, RESPONSE_TOPIC, CORRELATION_DATA, USER_PROPERTY))
+
 # values a property may not take (section 3): a byte that must be 0 or 1, a maximum that must not be 0
 _FLAGS = frozenset((PAYLOAD_FORMAT_INDICATOR, REQUEST_PROBLEM_INFORMATION, REQUEST_RESPONSE_INFORMATION,
                     MAXIMUM_QOS, RETAIN_AVAILABLE, WILDCARD_SUBSCRIPTION_AVAILABLE,
@@ -191,6 +195,12 @@ def encode(props: Properties | None) -> bytes:
     """A property block: its length, then each property (lists as one property per item)."""
     if not props:
         return b"\x00"
+    block = encode_entries(props)
+    return encode_remaining_length(len(block)) + block
+
+
+def encode_entries(props: Properties) -> bytes:
+    """The properties as they follow a block's length (lists as one property per item)."""
     out = []
     for ident, value in props.items():
         ptype = TABLE[ident].type
@@ -210,8 +220,7 @@ def encode(props: Properties | None) -> bytes:
                 out.append(encode_binary(item))
             else:
                 out.append(encode_string(item[0]) + encode_string(item[1]))
-    block = b"".join(out)
-    return encode_remaining_length(len(block)) + block
+    return b"".join(out)
 
 
 def names(props: Properties) -> dict[str, Value]:

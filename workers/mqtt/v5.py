@@ -7,6 +7,7 @@ decodes to an empty dict without building anything, which keeps the PUBLISH path
 
 from __future__ import annotations
 
+import math
 import struct
 
 from workers.mqtt import properties as props_codec
@@ -22,6 +23,7 @@ from workers.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_nam
 from workers.mqtt.topics import topic_name_error
 
 _B_B_U16 = struct.Struct(">BBH")
+_U32 = struct.Struct(">I")
 _B_B_U16_B = struct.Struct(">BBHB")
 SHARED_PREFIX = "$share/"  # a shared subscription's filter starts so
 
@@ -232,6 +234,18 @@ def publishes_from_v4(packets: bytes) -> bytes:
                 packets[topic_end:stop])
         pos = stop
     return b"".join(out)
+
+
+def message_properties(props: bytes, expiry: int, now: float) -> bytes | None:
+    """The property block of a PUBLISH to a subscriber: the message's property entries as they came
+    (without their length), and what is left of its expiry interval at `now` (`expiry` is the
+    time.time() second it expires at, 0: never); None when it has expired."""
+    if expiry:
+        left = expiry - now
+        if left <= 0:
+            return None
+        props += b"\x02" + _U32.pack(math.ceil(left))
+    return encode_remaining_length(len(props)) + props
 
 
 def encode_ack(kind: int, packet_id: int, code: int = 0, properties: Properties | None = None) -> bytes:
