@@ -1,7 +1,8 @@
-"""Interoperability: mqtt.js (the Node.js client, protocolVersion 4) against the shared broker.
+"""Interoperability: mqtt.js (the Node.js client, protocolVersion 4 and 5) against the shared broker.
 
-Each test runs one scenario of `tests/mqttjs/check.js`, which prints one JSON line of what its
-clients saw; the assertions are here. Every wait in the script is bounded (10 s each, 40 s in all),
+Each test runs one scenario of `tests/mqttjs/check.js` at one protocol version (the scenarios both
+versions share run at each; the 5.0 ones, and 3.1.1 beside 5.0, at 5), which prints one JSON line of
+what its clients saw; the assertions are here. Every wait in the script is bounded (10 s each, 40 s in all),
 and the subprocess by TIMEOUT. Install the client with `npm ci --prefix tests/mqttjs` (`.ci/run`
 does, where npm is available).
 """
@@ -28,19 +29,20 @@ pytestmark = [
 ]
 
 
-def check(broker: Broker, scenario: str, *args: str) -> dict[str, Any]:
-    """Run one scenario to its end; its `result` (what the mqtt.js clients saw)."""
+def check(broker: Broker, version: int, scenario: str, *args: str) -> dict[str, Any]:
+    """Run one scenario with mqtt.js clients of `version` (4 or 5) to its end; its `result` (what they saw)."""
     assert NODE is not None
     try:
-        run = subprocess.run([NODE, str(MQTTJS / "check.js"), "127.0.0.1", str(broker.port), scenario, *args],
+        run = subprocess.run([NODE, str(MQTTJS / "check.js"), "127.0.0.1", str(broker.port), str(version), scenario,
+                              *args],
                              check=False, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired as e:
-        raise AssertionError(f"check.js {scenario} ran past {TIMEOUT} s:\n{e.stdout!r}\n{e.stderr!r}") from None
+        raise AssertionError(f"check.js {version} {scenario} ran past {TIMEOUT} s:\n{e.stdout!r}\n{e.stderr!r}") from None
     lines = run.stdout.splitlines()
-    assert lines, f"check.js {scenario} printed nothing (exit {run.returncode}):\n{run.stderr}"
+    assert lines, f"check.js {version} {scenario} printed nothing (exit {run.returncode}):\n{run.stderr}"
     report = json.loads(lines[-1])
     assert run.returncode == 0 and report["ok"], \
-        f"check.js {scenario} failed (exit {run.returncode}): {report}\n{run.stderr}"
+        f"check.js {version} {scenario} failed (exit {run.returncode}): {report}\n{run.stderr}"
     return report["result"]
 
 
@@ -49,10 +51,14 @@ def messages(received: list[dict[str, Any]]) -> list[tuple[str, str, int, bool]]
     return [(m["topic"].split("/", 2)[2], m["payload"], m["qos"], m["retain"]) for m in received]
 
 
+VERSIONS = pytest.mark.parametrize("version", [4, 5], ids=["v311", "v5"])
+
+
+@VERSIONS
 @pytest.mark.parametrize("sub_qos", [0, 1, 2])
-def test_round_trip_through_wildcards_at_each_qos(broker: Broker, sub_qos: int) -> None:
+def test_round_trip_through_wildcards_at_each_qos(broker: Broker, version: int, sub_qos: int) -> None:
     """QoS 0, 1 and 2 publishes through two overlapping wildcard filters: each once, at min(pub, sub)."""
-    result = check(broker, "roundtrip", str(sub_qos))
+    result = check(broker, version, "roundtrip", str(sub_qos))
     assert result["granted"] == [sub_qos, sub_qos]
     assert sorted(messages(result["received"])) == [
         (f"q{qos}/x", f"hello at {qos}", min(qos, sub_qos), False) for qos in (0, 1, 2)]
@@ -60,10 +66,12 @@ def test_round_trip_through_wildcards_at_each_qos(broker: Broker, sub_qos: int) 
     assert [p for p in result["publisher_packets"] if p.startswith("pub")] == ["puback", "pubrec", "pubcomp"]
     if sub_qos == 2:
         assert "pubrel" in result["subscriber_packets"]
+    assert "disconnect" not in result["publisher_packets"] + result["subscriber_packets"]
 
 
-def test_retained_message_is_set_delivered_and_cleared(broker: Broker) -> None:
-    result = check(broker, "retained")
+@VERSIONS
+def test_retained_message_is_set_delivered_and_cleared(broker: Broker, version: int) -> None:
+    result = check(broker, version, "retained")
     assert result["granted"] == [1]
     assert messages(result["early"]) == [
         ("ret/a", "kept", 1, True),    # the retained one (it replaced "first"), with the retain flag
@@ -74,15 +82,19 @@ def test_retained_message_is_set_delivered_and_cleared(broker: Broker) -> None:
     assert messages(result["late"]) == [("ret/marker", "marker", 1, False)]
 
 
-def test_will_after_a_destroyed_socket_and_not_after_a_clean_end(broker: Broker) -> None:
-    result = check(broker, "will")
+@VERSIONS
+def test_will_after_a_destroyed_socket_and_not_after_a_clean_end(broker: Broker, version: int) -> None:
+    result = check(broker, version, "will")
     # the clean end() came first: its will, had it been published, would have come by now
-    assert sorted(messages(result["received"])) == [("will/doomed", "died", 1, False),
-                                                    ("will/marker", "marker", 1, False)]
+    expected = [("will/doomed", "died", 1, False), ("will/marker", "marker", 1, False)]
+    if version == 5:  # a DISCONNECT with reason code 0x04 asks for the will
+        expected.append(("will/farewell", "asked for", 1, False))
+    assert sorted(messages(result["received"])) == sorted(expected)
 
 
-def test_persistent_session_gets_what_was_queued_while_offline(broker: Broker) -> None:
-    result = check(broker, "session")
+@VERSIONS
+def test_persistent_session_gets_what_was_queued_while_offline(broker: Broker, version: int) -> None:
+    result = check(broker, version, "session")
     assert result["first_session_present"] is False
     assert result["granted"] == [1]
     assert result["session_present"] is True
@@ -90,11 +102,75 @@ def test_persistent_session_gets_what_was_queued_while_offline(broker: Broker) -
         *[("session/x", f"offline {n}", 1, False) for n in range(5)],
         ("session/x", "online", 1, False),
     ]
+    if version == 5:  # session expiry 0 at DISCONNECT ended it: nothing to resume
+        assert result["ended_session_present"] is False
     assert result["discard_session_present"] is False  # clean: true: always 0 [MQTT-3.2.2-1]
 
 
-def test_unsubscribe_stops_delivery(broker: Broker) -> None:
-    result = check(broker, "unsubscribe")
+@VERSIONS
+def test_unsubscribe_stops_delivery(broker: Broker, version: int) -> None:
+    result = check(broker, version, "unsubscribe")
     assert result["granted"] == [1, 1]
     assert result["unsuback"] is True
+    if version == 5:  # success for the filter it had, 0x11 (no subscription existed) for the other
+        assert result["unsuback_codes"] == [0x00, 0x11]
     assert messages(result["received"]) == [("unsub/a", "before", 1, False), ("marker", "marker", 1, False)]
+
+
+# -- MQTT 5.0 only ------------------------------------------------------------------------------------
+
+
+def test_v5_connack_tells_the_limits_and_what_is_not_offered(broker: Broker) -> None:
+    result = check(broker, 5, "connack")
+    assert result["reason_code"] == 0
+    assert result["session_present"] is False
+    assert result["properties"] == {
+        "receiveMaximum": 1024,
+        "maximumPacketSize": 1048576,
+        "topicAliasMaximum": 10,
+        "subscriptionIdentifiersAvailable": False,
+        "sharedSubscriptionAvailable": False,
+    }
+
+
+def test_v5_empty_client_id_is_assigned_one(broker: Broker) -> None:
+    result = check(broker, 5, "assigned")
+    first, second = result["assigned"]
+    assert isinstance(first, str) and first and isinstance(second, str) and second
+    assert first != second
+    assert result["granted"] == [1]
+    assert messages(result["received"]) == [("assigned", "to the assigned", 1, False)]
+
+
+def test_v5_topic_aliases_from_the_client_are_resolved_per_connection(broker: Broker) -> None:
+    result = check(broker, 5, "alias")
+    assert result["granted"] == [2]
+    # mqtt.js sent the alias alone (an empty topic) where the scenario asked it to
+    assert [(p["topic"].rsplit("/", 1)[-1] if p["topic"] else "", p.get("alias")) for p in result["sent"]] == [
+        ("a", 1), ("", 1), ("b", 10), ("", 10), ("", 1), ("c", 1), ("", 1), ("a", None)]
+    # every message reaches the subscriber under its full topic name (no alias towards clients yet)
+    assert sorted(messages(result["received"])) == sorted([
+        ("alias/a", "a set 1", 1, False),
+        ("alias/a", "a by 1", 1, False),
+        ("alias/b", "b set 10", 0, False),
+        ("alias/b", "b by 10", 2, False),
+        ("alias/d", "d set 1 elsewhere", 1, False),
+        ("alias/a", "a by 1 again", 0, False),  # another connection's alias 1 changed nothing here
+        ("alias/c", "c set 1", 1, False),
+        ("alias/c", "c by 1", 1, False),
+        ("alias/a", "a plain", 2, False),
+        ("alias/d", "d by 1", 1, False),
+    ])
+    assert not any("topicAlias" in m.get("properties", {}) for m in result["received"])
+    # (an alias never set, 0x82: mqtt.js will not send one; tests/test_mqtt5.py sends it as raw bytes)
+
+
+def test_v311_and_v5_clients_exchange_messages_both_ways(broker: Broker) -> None:
+    result = check(broker, 5, "mixed")
+    assert result["granted"] == {"4": [2], "5": [2]}
+    expected = sorted((f"mixed/from{v}", payload, qos, False)
+                      for v in (4, 5)
+                      for payload, qos in [*((f"burst {n} from {v}", 0) for n in range(10)),
+                                           (f"at 1 from {v}", 1), (f"at 2 from {v}", 2)])
+    for v in ("4", "5"):
+        assert sorted(messages(result["received"][v])) == expected, f"at the {v} client"
