@@ -12,13 +12,16 @@ from typing import Callable
 
 import orjson
 
+from router import grants
 from router import store as db
 from router import wire
+from router.grants import Matched
 from router.retain import Retained, RetainedStore
 from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Will
 from router.listing import ClientListing
 from router.store import Store
 from router.trie import SubscriptionTrie
+from workers.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
@@ -53,13 +56,16 @@ class Dest:
 class Targets:
     """One cached match of a topic."""
 
-    __slots__ = ("raw", "online", "offline")
+    __slots__ = ("raw", "online", "offline", "special")
 
     def __init__(self, raw: list[Dest], online: list[tuple[bytes, bytes, list[tuple[Session, int]]]],
-                 offline: list[tuple[Session, int]]) -> None:
+                 offline: list[tuple[Session, Matched]], special: list[tuple[Session, Matched]]) -> None:
         self.raw = raw  # for plain QoS 0 runs
         self.online = online  # per worker: (worker, packed clean subscribers, persistent (session, granted))
         self.offline = offline  # persistent sessions without a connection
+        # online subscribers whose subscriptions are not plain (MQTT 5 options or identifiers):
+        # each message is resolved for each of them (router/grants.py)
+        self.special = special
 
 
 MATCH_CACHE_SIZE = 100_000
@@ -112,8 +118,8 @@ class Router:
         loaded = store.load()
         self.sessions = loaded.sessions
         for session in loaded.sessions.values():
-            for topic_filter, qos in session.subs.items():
-                self.trie.add(topic_filter, session, qos)
+            for topic_filter, grant in session.subs.items():
+                self.trie.add(topic_filter, session, grants.routing(grant))
         self.retained.messages = loaded.retained
         self.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
@@ -331,26 +337,28 @@ class Router:
         out = self.out(worker)
         now = time.time()
         codes = []
-        retained: list[tuple[str, Retained, int]] = []
-        for topic_filter, qos in filters:
-            if qos >= 0x80:  # refused by the worker: the reason code goes back as it is
-                codes.append(qos)
+        retained: list[tuple[str, Retained, int, bytes]] = []
+        for topic_filter, grant in filters:
+            codes.append(grants.suback_code(grant))
+            if grants.refused(grant):  # by the worker: the reason code goes back as it is
                 continue
-            codes.append(qos)
-            session.subs[topic_filter] = qos
-            self.trie.add(topic_filter, session, qos)
+            new = topic_filter not in session.subs
+            session.subs[topic_filter] = grant
+            self.trie.add(topic_filter, session, grants.routing(grant))
             if not session.clean and self.store is not None:
-                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, qos))
-            if packet_id:
+                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
+            if packet_id and grants.sends_retained(grant, new):
+                identifier = grant >> grants.ID_SHIFT
+                ids = grants.identifier_property(identifier) if identifier else b""
                 for topic, message in self.retained.matching(topic_filter, now):
-                    retained.append((topic, message, min(qos, message[1])))
+                    retained.append((topic, message, min(grant & 3, message[1]), ids))
         self.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
         out.hold()
         out.add_json(wire.SUBACK, [conn, packet_id, codes])
-        for topic, (body, _stored_qos, props, expiry), qos in retained:
-            self._deliver_one(session, out, topic.encode(), body, qos, True, props, expiry)
+        for topic, (body, _stored_qos, props, expiry), qos, ids in retained:
+            self._deliver_one(session, out, topic.encode(), body, qos, True, props + ids, expiry)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = orjson.loads(header)
@@ -387,9 +395,9 @@ class Router:
                         self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
         if flags & wire.HAS_EXTRA:
             props, expiry, start = wire.read_extra(header, _pub_head_size)
-            self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry)
+            self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry, (worker, conn))
         else:
-            self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4))
+            self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
 
     def _on_pub0(self, worker: bytes, header: bytes, packets: bytes) -> None:
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its workers."""
@@ -405,6 +413,15 @@ class Router:
             pending.append(packets)
             dest.count += count
         self.received += count
+        if targets.special:  # each packet resolved for each of them
+            pos = 0
+            body_at = 2 + len(topic)
+            while pos < len(packets):
+                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
+                payload = packets[start + body_at:stop]
+                for session, matched in targets.special:
+                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, None)
+                pos = stop
 
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
@@ -437,14 +454,17 @@ class Router:
         elif session.releasing(packet_id) and store is not None:
             store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
 
-    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0) -> None:
+    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
+                source: tuple[bytes, int] | None = None) -> None:
         """A message from a client (or its will): counted, then routed."""
         self.received += 1
-        self.route(topic, payload, qos, retain, props, expiry)
+        self.route(topic, payload, qos, retain, props, expiry, source)
 
-    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0) -> None:
+    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
+              source: tuple[bytes, int] | None = None) -> None:
         """Route one message to every matching subscriber: matched once, one record per worker.
-        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (router/wire.py)."""
+        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (router/wire.py);
+        `source`: the publishing connection (worker, conn), for no local."""
         if retain:
             name = topic.decode()
             self.retained.put(name, payload, qos, props, expiry)
@@ -482,18 +502,29 @@ class Router:
                     out.hold()
                 out.add(wire.DELIVER, head + subs, payload)
                 self.delivered += len(subs) // 7
-        for session, granted in offline:
-            eff = granted if granted < qos else qos
-            if eff:
-                keep(session, topic, payload, eff, False, props, expiry)
+        for session, matched in targets.special:
+            self._deliver_special(session, matched, topic, payload, qos, retain, props, expiry, source)
+        for session, matched in offline:
+            if matched.__class__ is int and matched < 4:  # type: ignore[operator]
+                eff = matched if matched < qos else qos  # type: ignore[operator]
+                if eff:
+                    keep(session, topic, payload, eff, False, props, expiry)
+                continue
+            resolved = grants.resolve(matched, qos, retain, False)
+            if resolved is not None and resolved[0]:
+                keep(session, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
 
     def _match(self, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
-        offline: list[tuple[Session, int]] = []
+        offline: list[tuple[Session, Matched]] = []
+        special: list[tuple[Session, Matched]] = []
         for session, granted in self.trie.match(topic.decode()).items():
             worker = session.worker
             if worker is None:
                 offline.append((session, granted))
+                continue
+            if granted.__class__ is not int or granted >= 4:  # type: ignore[operator]
+                special.append((session, granted))
                 continue
             entry = by_worker.get(worker)
             if entry is None:
@@ -505,11 +536,24 @@ class Router:
             else:
                 entry[1].append((session, granted))
         targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
-                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline)
+                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special)
         if len(self.cache) >= MATCH_CACHE_SIZE:
             self.cache.clear()
         self.cache[topic] = targets
         return targets
+
+    def _deliver_special(self, session: Session, matched: Matched, topic: bytes, payload: bytes, qos: int,
+                         retain: bool, props: bytes, expiry: int, source: tuple[bytes, int] | None) -> None:
+        """A message to an online subscriber with MQTT 5 subscription options or identifiers: its own
+        record, with its QoS, retain flag and identifiers (none when no local leaves it out)."""
+        resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn))
+        if resolved is None:
+            return
+        out = self.out(session.worker)  # type: ignore[arg-type]
+        if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
+            out.hold()
+        self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
+        self.delivered += 1
 
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
                      props: bytes, expiry: int) -> None:

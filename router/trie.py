@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from router.grants import Matched, merge
+
 __all__ = ["SubscriptionTrie"]
 
 
@@ -25,22 +27,23 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] | None = None  # level -> child ("+" and "#" included)
-        self.subs: dict[Hashable, int] | None = None  # key -> granted QoS of the filter ending here
+        self.subs: dict[Hashable, int] | None = None  # key -> grant of the filter ending here (router/grants.py)
 
 
-def _collect(subs: dict[Hashable, int], result: dict[Hashable, int]) -> None:
-    """Merge `subs` into `result`, keeping the highest QoS per key."""
+def _collect(subs: dict[Hashable, int], result: dict[Hashable, Matched]) -> None:
+    """Merge `subs` into `result`: per key the highest QoS, or every grant when one is not plain
+    (router/grants.py)."""
     if not result:
         result.update(subs)
         return
     get = result.get
-    for key, qos in subs.items():
-        if qos > get(key, -1):
-            result[key] = qos
+    for key, grant in subs.items():
+        old = get(key)
+        result[key] = grant if old is None else merge(old, grant)
 
 
 class SubscriptionTrie:
-    """The subscription index of the router: topic filters with + and # -> subscribers (any hashable key) with granted QoS."""
+    """The subscription index of the router: topic filters with + and # -> subscribers (any hashable key) with their grant."""
 
     __slots__ = ("_root", "_count")
 
@@ -52,8 +55,8 @@ class SubscriptionTrie:
         """The number of (filter, key) subscriptions."""
         return self._count
 
-    def add(self, topic_filter: str, key: Hashable, qos: int) -> bool:
-        """Subscribe `key` to the (valid) `topic_filter` with granted `qos`.
+    def add(self, topic_filter: str, key: Hashable, grant: int) -> bool:
+        """Subscribe `key` to the (valid) `topic_filter` with `grant` (its granted QoS for 3.1.1).
 
         True when the subscription is new, False when it replaced the QoS of an existing (filter, key).
         """
@@ -68,13 +71,13 @@ class SubscriptionTrie:
             node = child
         subs = node.subs
         if subs is None:
-            node.subs = {key: qos}
+            node.subs = {key: grant}
         else:
             old = subs.get(key)
             if old is not None:
-                subs[key] = qos
+                subs[key] = grant
                 return False
-            subs[key] = qos
+            subs[key] = grant
         self._count += 1
         return True
 
@@ -112,9 +115,10 @@ class SubscriptionTrie:
         self._count -= 1
         return True
 
-    def match(self, topic: str) -> dict[Hashable, int]:
-        """Every key with a filter matching the topic name -> the highest QoS granted among those filters."""
-        result: dict[Hashable, int] = {}
+    def match(self, topic: str) -> dict[Hashable, Matched]:
+        """Every key with a filter matching the topic name -> the highest QoS granted among those filters
+        (plain grants), or all of their grants (router/grants.py)."""
+        result: dict[Hashable, Matched] = {}
         children = self._root.children
         if children is None:
             return result

@@ -791,7 +791,8 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
     cid, topic = f"dur5-{uid()}", f"dur/v5/{uid()}"
     c = RawClient(b.port)
     assert c.connect5(cid, properties={P.SESSION_EXPIRY_INTERVAL: 3600})[:2] == (False, 0)
-    c.send(v5.encode_subscribe(1, [(topic, 1)]))
+    # a subscription identifier and no local: kept in the store with the subscription
+    c.send(v5.encode_subscribe(1, [(topic, 1 | 0x04)], {P.SUBSCRIPTION_IDENTIFIER: 42}))
     assert c.recv()[0] == 0x90
     c.send(v5.encode_disconnect())
     c.read_until_closed()
@@ -820,9 +821,18 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
             topic_got, pid, payload, props = v5.decode_publish(first & 15, body, from_server=True)
             c.send(v5.encode_ack(v5.PUBACK, pid))
             left = props.pop(P.MESSAGE_EXPIRY_INTERVAL)
-            assert 3590 <= left < 3600 and props == carried
+            assert 3590 <= left < 3600
+            assert props == (carried if topic_got.endswith("/r") else {**carried, P.SUBSCRIPTION_IDENTIFIER: [42]})
             got.append((topic_got, payload))
     assert sorted(got) == [(topic, b"lasting"), (f"{topic}/r", b"kept")]  # "brief" expired, never delivered
+    c.send(v5.encode_publish(topic.encode(), b"own", 1, packet_id=9))  # no local survived the restart too
+    assert c.recv() == (0x40, b"\x00\x09")
+    pub = RawClient(b.port)
+    pub.connect5(f"dur5-pub-{uid()}")
+    pub.send(v5.encode_publish(topic.encode(), b"other", 0))
+    first, body = c.recv()
+    topic_got, _pid, payload, props = v5.decode_publish(first & 15, body, from_server=True)
+    assert (topic_got, payload, props[P.SUBSCRIPTION_IDENTIFIER]) == (topic, b"other", [42])
     c.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))
     c.read_until_closed()
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workers.mqtt.topics import matches, topic_name_error, valid_filter
+from router import grants
 from router.trie import SubscriptionTrie
 
 # (filter, topic, expected)
@@ -137,6 +138,24 @@ def test_overlapping_filters_of_one_key_give_max_qos() -> None:
     trie2.add("x/y", "c", 0)
     trie2.add("+/y", "c", 2)
     assert trie2.match("x/y") == {"c": 2}
+
+
+def test_grants_with_options_or_identifiers_are_all_kept() -> None:
+    """MQTT 5 subscriptions (router/grants.py) of one key that match one topic: every grant when any
+    is not plain, so that routing can apply each one's options and carry each identifier."""
+    trie = SubscriptionTrie()
+    with_id = grants.make(1, 7)
+    no_local = grants.make(2 | grants.NO_LOCAL)
+    trie.add("a/+", "c", with_id)
+    trie.add("a/#", "c", 0)
+    assert sorted(trie.match("a/b")["c"]) == [0, with_id]  # type: ignore[arg-type]
+    trie.add("a/b", "c", no_local)
+    assert sorted(trie.match("a/b")["c"]) == [0, no_local, with_id]  # type: ignore[arg-type]
+    assert trie.match("a") == {"c": 0}
+    assert grants.resolve(trie.match("a/b")["c"], 2, True, own=True) == (1, False, b"\x0b\x07")
+    assert grants.resolve(trie.match("a/b")["c"], 2, True, own=False) == (2, False, b"\x0b\x07")
+    assert grants.resolve(no_local, 1, False, own=True) is None
+    assert grants.resolve(grants.make(1 | grants.RETAIN_AS_PUBLISHED), 2, True, own=False) == (1, True, b"")
 
 
 def test_several_keys() -> None:

@@ -1,12 +1,13 @@
 """SUBSCRIBE and UNSUBSCRIBE: filters checked here (syntax, ACL), answered by the router (SUBACK,
-UNSUBACK), which owns the subscriptions. A refused filter goes to the router as its reason code
-(0x80 and up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80."""
+UNSUBACK), which owns the subscriptions. Each filter goes to the router as its grant (router/grants.py:
+the options, with a 5.0 client's subscription identifier) or, refused, as its reason code (0x80 and
+up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router import wire
+from router import grants, wire
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
 from workers.mqtt.topics import valid_filter
@@ -19,29 +20,25 @@ if TYPE_CHECKING:
 def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.v5 is None:
         packet_id, filters = v4.decode_subscribe(flags, body)
-        unsupported = 0
+        identifier = 0
     else:
         packet_id, filters, properties = v5.decode_subscribe(flags, body)
-        # not offered yet (the CONNACK says so): refused as the spec asks of a server without them
-        unsupported = reasons.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED if props.SUBSCRIPTION_IDENTIFIER in properties else 0
+        identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]
     checker = conn.checker
     wanted = []
     for topic_filter, options in filters:
-        qos = options & 3
-        if unsupported:
-            code = unsupported
-        elif not valid_filter(topic_filter):
-            code = reasons.TOPIC_FILTER_INVALID
+        if not valid_filter(topic_filter):
+            grant = reasons.TOPIC_FILTER_INVALID
         elif conn.v5 is not None and topic_filter.startswith(SHARED_PREFIX):
-            code = reasons.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
+            grant = reasons.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
         elif checker is not None and not checker.can_read(topic_filter):
-            code = reasons.NOT_AUTHORIZED
+            grant = reasons.NOT_AUTHORIZED
         else:
-            code = qos
-        wanted.append([topic_filter, code])
+            grant = grants.make(options, identifier)
+        wanted.append([topic_filter, grant])
     if conn.subs is None:
         conn.subs = {}
-    conn.subs.update((f, code) for f, code in wanted if code < 0x80)
+    conn.subs.update((f, grant) for f, grant in wanted if not grants.refused(grant))
     conn.waiting += 1
     conn.worker.link.batch.add_json(wire.SUBSCRIBE, [conn.conn_id, packet_id, wanted])
 
