@@ -6,7 +6,8 @@ length per topic (fan-out, p2p, and fan-in whose topics are zero-padded to one w
 usually n back-to-back packets of L bytes: one struct over L bytes and `iter_unpack` turn them into
 columns (send times, run ids, publishers, sequence numbers) in C, and tuple comparisons check them.
 Anything unexpected (another packet type, a gap, a duplicate, a foreign run id) returns 0 and the
-caller counts the read packet by packet, so the bulk path never changes what is counted.
+caller counts the read packet by packet, so the bulk path never changes what is counted. At protocol
+level 5 the first packet's property block (empty, from this bench's publishers) is skipped in every one.
 """
 
 from __future__ import annotations
@@ -15,23 +16,25 @@ import itertools
 import struct
 from typing import TYPE_CHECKING
 
-from workers.mqtt.v4 import MalformedPacket, frame
+from bench import wire
+from workers.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
     from bench.client import Subscriber
 
 MIN_PACKETS = 4  # below this the per-packet loop is as fast
-_shapes: dict[tuple[int, int, int], struct.Struct | None] = {}
+_shapes: dict[tuple[int, int, int, int], struct.Struct | None] = {}
 _acks: dict[int, struct.Struct] = {}
 
 
-def _shape(plen: int, off: int, qos: int) -> struct.Struct | None:
-    """The struct of one packet: [packet id,] send time, run, publisher, sequence; None if too short."""
-    key = (plen, off, qos)
+def _shape(plen: int, off: int, qos: int, props: int) -> struct.Struct | None:
+    """The struct of one packet: [packet id,] [5.0 property block of `props` bytes,] send time, run,
+    publisher, sequence; None if too short."""
+    key = (plen, off, qos, props)
     if key not in _shapes:
         pid = 2 if qos else 0
-        filler = plen - off - pid - 20
-        _shapes[key] = struct.Struct(f">{off}x{'H' if qos else ''}QIII{filler}x") if filler >= 0 else None
+        filler = plen - off - pid - props - 20
+        _shapes[key] = struct.Struct(f">{off}x{'H' if qos else ''}{props}xQIII{filler}x") if filler >= 0 else None
     return _shapes[key]
 
 
@@ -51,7 +54,15 @@ def count(sub: Subscriber, data: bytes, now: int) -> int:
     if data[:end:plen] != data[:1] * n:  # a packet starts every plen bytes (a misaligned guess
         return 0  # would read garbage run ids below and be turned down there)
     qos = (first >> 1) & 3
-    shape = _shape(plen, start + 2 + ((data[start] << 8) | data[start + 1]), qos)
+    off = start + 2 + ((data[start] << 8) | data[start + 1])  # the packet id or payload follows the topic
+    props = 0
+    if sub.agent.opts.protocol == 5:
+        body = off + (2 if qos else 0)
+        try:
+            props = wire.properties_end(data, body) - body
+        except MalformedPacket:
+            return 0
+    shape = _shape(plen, off, qos, props)
     if shape is None:
         return 0
     columns = list(zip(*shape.iter_unpack(memoryview(data)[:end])))

@@ -1,4 +1,4 @@
-"""`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 broker.
+"""`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 or 5.0 broker.
 
 `plexmq bench compare ...` and `plexmq bench sweep ...` hand over to bench.compare and bench.sweep.
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
@@ -13,6 +13,7 @@ import sys
 
 from bench.client import MIN_SIZE
 from bench.plan import SCENARIOS, Options
+from bench.wire import LEVELS
 
 _EPILOG = """scenarios:
   conn    open -c clients at --conn-rate, hold them -d seconds with keepalive pings
@@ -29,6 +30,8 @@ def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
         parser.add_argument("-H", "--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
         parser.add_argument("-p", "--port", type=int, default=1883, help="broker port (default 1883)")
         parser.add_argument("--broker-pid", type=int, help="sum CPU and RSS over this process and its children")
+    parser.add_argument("--protocol", type=int, choices=LEVELS, default=4,
+                        help="MQTT protocol level of every client: 4 = 3.1.1 (default), 5 = 5.0")
     parser.add_argument("-c", "--clients", type=int, default=0, help="conn: connections (1000); p2p: pairs (100)")
     parser.add_argument("-P", "--pubs", type=int, default=0, help="publishers (fanin 100, fanout 1)")
     parser.add_argument("-S", "--subs", type=int, default=0, help="subscribers (fanin 1, fanout 1000)")
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "sweep":
         from bench import sweep
         return sweep.main(args[1:])
-    parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 load generator.",
+    parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
                                      epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(parser)
     ns = parser.parse_args(args)

@@ -6,6 +6,10 @@ per batch, no Python per message), every write of a loop turn to one socket is j
 `transport.write` by the process's flush, and a subscriber counts a read of same-sized packets by
 columns (bench.bulk) or, when anything is unusual, packet by packet in an inlined loop.
 
+At protocol level 5 a PUBLISH carries a property block between its topic (and packet id) and its
+payload: empty in what publishers send, skipped in what subscribers read; acknowledgements longer than
+the 2-byte success form carry a reason code (bench.wire reads them).
+
 Payload of every PUBLISH (big-endian): send time (CLOCK_MONOTONIC ns, the same clock in every
 process of the host), run id, publisher index, per-publisher sequence number, then zero filler.
 """
@@ -20,8 +24,8 @@ from functools import lru_cache
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
-from bench import bulk
-from workers.mqtt.v4 import MalformedPacket, encode_publish, encode_subscribe, frame
+from bench import bulk, wire
+from workers.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
     from bench.agent import Agent
@@ -116,6 +120,9 @@ class Client(asyncio.Protocol):
     def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
         if first == 0xD0:
             self.agent.pongs += 1
+        elif first & 0xF0 == 0xE0:  # the broker closes the connection next: counted as dropped then
+            code = wire.disconnect_reason(self.agent.opts.protocol, first & 0x0F, data[start:stop])
+            self.agent.note(f"the broker disconnected {self.client_id}: {wire.describe(code)}")
         else:
             raise MalformedPacket(f"unexpected packet type {first >> 4} (first byte {first:#04x})")
 
@@ -144,13 +151,16 @@ class Publisher(Client):
         super().__init__(agent, index, gid)
         opts = agent.opts
         self.qos = opts.qos
-        packet = encode_publish(opts.topic(index).encode(), bytes(opts.size), opts.qos, packet_id=1 if opts.qos else 0)
+        topic = opts.topic(index).encode()
+        packet = wire.publish(opts.protocol, topic, bytes(opts.size), opts.qos, 1 if opts.qos else 0)
         stamp_off = len(packet) - opts.size  # the payload starts with the send time
-        head = packet[:stamp_off - 2] if opts.qos else packet[:stamp_off]  # the packet id follows it
+        pid_off = frame(packet, 0, MAX_PACKET)[1] + 2 + len(topic)  # the packet id follows the topic
+        head = packet[:pid_off] if opts.qos else packet[:stamp_off]
+        props = packet[pid_off + 2:stamp_off] if opts.qos else b""  # 5.0: the property block after the id
         tail = packet[stamp_off + PAYLOAD.size:]
-        pid = "H" if opts.qos else ""
-        self.fmt = f"{len(head)}s{pid}QIII{len(tail)}s"
-        self.proto: list[int | bytes] = [head, *([0] if opts.qos else []), 0, agent.run_id, index, 0, tail]
+        self.fmt = f"{len(head)}s{'H' if opts.qos else ''}{f'{len(props)}s' if props else ''}QIII{len(tail)}s"
+        self.proto: list[int | bytes] = [head, *([0] if opts.qos else []), *([props] if props else []), 0,
+                                         agent.run_id, index, 0, tail]
         self.width = len(self.proto)
         self.seq = 0  # messages sent; the next sequence number
         self.unacked = 0
@@ -195,9 +205,13 @@ class Publisher(Client):
 
     def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
         if first in (PUBACK, PUBREC, PUBCOMP):
-            if stop - start != 2:
-                raise MalformedPacket("bad acknowledgement length")
-            pid = (data[start] << 8) | data[start + 1]
+            if stop - start == 2:
+                pid, code = (data[start] << 8) | data[start + 1], 0
+            else:
+                pid, code = wire.ack(self.agent.opts.protocol, first >> 4, 0, data[start:stop])
+                if code >= wire.FAILED:
+                    self.refused(first, pid, code)
+                    return
             if first == PUBREC:
                 if pid not in self.pending:
                     raise MalformedPacket(f"PUBREC for unknown packet id {pid}")
@@ -216,6 +230,20 @@ class Publisher(Client):
         else:
             super().on_packet(first, data, start, stop)
 
+    def refused(self, first: int, pid: int, code: int) -> None:
+        """A 5.0 PUBACK/PUBREC with a failure reason: the message ends there (no PUBREL), its window slot
+        is free again, and the reason is counted (its subscribers' missing copy counts as lost)."""
+        waiting = self.released if first == PUBCOMP else self.pending
+        if pid not in waiting:
+            raise MalformedPacket(f"refusal {code:#04x} for unknown packet id {pid}")
+        waiting.discard(pid)
+        self.unacked -= 1
+        errors = self.agent.errors
+        errors[f"refused_{code:#04x}"] = errors.get(f"refused_{code:#04x}", 0) + 1
+        self.agent.note(f"the broker refused a PUBLISH: {wire.describe(code)}")
+        if not self.queued:
+            self.agent.wake(self)
+
 
 class Subscriber(Client):
     """Subscribes, then counts every message: latency, duplicates, reordering, per-publisher receipts."""
@@ -230,14 +258,16 @@ class Subscriber(Client):
 
     def on_connected(self) -> None:
         opts = self.agent.opts
-        self.transport.write(encode_subscribe(1, [(opts.filter(self.index), opts.qos)]))  # type: ignore[union-attr]
+        packet = wire.subscribe(opts.protocol, 1, opts.filter(self.index), opts.qos)
+        self.transport.write(packet)  # type: ignore[union-attr]
 
     def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
         if first == 0x90:
-            codes = data[start + 2:stop]
-            if stop - start < 3 or (data[start] << 8 | data[start + 1]) != 1:
-                raise MalformedPacket("bad SUBACK")
-            if 0x80 in codes:
+            pid, codes = wire.suback(self.agent.opts.protocol, 0, data[start:stop])
+            if pid != 1:
+                raise MalformedPacket("SUBACK for an unknown packet id")
+            if codes[0] >= wire.FAILED:
+                self.agent.note(f"the broker refused a subscription: {wire.describe(codes[0])}")
                 self.agent.fail(self, "suback_refused")
             else:
                 if codes[0] < self.agent.opts.qos:
@@ -265,6 +295,7 @@ class Subscriber(Client):
                     return
                 data = data[used:]
         run_id = agent.run_id
+        v5 = agent.opts.protocol == 5
         counts = agent.receipts if agent.e2e else None
         samples = agent.samples
         expect = self.expect
@@ -290,6 +321,8 @@ class Subscriber(Client):
                         acks = []
                     acks.append(ACK.pack(PUBACK if first & 0x06 == 0x02 else PUBREC, 2, (data[p] << 8) | data[p + 1]))
                     p += 2
+                if v5:
+                    p = wire.properties_end(data, p) if data[p] else p + 1
                 if pos - p < MIN_SIZE:
                     foreign += 1
                     continue

@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 
-from bench import brokers, limits, presets, report
+from bench import brokers, limits, presets, report, wire
 from bench.brokers import BrokerSpec
 
 BROKERS = ("plexmq", "mosquitto", "mosquitto-nodelay")
@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queued", type=int, default=1000, help="max_queued_messages for mosquitto (1000)")
     parser.add_argument("--plexmq-arg", action="append", default=[], help="extra argument for plexmq serve")
     parser.add_argument("--procs", type=int, default=0, help="generator processes (default: cores)")
+    parser.add_argument("--protocol", type=int, choices=wire.LEVELS, default=4,
+                        help="MQTT protocol level of the clients: 4 = 3.1.1 (default), 5 = 5.0")
     parser.add_argument("--out", metavar="DIR", help="raw samples and compare.json go here")
     parser.add_argument("--json", action="store_true", help="print all results as JSON after the table")
     parser.add_argument("--quiet", action="store_true")
@@ -91,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     for scen in ns.scenarios.split(","):
         results[scen] = {}
         for name in names:
-            opts = presets.options(scen, ns.duration, procs=ns.procs or None, progress=not ns.quiet,
-                                   out=f"{ns.out}/{scen}-{name}" if ns.out else None)
+            opts = presets.options(scen, ns.duration, procs=ns.procs or None, protocol=ns.protocol,
+                                   progress=not ns.quiet, out=f"{ns.out}/{scen}-{name}" if ns.out else None)
             s = spec(name, ns.workers, ns.max_queued, ns.plexmq_arg)
             if s.kind == "plexmq" and opts.connections > s.workers * PER_WORKER:
                 s.workers = math.ceil(opts.connections / PER_WORKER)

@@ -17,8 +17,8 @@ import socket
 from time import monotonic
 from typing import TYPE_CHECKING
 
-from bench import limits
-from workers.mqtt.v4 import MalformedPacket, encode_connect, frame
+from bench import limits, wire
+from workers.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
     from bench.agent import Agent
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 CONNECTING, HANDSHAKE, WRAPPING, READY, DONE = range(5)
 PINGRESP = 0xD0
+CONNACK = 0x20
+DISCONNECT = 0xE0
 
 
 class Raw:
@@ -97,6 +99,7 @@ class Raw:
         if self.buf:
             data, self.buf = self.buf + data, b""
         pos = 0
+        level = self.connector.level
         try:
             while pos < len(data):
                 found = frame(data, pos, 1 << 16)
@@ -106,10 +109,15 @@ class Raw:
                 first, start, pos = found
                 if first == PINGRESP and self.state == READY:
                     self.connector.agent.pongs += 1
-                elif first == 0x20 and self.state == HANDSHAKE and pos - start == 2:
-                    self._connack(data[start + 1])
+                elif first & 0xF0 == CONNACK and self.state == HANDSHAKE:
+                    self._connack(wire.connack_code(level, first & 0x0F, data[start:pos]))
                     if self.state != READY:
                         return
+                elif first & 0xF0 == DISCONNECT:
+                    code = wire.disconnect_reason(level, first & 0x0F, data[start:pos])
+                    self.connector.agent.note(f"the broker disconnected a client: {wire.describe(code)}")
+                    self._closed(f"disconnect_{code:#04x}")
+                    return
                 else:
                     raise MalformedPacket(f"unexpected packet (first byte {first:#04x})")
         except MalformedPacket as exc:
@@ -199,12 +207,13 @@ class Connector:
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.t0 = 0.0
         self._keepalive = agent.opts.keepalive
+        self.level = agent.opts.protocol
 
     def connect_packet(self, raw: Raw) -> bytes:
         opts = self.agent.opts
         role = raw.client.role if raw.client is not None else "c"
-        return encode_connect(opts.client_id(self.agent.run_id, role, raw.index), opts.clean_session(role),
-                              self._keepalive)
+        return wire.connect(self.level, opts.client_id(self.agent.run_id, role, raw.index), opts.clean_session(role),
+                            self._keepalive)
 
     async def run(self) -> None:
         self.t0 = self.loop.time()

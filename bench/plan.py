@@ -19,6 +19,7 @@ class Options:
     scenario: str
     host: str = "127.0.0.1"
     port: int = 1883
+    protocol: int = 4  # MQTT protocol level of every client: 4 = 3.1.1, 5 = 5.0
     clients: int = 0  # conn: connections; p2p: pairs
     pubs: int = 0
     subs: int = 0

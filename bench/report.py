@@ -7,12 +7,12 @@ arrives after a later one of the same publisher fills a gap and counts as reorde
 
 from __future__ import annotations
 
-from bench import stats
+from bench import stats, wire
 from bench.plan import Options
 
 KEYS = (  # the JSON document always has these
-    "scenario", "broker", "run_id", "qos", "size", "rate", "window", "e2e_window", "duration", "pubs", "subs",
-    "clients", "procs", "connections", "connected", "connect_failed", "dropped", "connect_s", "connect_rate",
+    "scenario", "broker", "run_id", "protocol", "qos", "size", "rate", "window", "e2e_window", "duration", "pubs",
+    "subs", "clients", "procs", "connections", "connected", "connect_failed", "dropped", "connect_s", "connect_rate",
     "sent", "acked", "received", "expected", "lost", "duplicated", "reordered", "foreign", "e2e_resets",
     "msgs_in_per_s", "msgs_out_per_s", "latency_ms", "pings", "pongs", "errors", "protocol_errors",
     "broker_cpu_pct", "broker_rss_mb", "broker_rss_idle_mb", "rss_per_conn_kb", "broker_procs",
@@ -54,7 +54,8 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
                     for t in {r["t_s"] for r in broker_rows}), default=rss_run)
     result = {
         "scenario": opts.scenario, "broker": f"{opts.host}:{opts.port}", "run_id": f"{run_id:08x}",
-        "qos": opts.qos, "size": opts.size, "rate": opts.rate, "window": opts.window,
+        "protocol": wire.NAMES[opts.protocol], "qos": opts.qos, "size": opts.size, "rate": opts.rate,
+        "window": opts.window,
         "e2e_window": opts.e2e_window if opts.rate == 0 and pubsub else 0, "duration": duration,
         "pubs": opts.pubs, "subs": opts.subs, "persistent_subs": opts.persistent_subs, "clients": opts.clients,
         "procs": opts.procs,
@@ -103,8 +104,9 @@ def _n(value: float | None, unit: str = "") -> str:
 def table(r: dict) -> str:
     """The human summary of one run."""
     lat = r["latency_ms"]
-    rows = [("scenario", (f"{r['scenario']} qos={r['qos']} size={r['size']}B rate={_n(r['rate'])}/s"
-             f" window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s procs={r['procs']}"
+    rows = [("scenario", (f"{r['scenario']} mqtt={r['protocol']} qos={r['qos']} size={r['size']}B"
+             f" rate={_n(r['rate'])}/s window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s"
+             f" procs={r['procs']}"
              + (" persistent-subs" if r.get("persistent_subs") else ""))),
             ("broker", r["broker"]),
             ("connections", (f"{_n(r['connected'])}/{_n(r['connections'])} in {r['connect_s']:.3f} s"

@@ -61,6 +61,46 @@ def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
     assert fanout["lost"] == fanout["duplicated"] == 0 and fanout["ok"]
 
 
+def test_protocol_5_runs_count_every_delivery(start_broker, capsys) -> None:
+    """--protocol 5: 5.0 CONNECT, SUBSCRIBE, PUBLISH (property blocks) and acks through the real broker,
+    with the 3.1.1 runs' accounting; a kept 5.0 session needs an expiry, which the bench sends."""
+    broker = start_broker("--workers", "1")
+    status = cli.main(["fanin", "-p", str(broker.port), "--broker-pid", str(broker.proc.pid), "-P", "4", "-S", "2",
+                       "-q", "1", "-d", "0.7", "--settle", "0.1", "--procs", "2", "--quiet", "--json",
+                       "--protocol", "5"])
+    fanin = json.loads(capsys.readouterr().out)
+    assert status == 0 and fanin["ok"] and fanin["protocol"] == "5.0", fanin
+    assert fanin["sent"] > 100 and fanin["acked"] == fanin["sent"]
+    assert fanin["received"] == fanin["expected"] == 2 * fanin["sent"] and fanin["lost"] == fanin["duplicated"] == 0
+    fanin0 = _run(broker, "fanin", protocol=5, pubs=6, subs=2, duration=0.7)  # max rate: the bulk counting path
+    assert fanin0["sent"] > 100 and fanin0["received"] == fanin0["expected"] and fanin0["ok"]
+    fanout = _run(broker, "fanout", protocol=5, pubs=1, subs=20, duration=0.7, qos=2)
+    assert fanout["sent"] > 50 and fanout["received"] == 20 * fanout["sent"] and fanout["ok"]
+    kept = _run(broker, "fanin", protocol=5, pubs=2, subs=1, qos=1, duration=0.5, persistent_subs=True,
+                client_prefix="p5bench-")
+    assert kept["ok"] and kept["received"] == kept["expected"] > 0 and kept["protocol"] == "5.0"
+    client = RawClient(broker.port)
+    try:
+        assert client.connect5("p5bench-s0", clean_start=False)[:2] == (True, 0)
+    finally:
+        client.close()
+
+
+def test_protocol_5_refusals_are_counted_by_reason(start_broker, tmp_path: Path) -> None:
+    """A 5.0 PUBACK with a failure reason (0x87: the ACL denies the topic) frees the publisher's window
+    and is counted; its messages are lost, and the run says so."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic read bench/#\n")
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'acl_file = "{acl}"\nallow_anonymous = true\n')
+    broker = start_broker("--workers", "1", "--config", str(config))
+    result = _run(broker, "fanin", protocol=5, pubs=2, subs=1, qos=1, rate=200, duration=0.5)
+    assert result["sent"] > 50 and result["received"] == result["acked"] == result["protocol_errors"] == 0
+    assert result["errors"] == {"refused_0x87": result["sent"]} and result["lost"] == result["expected"]
+    assert not result["ok"] and cli.exit_status(result) == 1
+    assert any("not authorized (0x87)" in note for note in result["notes"])
+
+
 def test_clients_spread_under_the_fd_cap() -> None:
     opts = with_defaults(Options("fanin", pubs=100, subs=1))
     shares = assign(opts, 2, cap=1000)
