@@ -28,9 +28,11 @@ def main(argv: list[str]) -> int:
     except (urllib.error.URLError, OSError) as exc:
         print(f"plexmq clients: cannot read {args.metrics}/clients: {getattr(exc, 'reason', exc)}", file=sys.stderr)
         return 1
-    print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} persistent")
-    for client_id, worker, address, keepalive, queued, inflight, persistent in listing["clients"]:
-        print(f"{client_id:<40} {worker:>6} {address:<22} {keepalive:>9} {queued:>7} {inflight:>8} {'yes' if persistent else 'no'}")
+    print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} "
+          f"{'persistent':<10} protocol")
+    for client_id, worker, address, keepalive, queued, inflight, persistent, protocol in listing["clients"]:
+        print(f"{client_id:<40} {worker:>6} {address:<22} {keepalive:>9} {queued:>7} {inflight:>8} "
+              f"{'yes' if persistent else 'no':<10} {protocol}")
     pages = max(1, -(-listing["total"] // args.per_page))
     note = "" if listing["complete"] else " (a worker did not answer: the list may be short)"
     print(f"page {args.page} of {pages}, {listing['total']} clients{note}")

@@ -24,7 +24,7 @@ def _by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
 
 
 def table(now: Samples, before: Samples | None, seconds: float) -> str:
-    """The processes with CPU, RSS and clients, then the totals and message rates."""
+    """The processes with CPU, RSS and clients, then the totals (clients by MQTT version) and message rates."""
     cpu = _by_label(now, "plexmq_process_cpu_percent", "process")
     rss: dict[str, tuple[str, float]] = {}  # process -> (pid, bytes)
     for (metric, labels), value in now.items():
@@ -42,7 +42,10 @@ def table(now: Samples, before: Samples | None, seconds: float) -> str:
             return "-"
         return f"{(now.get((name, ()), 0) - before.get((name, ()), 0)) / seconds:,.0f}/s"
 
-    lines.append(f"clients {sum(clients.values()):,.0f}   sessions {now.get(('plexmq_sessions', ()), 0):,.0f}   "
+    protocols = ", ".join(f"{name}: {count:,.0f}" for name, count in
+                          _by_label(now, "plexmq_clients_protocol", "protocol").items())
+    lines.append(f"clients {sum(clients.values()):,.0f} ({protocols})   "
+                 f"sessions {now.get(('plexmq_sessions', ()), 0):,.0f}   "
                  f"subscriptions {now.get(('plexmq_subscriptions', ()), 0):,.0f}   "
                  f"in {rate('plexmq_messages_received_total')}   out {rate('plexmq_messages_sent_total')}")
     return "\n".join(lines)

@@ -71,7 +71,8 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Client
             listing.done.set()  # a worker that did not answer in time: the router forgets the request
             clients = sorted(listing.clients)
             body = {"total": len(clients), "complete": complete, "offset": offset,
-                    "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent"],
+                    "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent",
+                               "protocol"],
                     "clients": clients[offset:offset + limit]}
             start_response("200 OK", [("Content-Type", "application/json")])
             return [orjson.dumps(body)]

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued", "shed")
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
+# CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
+PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
 
 
 class Stats:
@@ -44,6 +46,7 @@ class Stats:
         self.snapshot = {
             "workers": workers,
             "clients": sum(w["clients"] for w in workers.values()),
+            "protocols": {name: sum(w["protocols"][name] for w in workers.values()) for name in PROTOCOLS.values()},
             "offline": sum(1 for s in sessions if s.worker is None),
             "sessions": len(router.sessions),
             "received": router.received,
@@ -82,6 +85,8 @@ class Stats:
             "subscriptions/count": snap["subscriptions"],
             "retained messages/count": snap["retained"],
         }
+        for protocol, count in snap["protocols"].items():  # type: ignore[attr-defined]
+            values[f"clients/protocol/{protocol}"] = count
         for name, by_window in self.loads.items():
             for window, value in sorted(by_window.items()):
                 values[f"load/messages/{name}/{window}min"] = f"{value:.2f}"
@@ -102,6 +107,11 @@ class Stats:
         for worker_id, report in sorted(workers.items()):
             clients.add_metric([str(worker_id)], report["clients"])
         yield clients
+        protocols = GaugeMetricFamily("plexmq_clients_protocol", "Connected clients (CONNACK sent), by MQTT version",
+                                      labels=["protocol"])
+        for protocol, count in snap["protocols"].items():  # type: ignore[attr-defined]
+            protocols.add_metric([protocol], count)
+        yield protocols
         yield CounterMetricFamily("plexmq_messages_received", "PUBLISH messages routed", value=snap["received"])
         yield CounterMetricFamily("plexmq_messages_sent", "PUBLISH messages routed to subscribers", value=snap["sent"])
         dropped = CounterMetricFamily("plexmq_messages_dropped", "Messages dropped, by reason", labels=["reason"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
 
 from acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
@@ -22,6 +26,14 @@ from tests.steps import uid
 def metrics_url(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
     return found.group(1)  # type: ignore[union-attr]
+
+
+def cli(command: str, url: str, *args: str) -> str:
+    """What `plexmq COMMAND --metrics URL ARGS` prints (it must exit 0)."""
+    out = subprocess.run([sys.executable, "-m", "acceptor", command, "--metrics", url, *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def health(url: str) -> int:
@@ -100,10 +112,8 @@ def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> Non
     clients = [Client(b.port, f"ops-st-{uid()}") for _ in range(3)]
 
     def table() -> str | None:
-        out = subprocess.run([sys.executable, "-m", "acceptor", "status", "--metrics", url, "--once"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
-        return out.stdout if "clients 3 " in out.stdout else None
+        out = cli("status", url, "--once")
+        return out if "clients 3 " in out else None
 
     text = wait_for(table, 10, "status to show 3 clients")
     rows = {line.split()[0]: line.split() for line in text.splitlines()[1:-1]}  # type: ignore[union-attr]
@@ -177,16 +187,63 @@ def test_clients_lists_who_is_connected(start_broker: Callable[..., Broker]) -> 
     tag = uid()
     clients = [Client(b.port, f"ops-list-{tag}-{i}", keepalive=30) for i in range(5)] + [Client(b.port, "other")]
 
-    def listed(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "acceptor", "clients", "--metrics", url, *args],
-                             cwd=ROOT, capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
-        return out.stdout
-
-    first = listed("--filter", f"ops-list-{tag}", "--per-page", "3")
+    first = cli("clients", url, "--filter", f"ops-list-{tag}", "--per-page", "3")
     rows = first.splitlines()[1:-1]
     assert [r.split()[0] for r in rows] == [f"ops-list-{tag}-{i}" for i in range(3)]
     assert all(r.split()[3] == "30" for r in rows) and first.splitlines()[-1] == "page 1 of 2, 5 clients"
-    assert {r.split()[1] for r in listed("--filter", f"ops-list-{tag}").splitlines()[1:-1]} == {"0", "1"}
+    assert {r.split()[1] for r in cli("clients", url, "--filter", f"ops-list-{tag}").splitlines()[1:-1]} == {"0", "1"}
     for c in clients:
         c.disconnect()
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_sub") is None, reason="mosquitto-clients not installed")
+def test_clients_by_protocol_version(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """One client of each version (paho 3.1.1 and 5.0, mosquitto_sub 3.1 and 5.0): $SYS, /metrics,
+    `plexmq status` and `plexmq clients` count and name each one's version."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text("sys_interval = 1\n")
+    b = start_broker("--workers", "2", "--config", str(config))
+    url = metrics_url(b)
+    tag = uid()
+    watcher = Client(b.port, f"ops-v311-{tag}")  # 3.1.1, and it reads the $SYS topics
+    watcher.subscribe("$SYS/broker/clients/protocol/#")
+    five = Client(b.port, f"ops-v5-{tag}", protocol=paho.MQTTv5)
+    subs = [subprocess.Popen(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(b.port), "-V", version, "-i",
+                              f"ops-{name}-{tag}", "-t", f"ops/{tag}"], stdout=subprocess.DEVNULL)
+            for version, name in (("mqttv31", "v31"), ("5", "m5"))]
+    try:
+        expected = {f"ops-v311-{tag}": "3.1.1", f"ops-v5-{tag}": "5.0", f"ops-v31-{tag}": "3.1", f"ops-m5-{tag}": "5.0"}
+
+        def versions() -> dict[str, str] | None:
+            rows = {r.split()[0]: r.split()[-1] for r in cli("clients", url, "--filter", tag).splitlines()[1:-1]}
+            return rows if len(rows) == 4 else None
+
+        assert wait_for(versions, 10, "plexmq clients to list all four") == expected
+        assert cli("clients", url).splitlines()[0].split()[-1] == "protocol"
+
+        def metrics(counts: dict[str, float]) -> Callable[[], bool]:
+            return lambda: {dict(labels)["protocol"]: value for (name, labels), value in scrape(url).items()
+                            if name == "plexmq_clients_protocol"} == counts
+
+        wait_for(metrics({"3.1": 1, "3.1.1": 1, "5.0": 2}), 10, "/metrics to count each version")
+        wait_for(lambda: "clients 4 (3.1: 1, 3.1.1: 1, 5.0: 2) " in cli("status", url, "--once"), 10,
+                 "status to count each version")
+        seen: dict[str, str] = {}
+
+        def published() -> bool:
+            while not watcher.messages.empty():
+                msg = watcher.get()
+                seen[msg.topic.removeprefix("$SYS/broker/clients/protocol/")] = msg.payload.decode()
+            return seen == {"3.1": "1", "3.1.1": "1", "5.0": "2"}
+
+        try:
+            wait_for(published, 15, "$SYS to count each version")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; $SYS said {seen}") from None
+        five.disconnect()  # counted from the live connections: it leaves the count with them
+        wait_for(metrics({"3.1": 1, "3.1.1": 1, "5.0": 1}), 10, "/metrics to count the 5.0 client gone")
+    finally:
+        for proc in subs:
+            proc.terminate()
+            proc.wait(5)
+    watcher.disconnect()

@@ -24,7 +24,7 @@ import uvloop
 
 from router import wire
 from router.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
-from router.stats import process_usage
+from router.stats import PROTOCOLS, process_usage
 from workers import handoff, tls
 from workers.archive import ArchiveWriter
 from workers.auth import Auth
@@ -283,7 +283,7 @@ class Worker:
     def _list_clients(self, request: dict) -> None:
         """`plexmq clients`: the connected clients whose id contains the filter, for the router."""
         text = request["filter"]
-        clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent]
+        clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
                    for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
         self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
 
@@ -424,10 +424,16 @@ class Worker:
             self.shedding = shedding
             log.warning("worker %d %s QoS 0 deliveries (RSS %d MB, memory_limit %d MB)", self.worker_id,
                         "sheds" if shedding else "no longer sheds", rss >> 20, self.memory_limit >> 20)
+        queued = 0
+        protocols = dict.fromkeys(PROTOCOLS.values(), 0)  # counted here from each level: no counter per connection
+        for conn in self.conns.values():
+            queued += len(conn.queue)
+            if conn.state == CONNECTED:
+                protocols[PROTOCOLS[conn.level]] += 1
         self.link.batch.add_json(wire.STATS, {
             "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
             "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
-            "queued": sum(len(conn.queue) for conn in self.conns.values()), "shed": self.shed, "cpu": cpu, "rss": rss})
+            "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss})
         self.flush_soon()
 
     def reload(self) -> None:
