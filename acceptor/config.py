@@ -16,6 +16,7 @@ from typing import Any, Callable
 import zmq
 import zmq.auth
 
+from router.shared import STRATEGIES
 from router.units import parse_duration
 from workers import tls
 from workers.acl import AclFile
@@ -110,7 +111,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                "(SIGTERM) before they are killed"),
         "connect_timeout": Option(float, 10.0, _range(0.1), "seconds a new socket has to send CONNECT"),
         "max_packet_size": Option(int, 1 << 20, _range(2, 268_435_460), "largest packet a client may send, bytes"),
-        "max_inflight": Option(int, 20, _range(1, 65535), "outgoing QoS 1/2 messages unacknowledged per client"),
+        "max_inflight": Option(int, 20, _range(1, 32767), "outgoing QoS 1/2 messages unacknowledged per client"),
+        "shared_subscription_strategy": Option(str, "round_robin", _one_of(*STRATEGIES), "which member of a "
+                                               "shared subscription gets a message: round_robin, random or sticky"),
         "receive_maximum": Option(int, 1024, _range(1, 65535), "incoming QoS 1/2 PUBLISHes an MQTT 5 client may "
                                   "have unacknowledged at once (more: DISCONNECT 0x93)"),
         "topic_alias_maximum": Option(int, 10, _range(0, 65535), "topic aliases an MQTT 5 client may set per "

@@ -17,11 +17,13 @@ from router import store as db
 from router import wire
 from router.grants import Matched
 from router.retain import Retained, RetainedStore
-from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Will
+from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share, Will
+from router.shared import SharedGroup
 from router.listing import ClientListing
 from router.store import Store
 from router.trie import SubscriptionTrie
 from workers.mqtt import framing
+from workers.mqtt.topics import shared
 
 log = logging.getLogger("plexmq.router")
 
@@ -56,16 +58,18 @@ class Dest:
 class Targets:
     """One cached match of a topic."""
 
-    __slots__ = ("raw", "online", "offline", "special")
+    __slots__ = ("raw", "online", "offline", "special", "groups")
 
     def __init__(self, raw: list[Dest], online: list[tuple[bytes, bytes, list[tuple[Session, int]]]],
-                 offline: list[tuple[Session, Matched]], special: list[tuple[Session, Matched]]) -> None:
+                 offline: list[tuple[Session, Matched]], special: list[tuple[Session, Matched]],
+                 groups: list[SharedGroup]) -> None:
         self.raw = raw  # for plain QoS 0 runs
         self.online = online  # per worker: (worker, packed clean subscribers, persistent (session, granted))
         self.offline = offline  # persistent sessions without a connection
         # online subscribers whose subscriptions are not plain (MQTT 5 options or identifiers):
         # each message is resolved for each of them (router/grants.py)
         self.special = special
+        self.groups = groups  # shared subscriptions: one member of each is chosen per message
 
 
 MATCH_CACHE_SIZE = 100_000
@@ -75,8 +79,10 @@ class Router:
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
 
     def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
-                 expiration: float = 0.0) -> None:
+                 expiration: float = 0.0, share_strategy: str = "round_robin") -> None:
         self.sessions: dict[str, Session] = {}
+        self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
+        self.share_strategy = share_strategy
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
@@ -118,8 +124,8 @@ class Router:
         loaded = store.load()
         self.sessions = loaded.sessions
         for session in loaded.sessions.values():
-            for topic_filter, grant in session.subs.items():
-                self.trie.add(topic_filter, session, grants.routing(grant))
+            for topic_filter, grant in list(session.subs.items()):
+                self._subscribe(session, topic_filter, grant)
         self.retained.messages = loaded.retained
         self.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
@@ -234,7 +240,7 @@ class Router:
     def _send_ready(self, session: Session, out: wire.Batch) -> None:
         """Send what waited for room in the session's window; what expired while it waited goes
         (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
-        store = self.store
+        store = self.store if not session.clean else None
         now = time.time()
         while True:
             expired = []
@@ -253,13 +259,15 @@ class Router:
                     store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
     def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
-              expiry: int = 0) -> int:
-        """Session.keep, stored: the packet id to send it with now, 0 when it waits, -1 when dropped."""
-        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry)
+              expiry: int = 0, share: Share | None = None) -> int:
+        """Session.keep, stored (persistent sessions): the packet id to send it with now, 0 when it
+        waits, -1 when dropped."""
+        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry,
+                           share)
         if pid < 0:
             self.dropped += 1
             self._log_drops(session)
-        elif self.store is not None:
+        elif self.store is not None and not session.clean:
             self.seq += 1
             stored = next(reversed(session.unacked))  # the packet id it was kept under
             self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
@@ -294,6 +302,8 @@ class Router:
 
     def _disconnect(self, session: Session, publish_will: bool) -> None:
         """The session's connection ended: publish its will if asked, keep it only if persistent."""
+        if session.unacked:
+            self._reshare(session)
         del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
         will = session.will
         session.will = None
@@ -313,11 +323,10 @@ class Router:
     def _discard(self, session: Session) -> None:
         if not session.clean:
             self._forget_stored(session)
-        for topic_filter in session.subs:
-            self.trie.remove(topic_filter, session)
         if session.subs:
             self.cache.clear()
-        session.subs.clear()
+        for topic_filter in list(session.subs):
+            self._unsubscribe(session, topic_filter)
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
 
@@ -342,12 +351,11 @@ class Router:
             codes.append(grants.suback_code(grant))
             if grants.refused(grant):  # by the worker: the reason code goes back as it is
                 continue
-            new = topic_filter not in session.subs
-            session.subs[topic_filter] = grant
-            self.trie.add(topic_filter, session, grants.routing(grant))
+            new = self._subscribe(session, topic_filter, grant)
             if not session.clean and self.store is not None:
                 self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
-            if packet_id and grants.sends_retained(grant, new):
+            # retained messages are never sent to a shared subscription [MQTT-3.8.4-3 note]
+            if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
                 identifier = grant >> grants.ID_SHIFT
                 ids = grants.identifier_property(identifier) if identifier else b""
                 for topic, message in self.retained.matching(topic_filter, now):
@@ -367,9 +375,8 @@ class Router:
             return
         codes = bytearray()
         for topic_filter in filters:
-            if session.subs.pop(topic_filter, None) is not None:
+            if self._unsubscribe(session, topic_filter):
                 codes.append(0x00)
-                self.trie.remove(topic_filter, session)
                 if not session.clean and self.store is not None:
                     self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
             else:
@@ -378,6 +385,35 @@ class Router:
         out = self.out(worker)
         out.hold()
         out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
+
+    def _subscribe(self, session: Session, topic_filter: str, grant: int) -> bool:
+        """Index one subscription (a shared one joins its group); True when the session did not have it."""
+        new = topic_filter not in session.subs
+        session.subs[topic_filter] = grant
+        share = shared(topic_filter)
+        if share is None:
+            self.trie.add(topic_filter, session, grants.routing(grant))
+            return new
+        group = self.groups.get(topic_filter)
+        if group is None:
+            group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
+            self.trie.add(group.filter, group, 0)
+        group.join(session, grant)
+        return new
+
+    def _unsubscribe(self, session: Session, topic_filter: str) -> bool:
+        """Remove one subscription of the session (a group left without members goes); whether it had it."""
+        if session.subs.pop(topic_filter, None) is None:
+            return False
+        group = self.groups.get(topic_filter)
+        if group is None:
+            self.trie.remove(topic_filter, session)
+        else:
+            group.leave(session)
+            if not group.members:
+                del self.groups[topic_filter]
+                self.trie.remove(group.filter, group)
+        return True
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -413,7 +449,7 @@ class Router:
             pending.append(packets)
             dest.count += count
         self.received += count
-        if targets.special:  # each packet resolved for each of them
+        if targets.special or targets.groups:  # each packet resolved for each of them
             pos = 0
             body_at = 2 + len(topic)
             while pos < len(packets):
@@ -421,6 +457,8 @@ class Router:
                 payload = packets[start + body_at:stop]
                 for session, matched in targets.special:
                     self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, None)
+                for group in targets.groups:
+                    self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop
 
     def _flush_raw(self) -> None:
@@ -444,7 +482,7 @@ class Router:
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
-        store = self.store
+        store = self.store if not session.clean else None
         if stage == wire.ACK_DONE:
             session.release(packet_id)
             if store is not None:
@@ -504,6 +542,8 @@ class Router:
                 self.delivered += len(subs) // 7
         for session, matched in targets.special:
             self._deliver_special(session, matched, topic, payload, qos, retain, props, expiry, source)
+        for group in targets.groups:
+            self._share(group, topic, payload, qos, retain, props, expiry)
         for session, matched in offline:
             if matched.__class__ is int and matched < 4:  # type: ignore[operator]
                 eff = matched if matched < qos else qos  # type: ignore[operator]
@@ -518,7 +558,11 @@ class Router:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
         offline: list[tuple[Session, Matched]] = []
         special: list[tuple[Session, Matched]] = []
+        groups: list[SharedGroup] = []
         for session, granted in self.trie.match(topic.decode()).items():
+            if session.__class__ is SharedGroup:
+                groups.append(session)  # type: ignore[arg-type]
+                continue
             worker = session.worker
             if worker is None:
                 offline.append((session, granted))
@@ -536,7 +580,7 @@ class Router:
             else:
                 entry[1].append((session, granted))
         targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
-                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special)
+                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
         if len(self.cache) >= MATCH_CACHE_SIZE:
             self.cache.clear()
         self.cache[topic] = targets
@@ -554,6 +598,52 @@ class Router:
             out.hold()
         self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
         self.delivered += 1
+
+    def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
+               expiry: int, exclude: Session | None = None, online_only: bool = False) -> bool:
+        """A message to one member of a shared subscription (`SharedGroup.pick`); its QoS 1/2 copy is
+        numbered and kept by the router whatever the member's session, so that it can go to another
+        member if this one disconnects before acknowledging it. False when no member could take it."""
+        picked = group.pick(exclude, online_only)
+        if picked is None:
+            return False
+        session, grant = picked
+        identifier = grant >> grants.ID_SHIFT
+        own_props = props + grants.identifier_property(identifier) if identifier else props
+        eff = grant & 3 if grant & 3 < qos else qos
+        keep_retain = retain and bool(grant & grants.RETAIN_AS_PUBLISHED)
+        share: Share = (group, len(props))
+        if session.worker is None:  # every member is offline: a persistent one keeps it
+            if eff:
+                self._keep(session, topic, payload, eff, keep_retain, own_props, expiry, share)
+            return True
+        out = self.out(session.worker)
+        if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
+            out.hold()
+        pid = 0
+        if eff:
+            pid = self._keep(session, topic, payload, eff, keep_retain, own_props, expiry, share)
+            if pid <= 0:
+                return True  # waits for room in the member's window, or dropped (its queue is full)
+        out.add(wire.DELIVER, _deliver_head(topic, eff, keep_retain, False, own_props, expiry)
+                + _pack_sub(session.conn, eff, pid), payload)
+        self.delivered += 1
+        return True
+
+    def _reshare(self, session: Session) -> None:
+        """The session's connection ended: what shared subscriptions gave it and it has not yet
+        acknowledged (PUBREC counts: the client has it) goes to another member, an online one
+        unless the session is clean (its copy would be lost); what no member takes stays."""
+        store = self.store if not session.clean else None
+        moving = [(pid, pending) for pid, pending in session.unacked.items()
+                  if pending.share is not None and pending.state != RELEASING]
+        for pid, pending in moving:
+            group, own = pending.share  # type: ignore[misc]
+            if self._share(group, pending.topic, pending.payload, pending.qos, pending.retain, pending.props[:own],
+                           pending.expiry, exclude=session, online_only=not session.clean):
+                session.release(pid)
+                if store is not None:
+                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
                      props: bytes, expiry: int) -> None:

@@ -55,7 +55,8 @@ def serve(config: dict) -> None:
     sock.bind(config["router_endpoint"])
     store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
-    router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration)
+    router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
+                    config["shared_subscription_strategy"])
     log.info("router listening on %s", config["router_endpoint"])
     expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval

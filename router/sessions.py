@@ -8,7 +8,12 @@ id they will carry, so that a reconnect resends them with their original ids (MQ
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+from router.wire import ROUTER_PIDS_FROM
+
+if TYPE_CHECKING:
+    from router.shared import SharedGroup
 
 QUEUED = 0  # never sent to the client
 SENT = 1  # sent, neither PUBACK nor PUBREC seen: resend with DUP
@@ -17,14 +22,20 @@ RELEASING = 2  # QoS 2, PUBREC seen: resend PUBREL
 MAX_PACKET_ID = 65535
 
 
-class Pending:
-    """One outgoing QoS 1/2 message of a persistent session; `props` are its MQTT 5 properties as
-    they travel (see router/wire.py), `expiry` the time.time() second it expires at (0: never)."""
+# a message a shared subscription gave a session: (the group, how many bytes of `props` are the
+# message's own: the rest are this member's subscription identifier)
+Share = tuple["SharedGroup", int]
 
-    __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expiry")
+
+class Pending:
+    """One outgoing QoS 1/2 message of a persistent session (or a shared subscription's, of any
+    session); `props` are its MQTT 5 properties as they travel (see router/wire.py), `expiry` the
+    time.time() second it expires at (0: never)."""
+
+    __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expiry", "share")
 
     def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, state: int, props: bytes = b"",
-                 expiry: int = 0) -> None:
+                 expiry: int = 0, share: Share | None = None) -> None:
         self.topic = topic
         self.payload = payload
         self.qos = qos
@@ -32,6 +43,7 @@ class Pending:
         self.state = state
         self.props = props
         self.expiry = expiry
+        self.share = share
 
 
 class Will:
@@ -70,7 +82,7 @@ class Session:
         self.dropped_logged = 0.0  # time.monotonic() the drops were last logged
 
     def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, limit: int, max_bytes: int,
-             window: int, props: bytes = b"", expiry: int = 0) -> int:
+             window: int, props: bytes = b"", expiry: int = 0, share: Share | None = None) -> int:
         """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits, -1 when dropped
         (the session holds `limit` messages already, or `max_bytes` of payload when that is not 0)."""
         unacked = self.unacked
@@ -78,15 +90,17 @@ class Session:
             self.dropped += 1
             return -1
         self.bytes += len(payload)
-        pid = self.next_pid
+        # a clean session's own ids are its worker's (router/wire.py: ROUTER_PIDS_FROM)
+        first = ROUTER_PIDS_FROM if self.clean else 1
+        pid = max(self.next_pid, first)
         while pid in unacked:
-            pid = pid % MAX_PACKET_ID + 1
-        self.next_pid = pid % MAX_PACKET_ID + 1
+            pid = pid + 1 if pid < MAX_PACKET_ID else first
+        self.next_pid = pid + 1 if pid < MAX_PACKET_ID else first
         if self.worker is not None and self.inflight < window:
-            unacked[pid] = Pending(topic, payload, qos, retain, SENT, props, expiry)
+            unacked[pid] = Pending(topic, payload, qos, retain, SENT, props, expiry, share)
             self.inflight += 1
             return pid
-        unacked[pid] = Pending(topic, payload, qos, retain, QUEUED, props, expiry)
+        unacked[pid] = Pending(topic, payload, qos, retain, QUEUED, props, expiry, share)
         self.enqueue(pid)
         return 0
 

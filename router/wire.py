@@ -39,6 +39,10 @@ DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to writ
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
+# Who numbers a delivery: the router every one of a persistent session, and a clean session's from a
+# shared subscription, from this id up (the worker acknowledges those to the router); the worker the
+# other QoS 1/2 deliveries of a clean session, below it.
+ROUTER_PIDS_FROM = 32768
 
 # A message from an MQTT 5 publisher may carry what travels with it to subscribers: its properties
 # (payload format, content type, response topic, correlation data, user properties: the property

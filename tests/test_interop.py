@@ -235,3 +235,17 @@ def test_mqtt_5_session_expiry_keeps_the_session(broker: Broker, subs: list[Sub]
     s = sub(broker, subs, "-V", "5", "-c", "-i", client_id, "-t", topic, "-q", "1", "-C", "1")
     assert s.messages() == [(topic, 1, False, "kept for you")]
     sub(broker, subs, "-V", "5", "-i", client_id, "-t", f"{topic}/unused", "-E").messages()  # clean start: gone
+
+
+def test_mqtt_5_and_311_members_of_a_shared_subscription_take_turns(broker: Broker, subs: list[Sub]) -> None:
+    """mosquitto_sub -V 5 and -V mqttv311 in one `$share` group: four messages, two each (round robin)."""
+    topic = unique("shared")
+    members = [sub(broker, subs, "-V", version, "-t", f"$share/interop/{topic}", "-q", "1", "-C", "2")
+               for version in ("5", "mqttv311")]
+    for member in members:
+        member.subscribed()
+    for n in range(4):
+        pub(broker, "-V", "5", "-t", topic, "-q", "1", "-m", f"job {n}")
+    first, second = (member.messages() for member in members)
+    assert first == [(topic, 1, False, "job 0"), (topic, 1, False, "job 2")]
+    assert second == [(topic, 1, False, "job 1"), (topic, 1, False, "job 3")]

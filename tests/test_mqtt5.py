@@ -60,8 +60,8 @@ def test_connack_tells_the_limits_byte_exact(broker: Broker) -> None:
     c = RawClient(broker.port)
     c.send(v5.encode_connect("v5-exact", True, 60, protocol_level=5))
     # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB,
-    # no shared subscriptions, topic alias maximum 10
-    assert c.recv() == (0x20, bytes.fromhex("0000 0d 21 0400 27 00100000 2a 00 22 000a"))
+    # topic alias maximum 10 (subscription identifiers and shared subscriptions: available, the default)
+    assert c.recv() == (0x20, bytes.fromhex("0000 0b 21 0400 27 00100000 22 000a"))
     c.send(v4.PINGREQ_PACKET)
     assert c.recv() == (0xD0, b"")
     c.send(v5.encode_disconnect())
@@ -197,7 +197,8 @@ def test_disconnect_with_will_publishes_it_and_a_normal_one_does_not(broker: Bro
 def test_suback_and_unsuback_reason_codes(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     topic = f"v5/codes/{uid()}"
-    assert subscribe5(c, 1, [(topic, 1), ("bad/#/filter", 0), ("$share/group/t", 1)]) == [1, 0x8F, 0x9E]
+    assert subscribe5(c, 1, [(topic, 1), ("bad/#/filter", 0), ("$share/group/t", 1), ("$share/+/t", 1),
+                             ("$share/group", 1)]) == [1, 0x8F, 1, 0x8F, 0x8F]
     c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed"]))
     first, body = c.recv()
     assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11])

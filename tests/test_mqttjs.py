@@ -128,7 +128,6 @@ def test_v5_connack_tells_the_limits_and_what_is_not_offered(broker: Broker) -> 
         "receiveMaximum": 1024,
         "maximumPacketSize": 1048576,
         "topicAliasMaximum": 10,
-        "sharedSubscriptionAvailable": False,
     }
 
 

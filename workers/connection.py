@@ -36,6 +36,7 @@ log = logging.getLogger("plexmq.worker")
 _frame = p.frame
 _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
+_LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 
 # What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
 # time.time() second it expires at or 0)
@@ -371,11 +372,12 @@ class Connection(asyncio.Protocol):
         return b"".join(kept)
 
     def _take_pid(self) -> int:
+        """The next free packet id of those the worker numbers (the router's start at ROUTER_PIDS_FROM)."""
         pid = self.next_pid
         inflight = self.inflight
         while pid in inflight:
-            pid = pid % 65535 + 1
-        self.next_pid = pid % 65535 + 1
+            pid = pid % _LAST_OWN_PID + 1
+        self.next_pid = pid % _LAST_OWN_PID + 1
         return pid
 
     def _enqueue(self, item: Queued) -> None:

@@ -212,8 +212,7 @@ class Worker:
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer."""
         told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
-                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size,
-                                  props.SHARED_SUBSCRIPTION_AVAILABLE: 0}
+                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size}
         if self.topic_alias_maximum:
             told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
         if negotiated.assigned_id:

@@ -50,7 +50,7 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
         return
     if stage == 2:
         conn.inflight[packet_id] = -2
-        if conn.persistent:
+        if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:
             conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_RECEIVED)
     elif stage is None:
         log.debug("client %s: PUBREC for packet id %d, which is not in flight", conn.client_id, packet_id)
@@ -75,7 +75,7 @@ def _finished(conn: Connection, packet_id: int, expected: int, name: str) -> Non
             return
         return _wrong(conn, name, packet_id, stage)
     del conn.inflight[packet_id]
-    if conn.persistent:
+    if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:  # numbered by the router: it waits for this
         conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
     if conn.queue:
         conn.pump()

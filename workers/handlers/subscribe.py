@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from router import grants, wire
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
-from workers.mqtt.topics import valid_filter
-from workers.mqtt.v5 import SHARED_PREFIX
+from workers.mqtt.topics import shared, valid_subscription
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -27,12 +26,11 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
     checker = conn.checker
     wanted = []
     for topic_filter, options in filters:
-        if not valid_filter(topic_filter):
+        share = shared(topic_filter)
+        if not valid_subscription(topic_filter):
             grant = reasons.TOPIC_FILTER_INVALID
-        elif conn.v5 is not None and topic_filter.startswith(SHARED_PREFIX):
-            grant = reasons.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
-        elif checker is not None and not checker.can_read(topic_filter):
-            grant = reasons.NOT_AUTHORIZED
+        elif checker is not None and not checker.can_read(topic_filter if share is None else share[1]):
+            grant = reasons.NOT_AUTHORIZED  # a shared subscription: the ACL judges its filter
         else:
             grant = grants.make(options, identifier)
         wanted.append([topic_filter, grant])

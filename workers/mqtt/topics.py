@@ -1,4 +1,5 @@
-"""Topic names and topic filters: the MQTT 3.1.1 rules (section 4.7) in one place.
+"""Topic names and topic filters: the MQTT 3.1.1 rules (section 4.7) and MQTT 5.0's shared
+subscriptions (section 4.8.2) in one place.
 
 Workers use these to refuse bad PUBLISH topics and SUBSCRIBE filters before anything reaches the
 router; the router's trie and the archive filters use `matches` semantics.
@@ -30,6 +31,27 @@ def valid_filter(topic_filter: str) -> bool:
         if "+" in level and level != "+":
             return False
     return True
+
+
+SHARED_PREFIX = "$share/"  # a shared subscription's filter starts so
+
+
+def shared(topic_filter: str) -> tuple[str, str] | None:
+    """(share name, topic filter) of a `$share/{name}/{filter}` subscription; None for any other filter."""
+    if not topic_filter.startswith(SHARED_PREFIX):
+        return None
+    name, _slash, inner = topic_filter[len(SHARED_PREFIX):].partition("/")
+    return name, inner
+
+
+def valid_subscription(topic_filter: str) -> bool:
+    """`valid_filter`, and for a shared subscription a share name of one level without wildcards
+    followed by a valid filter [MQTT-4.8.2-1, MQTT-4.8.2-2]."""
+    share = shared(topic_filter)
+    if share is None:
+        return valid_filter(topic_filter)
+    name, inner = share
+    return bool(name) and "+" not in name and "#" not in name and valid_filter(inner)
 
 
 def matches(topic_filter: str, topic: str) -> bool:

@@ -20,12 +20,11 @@ from workers.mqtt.kinds import (  # noqa: F401
     PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
 from workers.mqtt.properties import Properties
 from workers.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
-from workers.mqtt.topics import topic_name_error
+from workers.mqtt.topics import SHARED_PREFIX, topic_name_error
 
 _B_B_U16 = struct.Struct(">BBH")
 _U32 = struct.Struct(">I")
 _B_B_U16_B = struct.Struct(">BBHB")
-SHARED_PREFIX = "$share/"  # a shared subscription's filter starts so
 
 # SUBSCRIBE options (section 3.8.3.1)
 NO_LOCAL = 0x04
