@@ -17,7 +17,8 @@ from router import store as db
 from router import wire
 from router.grants import Matched
 from router.retain import Retained, RetainedStore
-from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share, Will
+from router.deadlines import Deadlines
+from router.sessions import DEFAULT_EXPIRY, NEVER, QUEUED, RELEASING, SENT, Pending, Session, Share, Will
 from router.shared import SharedGroup
 from router.listing import ClientListing
 from router.store import Store
@@ -82,6 +83,7 @@ class Router:
                  expiration: float = 0.0, share_strategy: str = "round_robin") -> None:
         self.sessions: dict[str, Session] = {}
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
+        self.deadlines = Deadlines()  # delayed wills and sessions with their own expiry interval
         self.share_strategy = share_strategy
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
@@ -112,7 +114,7 @@ class Router:
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
-            wire.END_SESSION: self._on_end_session,
+            wire.SESSION_EXPIRY: self._on_session_expiry,
             wire.STATS: self._on_stats,
             wire.CLIENTS: self._on_clients,
         }
@@ -126,6 +128,8 @@ class Router:
         for session in loaded.sessions.values():
             for topic_filter, grant in list(session.subs.items()):
                 self._subscribe(session, topic_filter, grant)
+            if session.ends_at():
+                self.deadlines.add(session.ends_at(), session)
         self.retained.messages = loaded.retained
         self.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
@@ -194,11 +198,14 @@ class Router:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh = orjson.loads(header)
+        (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+         will_extra) = orjson.loads(header)
         # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
         # both are clean session; 5.0: session expiry 0, and clean start).
         # resume: the connection registers again after a router restart; the number is the first packet id
-        # past those its worker still has in flight (0 for a new connection)
+        # past those its worker still has in flight (0 for a new connection). expiry: seconds the session
+        # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
+        # 5.0 will's [delay, properties as hex, message expiry interval]
         old = self.sessions.get(client_id)
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
@@ -211,12 +218,18 @@ class Router:
         if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
             session.next_pid = (resume - 1) % 65535 + 1
         session.clean = clean
+        session.expiry = expiry
         self.sessions[client_id] = session
         if not clean and self.store is not None:
-            self.store.record(db.SESSION_SAVE, (client_id, time.time()))
+            self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
         session.worker = worker
         session.conn = conn
-        session.will = Will(will_topic.encode(), payload, will_qos, will_retain) if will_topic is not None else None
+        session.will_at = 0.0  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
+        session.will = None
+        if will_topic is not None:
+            delay, props, will_expiry = will_extra or (0, "", 0)
+            session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
+                                delay)
         self.by_conn[(worker, conn)] = session
         if session.subs:
             self.cache.clear()
@@ -292,11 +305,16 @@ class Router:
         if session is not None:
             self._disconnect(session, bool(publish_will))
 
-    def _on_end_session(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        """A 5.0 client set session expiry 0 at DISCONNECT: its persistent session ends with the
-        connection (GONE follows)."""
-        session = self.by_conn.get((worker, wire.CONN.unpack(header)[0]))
-        if session is not None and not session.clean:
+    def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
+        session with the connection, another value is how long it outlives it."""
+        conn, expiry = wire.SESSION_EXPIRY_HEAD.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None or session.clean:
+            return
+        if expiry:
+            session.expiry = expiry
+        else:
             self._forget_stored(session)
             session.clean = True
 
@@ -314,11 +332,22 @@ class Router:
             session.conn = 0
             session.seen = time.time()
             if self.store is not None:
-                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen))
+                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen, session.expiry))
             if session.subs:
                 self.cache.clear()
+            if session.ends_at():
+                self.deadlines.add(session.ends_at(), session)
         if publish_will and will is not None:
-            self.publish(will.topic, will.payload, will.qos, will.retain)
+            if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
+                session.will = will
+                session.will_at = session.seen + will.delay
+                self.deadlines.add(session.will_at, session)
+            else:
+                self._publish_will(will)
+
+    def _publish_will(self, will: Will) -> None:
+        self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
+                     int(time.time()) + will.expiry if will.expiry else 0)
 
     def _discard(self, session: Session) -> None:
         if not session.clean:
@@ -658,15 +687,37 @@ class Router:
     # -- housekeeping ------------------------------------------------------------------------------
 
     def expire(self, now: float) -> int:
-        """Remove retained messages past their expiry, and persistent sessions offline longer than
-        `expiration`; how many sessions went."""
+        """Remove retained messages past their expiry, and persistent sessions without an expiry
+        interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
+        sessions went."""
         for topic in self.retained.expire(now):
             if self.store is not None:
                 self.store.record(db.RETAINED_DELETE, (topic,))
         if not self.expiration:
             return 0
-        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration]
+        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration
+                 and (s.expiry == DEFAULT_EXPIRY or s.expiry == NEVER)]
         for session in stale:
-            log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
-            self._discard(session)
+            self._end(session, now)
         return len(stale)
+
+    def due(self, now: float) -> None:
+        """Once a second: publish the delayed wills that are due, and end the sessions whose own
+        expiry interval has passed."""
+        for session in self.deadlines.due(now):
+            if session.worker is not None or self.sessions.get(session.client_id) is not session:
+                continue  # back online, or gone: the reminder is stale
+            if session.will is not None and session.will_at and session.will_at <= now:
+                will, session.will, session.will_at = session.will, None, 0.0
+                self._publish_will(will)
+            ends = session.ends_at()
+            if ends and ends <= now:
+                self._end(session, now)
+
+    def _end(self, session: Session, now: float) -> None:
+        """An offline session's time is up: its delayed will goes out now, then the session."""
+        log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
+        if session.will is not None:
+            will, session.will, session.will_at = session.will, None, 0.0
+            self._publish_will(will)
+        self._discard(session)

@@ -111,6 +111,7 @@ def serve(config: dict) -> None:
             router.expire(time.time())
         if now >= next_refresh:
             next_refresh = now + 1.0
+            router.due(time.time())
             stats.refresh(time.time())
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval

@@ -46,21 +46,32 @@ class Pending:
         self.share = share
 
 
-class Will:
-    __slots__ = ("topic", "payload", "qos", "retain")
+NEVER = 0xFFFFFFFF  # a session expiry interval that never ends (MQTT 5)
+DEFAULT_EXPIRY = -1  # a 3.1/3.1.1 session: kept under persistent_client_expiration
 
-    def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool) -> None:
+
+class Will:
+    """A connection's will; MQTT 5 adds its properties (as they travel, router/wire.py), its message
+    expiry interval (seconds, 0: none) and the delay before it is published (seconds)."""
+
+    __slots__ = ("topic", "payload", "qos", "retain", "props", "expiry", "delay")
+
+    def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
+                 delay: int = 0) -> None:
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
+        self.props = props
+        self.expiry = expiry
+        self.delay = delay
 
 
 class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
     __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
-                 "incoming", "will", "bytes", "seen", "dropped", "dropped_logged")
+                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged")
 
     def __init__(self, client_id: str, clean: bool) -> None:
         self.client_id = client_id
@@ -76,8 +87,10 @@ class Session:
         self.next_pid = 1
         self.incoming: set[int] | tuple[()] = ()  # QoS 2 packet ids received and not yet released
         self.will: Will | None = None
+        self.will_at = 0.0  # time.time() a delayed will is due (MQTT 5 will delay; 0: none waits)
         self.bytes = 0  # payload bytes of `unacked`
         self.seen = 0.0  # time.time() the connection ended (persistent sessions: for expiry)
+        self.expiry = DEFAULT_EXPIRY  # seconds it outlives its connection (MQTT 5), NEVER, or DEFAULT_EXPIRY
         self.dropped = 0  # messages dropped because the queue was full (by count or by bytes)
         self.dropped_logged = 0.0  # time.monotonic() the drops were last logged
 
@@ -125,6 +138,10 @@ class Session:
             return False
         self.incoming.discard(pid)  # type: ignore[union-attr]
         return True
+
+    def ends_at(self) -> float:
+        """The time.time() an offline session with its own expiry interval ends (0: it has none)."""
+        return self.seen + self.expiry if 0 < self.expiry < NEVER else 0.0
 
     def release(self, pid: int) -> None:
         """The client finished this message (PUBACK or PUBCOMP)."""

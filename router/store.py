@@ -21,12 +21,14 @@ from itertools import groupby
 from router.retain import Retained
 from router.sessions import QUEUED, Pending, Session
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FILE_NAME = "plexmq.db"
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS sessions (client_id TEXT PRIMARY KEY, last_seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    client_id TEXT PRIMARY KEY, last_seen REAL NOT NULL, expiry INTEGER NOT NULL DEFAULT -1
+);
 CREATE TABLE IF NOT EXISTS subscriptions (
     client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, PRIMARY KEY (client_id, filter)
 ) WITHOUT ROWID;
@@ -55,8 +57,15 @@ UPDATE meta SET value = 3 WHERE key = 'schema';
 COMMIT;
 """
 
+_TO_VERSION_4 = """
+BEGIN;
+ALTER TABLE sessions ADD COLUMN expiry INTEGER NOT NULL DEFAULT -1;
+UPDATE meta SET value = 4 WHERE key = 'schema';
+COMMIT;
+"""
+
 # the statements `record` takes, by name
-SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?)"
+SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)"
 SESSION_DELETE = "DELETE FROM sessions WHERE client_id = ?"
 SUBS_DELETE = "DELETE FROM subscriptions WHERE client_id = ?"
 MESSAGES_DELETE = "DELETE FROM messages WHERE client_id = ?"
@@ -113,8 +122,10 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        elif row[0] == 2:  # before MQTT 5: messages and retained messages gain their properties and expiry
-            self.db.executescript(_TO_VERSION_3)
+        elif row[0] in (2, 3):
+            if row[0] == 2:  # before MQTT 5: messages and retained messages gain their properties and expiry
+                self.db.executescript(_TO_VERSION_3)
+            self.db.executescript(_TO_VERSION_4)  # sessions gain their own expiry interval
         elif row[0] != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema version {row[0]}, this plexmq reads {SCHEMA_VERSION}")
 
@@ -131,9 +142,10 @@ class Store:
         loaded = Loaded()
         try:
             db = self.db
-            for client_id, last_seen in db.execute("SELECT client_id, last_seen FROM sessions"):
+            for client_id, last_seen, expiry in db.execute("SELECT client_id, last_seen, expiry FROM sessions"):
                 session = loaded.sessions[client_id] = Session(client_id, clean=False)
                 session.seen = last_seen
+                session.expiry = expiry
             for client_id, topic_filter, qos in db.execute("SELECT client_id, filter, qos FROM subscriptions"):
                 session = loaded.sessions.get(client_id)
                 if session is not None:

@@ -24,7 +24,7 @@ REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 mes
 GONE = 8  # GONE_HEAD (conn, publish_will)
 STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
 CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
-END_SESSION = 12  # CONN: a 5.0 client set session expiry 0 at DISCONNECT: its session ends with the connection
+SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
 PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to that topic (first byte 0x30) exactly as received
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
@@ -57,6 +57,7 @@ ACK_HEAD = struct.Struct("<IHB")
 CONN_PID = struct.Struct("<IH")
 GONE_HEAD = struct.Struct("<IB")
 CONN = struct.Struct("<I")
+SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
 SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)

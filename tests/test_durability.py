@@ -837,9 +837,31 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
     c.read_until_closed()
 
 
+def test_a_v5_sessions_own_expiry_is_kept_across_a_sigkill_and_ends_it_after_the_restart(brokers: Brokers,
+                                                                                           tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    b = brokers.start(data)
+    brief, lasting = f"brief-{uid()}", f"lasting-{uid()}"
+    for client_id, expiry in ((lasting, 3600), (brief, 1)):
+        c = RawClient(b.port)
+        assert c.connect5(client_id, properties={P.SESSION_EXPIRY_INTERVAL: expiry})[:2] == (False, 0)
+        c.send(v5.encode_subscribe(1, [(f"dur/exp/{client_id}", 1)]))
+        assert c.recv()[0] == 0x90  # the SUBACK: the session is stored
+        c.send(v5.encode_disconnect())
+        c.read_until_closed()
+    brokers.kill_whole(b)
+    b = brokers.start(data)
+    wait_for(lambda: f"client {brief}: persistent session expired" in b.output(), 10, "the 1 s session to end")
+    for client_id, kept in ((brief, False), (lasting, True)):
+        c = RawClient(b.port)
+        assert c.connect5(client_id, clean_start=False)[0] is kept
+        c.send(v5.encode_disconnect())
+        c.read_until_closed()
+
+
 def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, tmp_path: Path) -> None:
     """A data dir written before MQTT 5 (schema 2) opens: its messages and retained messages gain
-    empty properties and no expiry, and nothing is lost."""
+    empty properties and no expiry, its sessions the broker's default expiry, and nothing is lost."""
     data = tmp_path / "data"
     data.mkdir()
     db = sqlite3.connect(data / "plexmq.db")
@@ -875,4 +897,6 @@ def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, t
     disconnect(c)
     brokers.terminate(b)  # the broker holds the store exclusively: it is read back after the stop
     with sqlite3.connect(data / "plexmq.db") as after:
-        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (3,)
+        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (4,)
+        # the session gained its own expiry: none (-1), so persistent_client_expiration applies
+        assert after.execute("SELECT expiry FROM sessions WHERE client_id = 'old-client'").fetchone() == (-1,)

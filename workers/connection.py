@@ -268,9 +268,15 @@ class Connection(asyncio.Protocol):
         start); `resume`: again, with a restarted router, which then also gets the subscriptions
         (nothing is answered: the client never sees it)."""
         will = self.will
+        will_extra = None  # a 5.0 will's delay, properties (as they travel) and message expiry interval
+        if will is not None and will.properties:
+            told = will.properties
+            will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
+                          told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
         header = [self.conn_id, self.client_id, not self.persistent, self.username,
                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                  max(self.inflight, default=0) + 1 if resume else 0, fresh]
+                  max(self.inflight, default=0) + 1 if resume else 0, fresh,
+                  self.v5.session_expiry if self.v5 is not None else -1, will_extra]
         batch = self.worker.link.batch
         batch.add_json(wire.CONNECT, header, will.payload if will else b"")
         if resume and self.subs:

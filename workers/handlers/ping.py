@@ -32,8 +32,8 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
     if expiry is not None:
         if expiry and not negotiated.session_expiry:
             raise MalformedPacket("session expiry set at DISCONNECT after 0 at CONNECT", PROTOCOL_ERROR)
-        if not expiry and negotiated.session_expiry:
-            conn.worker.link.batch.add(wire.END_SESSION, wire.CONN.pack(conn.conn_id))
+        if negotiated.session_expiry:  # 0 ends the session with the connection, else how long it outlives it
+            conn.worker.link.batch.add(wire.SESSION_EXPIRY, wire.SESSION_EXPIRY_HEAD.pack(conn.conn_id, expiry))
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
     conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)
 

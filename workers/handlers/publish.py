@@ -51,10 +51,9 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
 def _carried(properties: props.Properties) -> tuple[bytes, int]:
     """What of a PUBLISH's properties travels to its subscribers, byte for byte (router/wire.py), and
     the time.time() second its message expiry interval ends (0: none; a second early at most)."""
-    carried = {ident: value for ident, value in properties.items() if ident in props.FORWARDED}
     interval = properties.get(props.MESSAGE_EXPIRY_INTERVAL)
     expiry = int(time.time()) + interval if interval is not None else 0  # type: ignore[operator]
-    return (props.encode_entries(carried) if carried else b""), expiry
+    return props.forwarded(properties), expiry
 
 
 def _resolve_alias(negotiated: Negotiated, topic: str, properties: props.Properties) -> str:

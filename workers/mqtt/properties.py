@@ -223,6 +223,13 @@ def encode_entries(props: Properties) -> bytes:
     return b"".join(out)
 
 
+def forwarded(props: Properties) -> bytes:
+    """The entries of `props` that a broker passes on to subscribers unchanged (FORWARDED), as they
+    follow a block's length."""
+    carried = {ident: value for ident, value in props.items() if ident in FORWARDED}
+    return encode_entries(carried) if carried else b""
+
+
 def names(props: Properties) -> dict[str, Value]:
     """The properties keyed by their spec names, for logs and tests."""
     return {TABLE[ident].name: value for ident, value in props.items()}
