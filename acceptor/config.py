@@ -72,6 +72,13 @@ def _strings(value: Any) -> str | None:
     return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
 
 
+def _mqtt_string(value: Any) -> str | None:
+    """A value the broker sends in an MQTT string: at most 65535 bytes of UTF-8, no U+0000."""
+    if "\0" in value:
+        return "must not contain U+0000"
+    return None if len(value.encode("utf-8", "surrogatepass")) <= 65535 else "must be at most 65535 bytes of UTF-8"
+
+
 _TCP_ENDPOINT = re.compile(r"tcp://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})")
 _HOST_NAME = re.compile(r"(?=.*[A-Za-z])[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
 
@@ -118,6 +125,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                   "have unacknowledged at once (more: DISCONNECT 0x93)"),
         "topic_alias_maximum": Option(int, 10, _range(0, 65535), "topic aliases an MQTT 5 client may set per "
                                       "connection (0: none)"),
+        "max_keepalive": Option(int, 0, _range(0, 65535), "seconds a client's keepalive may be at most: above it (or 0) "
+                                "an MQTT 5 client is told this one, a 3.1/3.1.1 client refused (0: no limit)"),
+        "response_information": Option(str, "", _mqtt_string, "Response Information for MQTT 5 clients that ask "
+                                       "for it (empty: none)"),
+        "server_reference": Option(str, "", _mqtt_string, "send every client to this server instead of serving it "
+                                   "(empty: serve)"),
+        "server_moved": Option(bool, False, doc="with server_reference: the move is permanent (0x9D, else 0x9C)"),
         "max_queued_messages": Option(int, 1000, _range(0), "messages queued per client beyond the inflight window"),
         "max_queued_bytes": Option(int, 0, _range(0), "payload bytes queued per client beyond the inflight window (0: no limit)"),
         "run_dir": Option(str, "", doc="private directory for the internal sockets (empty: a new temporary one)"),
@@ -245,6 +259,8 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
         except ValueError as exc:
             raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
     _check_exposure(config)
+    if config["server_moved"] and not config["server_reference"]:
+        raise ConfigError("server_moved: needs server_reference (where the clients go)")
     _check_auth_files(config)
     _check_tls(config)
     _check_router_link(config)

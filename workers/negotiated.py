@@ -9,7 +9,7 @@ from workers.mqtt.connect import Connect
 
 class Negotiated:
     __slots__ = ("problem_info", "receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
-                 "session_expiry", "assigned_id")
+                 "session_expiry", "assigned_id", "response_info", "server_keepalive")
 
     def __init__(self, connect: Connect, alias_max: int) -> None:
         p = connect.properties
@@ -24,3 +24,5 @@ class Negotiated:
         self.receiving = 0  # QoS 1 PUBLISHes of the client not yet acknowledged
         self.releasing: set[int] = set()  # QoS 2 packet ids of the client awaiting its PUBREL
         self.assigned_id = ""  # the client id the broker chose for an empty one
+        self.response_info = bool(p.get(props.REQUEST_RESPONSE_INFORMATION, 0))  # wants response_information
+        self.server_keepalive = 0  # the keep alive the broker told it to use instead of its own (max_keepalive)

@@ -66,6 +66,10 @@ class Worker:
         self.max_inflight: int = config["max_inflight"]
         self.receive_maximum: int = config["receive_maximum"]
         self.topic_alias_maximum: int = config["topic_alias_maximum"]
+        self.max_keepalive: int = config["max_keepalive"]  # 0: any keepalive, 0 (none) included
+        self.response_information: str = config["response_information"]  # "": none offered
+        self.server_reference: str = config["server_reference"]  # "": serve; else send every client there
+        self.server_moved: bool = config["server_moved"]
         self.max_queued: int = config["max_queued_messages"]
         self.connect_timeout: float = config["connect_timeout"]
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
@@ -210,13 +214,18 @@ class Worker:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
-        """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer."""
+        """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
+        what it asked for or was told to do at CONNECT (keep alive, response information)."""
         told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
                                   props.MAXIMUM_PACKET_SIZE: self.max_packet_size}
         if self.topic_alias_maximum:
             told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
         if negotiated.assigned_id:
             told[props.ASSIGNED_CLIENT_IDENTIFIER] = negotiated.assigned_id
+        if negotiated.server_keepalive:
+            told[props.SERVER_KEEP_ALIVE] = negotiated.server_keepalive
+        if negotiated.response_info and self.response_information:
+            told[props.RESPONSE_INFORMATION] = self.response_information
         return told
 
     # -- records from the router ---------------------------------------------------------------------

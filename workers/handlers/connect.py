@@ -1,7 +1,8 @@
-"""CONNECT: the protocol level, the client id, the login (which may wait for a password check or a
-database), the will against the ACL; then the session is claimed from the router, whose answer
-(`Connection.session_ready`) sends the CONNACK. A 5.0 client also agrees its limits here
-(`workers.negotiated`) and hears every refusal's reason code and reason string."""
+"""CONNECT: the protocol level, the client id, the keepalive, the login (which may wait for a password
+check or a database), the will against the ACL; then the session is claimed from the router, whose
+answer (`Connection.session_ready`) sends the CONNACK. A 5.0 client also agrees its limits here
+(`workers.negotiated`) and hears every refusal's reason code and reason string; with
+`server_reference` set every client is sent there instead."""
 
 from __future__ import annotations
 
@@ -41,12 +42,17 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         return conn.close(f"unsupported protocol level {exc.level}")
     worker = conn.worker
     conn.level = connect.protocol_level
+    method = None
     if conn.level == 5:
         negotiated = conn.v5 = Negotiated(connect, worker.topic_alias_maximum)
         conn.window = min(worker.max_inflight, negotiated.receive_max)
         method = connect.properties.get(props.AUTHENTICATION_METHOD)
-        if method is not None:
-            return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
+    if worker.server_reference:
+        code = reasons.SERVER_MOVED if worker.server_moved else reasons.USE_ANOTHER_SERVER
+        return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {worker.server_reference}",
+                      {props.SERVER_REFERENCE: worker.server_reference})
+    if method is not None:
+        return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
     client_id = connect.client_id
     if not client_id:
         if conn.v5 is None and (not connect.clean_session or conn.level == 3):
@@ -56,6 +62,11 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
             conn.v5.assigned_id = client_id
     elif conn.level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
         return refuse(conn, IDENTIFIER_REJECTED, "MQTT 3.1 client id longer than 23 characters")
+    most = worker.max_keepalive
+    if most and (connect.keepalive > most or not connect.keepalive):  # as mosquitto's max_keepalive
+        if conn.v5 is None:  # 3.1.1 cannot be told another keepalive
+            return refuse(conn, IDENTIFIER_REJECTED, f"keepalive {connect.keepalive} s, max_keepalive is {most} s")
+        conn.v5.server_keepalive = most
     conn.client_id = client_id
     conn.username = connect.username
     auth = worker.auth
@@ -75,13 +86,14 @@ def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
     conn.close("second CONNECT", code=PROTOCOL_ERROR)
 
 
-def refuse(conn: Connection, code: int, reason: str) -> None:
+def refuse(conn: Connection, code: int, reason: str, told: props.Properties | None = None) -> None:
     """CONNACK with a refusal, then close. `code` is a 3.1.1 return code (1-5), which a 5.0 client
-    hears as its 5.0 equivalent, or a 5.0 reason code (0x80 and up), which only 5.0 clients can get."""
+    hears as its 5.0 equivalent, or a 5.0 reason code (0x80 and up), which only 5.0 clients can get;
+    `told`: more properties for a 5.0 client."""
     if conn.v5 is None:
         conn.write(v4.encode_connack(False, code))
     else:
-        conn.write(v5.encode_connack(False, _AS_V5.get(code, code), {props.REASON_STRING: reason}))
+        conn.write(v5.encode_connack(False, _AS_V5.get(code, code), {props.REASON_STRING: reason, **(told or {})}))
     conn.close(reason)
 
 
@@ -108,7 +120,8 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
 def _accept(conn: Connection, connect: Connect) -> None:
     """Credentials accepted: check the will against the ACL, then claim the session. A 5.0 session
     outlives its connection when its expiry interval is not 0; clean start alone says whether an
-    earlier one is discarded."""
+    earlier one is discarded. The keepalive is the client's, or the Server Keep Alive a 5.0 client
+    was told instead."""
     worker = conn.worker
     checker = worker.auth.checker(conn.username, conn.client_id)
     if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
@@ -116,8 +129,9 @@ def _accept(conn: Connection, connect: Connect) -> None:
     conn.checker = checker
     conn.fast = checker is None and conn.v5 is None  # 5.0 PUBLISHes are read one by one
     conn.persistent = not connect.clean_session if conn.v5 is None else conn.v5.session_expiry > 0
-    conn.keepalive = connect.keepalive
-    conn.deadline = worker.now() + connect.keepalive * 1.5 if connect.keepalive else math.inf
+    keepalive = connect.keepalive if conn.v5 is None else conn.v5.server_keepalive or connect.keepalive
+    conn.keepalive = keepalive
+    conn.deadline = worker.now() + keepalive * 1.5 if keepalive else math.inf
     worker.wheel.add(conn)  # the keepalive deadline may come before the CONNECT timeout
     conn.state = CONNECTING
     conn.will = connect.will
