@@ -1,5 +1,10 @@
 """The traffic archive as a Spark DataFrame: one row per archived PUBLISH (payload bytes left out).
 
+`protocol_level` is the publisher's (3: MQTT 3.1, 4: 3.1.1, 5: 5.0; null for segments of format
+version 2, which did not record it). `content_type` and `user_properties` (the pairs in the order sent,
+repeated names kept: an array, not a map) are the 5.0 message's; `user_properties` is null for 3.1/3.1.1
+messages, empty for a 5.0 message without any.
+
 Chunks map onto Arrow columns with NumPy (the format keeps each column contiguous), so decoding costs
 no Python per record. The payload itself stays in the segments: the traffic analysis needs only its
 size, and leaving it out keeps the cached records small.
@@ -29,6 +34,9 @@ SCHEMA = pa.schema(
         ("client_id", pa.string()),
         ("username", pa.string()),
         ("worker_id", pa.int32()),
+        ("protocol_level", pa.int8()),
+        ("content_type", pa.string()),
+        ("user_properties", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))),
     ]
 )
 
@@ -80,19 +88,41 @@ def _batch(c: Chunk, worker_id: int) -> pa.RecordBatch:
         _text(c.client_len, c.client_id),
         _text(c.username_len, c.username),
         pa.array(np.full(c.count, worker_id, np.int32)),
+        _level(c.level),
+        _text(c.content_type_len, c.content_type),
+        _user_properties(c),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 
 
+def _level(buffer: memoryview) -> pa.Array:
+    levels = np.frombuffer(buffer, np.int8)
+    return pa.array(levels, mask=levels == 0)  # 0: not recorded
+
+
+def _user_properties(c: Chunk) -> pa.Array:
+    """The list of (key, value) structs per record, from the pair counts (-1: null) and the pairs."""
+    pairs = pa.StructArray.from_arrays([_text(c.key_len, c.key), _text(c.value_len, c.value)], ["key", "value"])
+    validity, offsets = _offsets(c.user_properties_len)
+    field = SCHEMA.field("user_properties").type
+    return pa.Array.from_buffers(field, c.count, [validity, offsets], children=[pairs])
+
+
 def _text(lengths_buffer: memoryview, data: memoryview) -> pa.Array:
     """An Arrow string array straight from a text column's lengths (-1: null) and UTF-8 bytes."""
+    validity, offsets = _offsets(lengths_buffer)
+    return pa.Array.from_buffers(pa.string(), len(lengths_buffer) // 4, [validity, offsets, pa.py_buffer(data)])
+
+
+def _offsets(lengths_buffer: memoryview) -> tuple[pa.Buffer | None, pa.Buffer]:
+    """The validity bitmap (None: no nulls) and int32 offsets of a variable-length Arrow column from
+    its lengths (-1: null)."""
     lengths = _numbers(lengths_buffer, "<i4")
     offsets = np.zeros(len(lengths) + 1, np.int32)
     np.cumsum(np.maximum(lengths, 0), out=offsets[1:])
     valid = lengths >= 0
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.string(), len(lengths), buffers)
+    return validity, pa.py_buffer(offsets)
 
 
 def _numbers(buffer: memoryview, little_endian: str) -> np.ndarray:

@@ -1,6 +1,11 @@
 """`plexmq pipeline traffic`: which topics and devices are busy, which went silent, how big the messages are.
 
 Tables (Parquet, under OUT):
+- messages/: one row per message, the archive's columns without the payload: recv_time, topic, qos,
+  retain, payload_size, client_id, username, worker_id, protocol_level (3: MQTT 3.1, 4: 3.1.1, 5: 5.0;
+  null for segments of format 2), content_type (5.0; null when none) and user_properties
+  (array<struct<key, value>> in the order sent, repeated keys kept; null for 3.1/3.1.1, [] for a 5.0
+  message without any). The other tables are roll-ups of it.
 - minutes/: minute, topic, client_id, messages, bytes (payload bytes): the finest grain, for roll-ups.
 - topics/: per topic: messages, bytes, distinct clients, QoS 0/1/2 and retained counts, first and last
   seen, payload size p50/p90/p99/max.
@@ -50,7 +55,8 @@ def run(
             raise BadInput(f"no records in {archive}{window(since, until)} ({damaged} damaged segments)")
         start = since or report.utc(totals["first_us"])
         end = until or report.utc(totals["last_us"])
-        tables = {"minutes": _minutes(records), "topics": _topics(records), "clients": _clients(records, end)}
+        tables = {"messages": records, "minutes": _minutes(records), "topics": _topics(records),
+                  "clients": _clients(records, end)}
         tables["silent"] = tables["clients"].where(F.col("silent_s") > silence_s)
         for name, table in tables.items():
             progress(f"writing {out}/{name}/")
@@ -64,6 +70,7 @@ def run(
             (f"Top {top} clients", _top(saved["clients"], "client_id", top)),
             ("QoS and retain", _qos(totals)),
             ("Payload sizes", _sizes(records, totals)),
+            ("MQTT versions and 5.0 properties", _properties(records, top)),
             (f"Devices silent for more than {silence_s:g} s at the end", _silent(saved["silent"], top)),
             ("Input", report.files_section(accounts, "segments")),
         ]
@@ -196,6 +203,24 @@ def _sizes(records: DataFrame, totals: dict[str, Any]) -> str:
     ax.set_ylabel("messages")
     sizes = [*totals["size_percentiles"], totals["size_max"]]
     return report.image(fig) + report.table(["p50", "p90", "p99", "max"], [sizes])
+
+
+LEVELS = {3: "MQTT 3.1", 4: "MQTT 3.1.1", 5: "MQTT 5.0", None: "not recorded (format 2 segments)"}
+
+
+def _properties(records: DataFrame, top: int) -> str:
+    """Messages per publisher version, and the content types and user property keys 5.0 messages carry."""
+    levels = records.groupBy("protocol_level").count().orderBy("protocol_level").collect()
+    shown = report.table(["publisher", "messages"], [[LEVELS[r.protocol_level], r["count"]] for r in levels])
+    content_types = (records.groupBy("content_type").count().where(F.col("content_type").isNotNull())
+                     .orderBy(F.desc("count"), "content_type").limit(top).collect())
+    if content_types:
+        shown += report.table(["content type", "messages"], content_types)
+    keys = (records.select(F.explode(F.array_distinct("user_properties.key")).alias("key")).groupBy("key").count()
+            .orderBy(F.desc("count"), "key").limit(top).collect())
+    if keys:
+        shown += report.table(["user property", "messages"], keys)
+    return shown
 
 
 def _silent(silent: DataFrame, top: int) -> str:

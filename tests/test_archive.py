@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from paho.mqtt.client import MQTTv5, MQTTv31
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
+from tests.conftest import Broker
+from tests.mqtt import Client
 from workers import archive
 from workers.archive import ArchiveWriter
 from workers.archive_format import (
@@ -18,7 +26,9 @@ from workers.archive_format import (
     encode_chunk,
     records,
     segment_header,
+    sender,
 )
+from workers.mqtt import v4
 
 T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
 
@@ -150,7 +160,7 @@ def test_a_torn_or_damaged_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
     flipped[-2] ^= 0x10  # one bit of the last payload
     damaged = decode_segment(bytes(flipped))
     assert list(records(damaged)) == first and damaged.damage == "damaged chunk"
-    assert decode_segment(b"PK\x03\x04 not a segment").damage == f"not a plexmq archive segment (v{VERSION})"
+    assert decode_segment(b"PK\x03\x04 not a segment").damage == f"not a plexmq archive segment (v2 to v{VERSION})"
 
 
 def test_a_restarted_worker_seals_what_its_crashed_predecessor_left(tmp_path: Path) -> None:
@@ -191,3 +201,86 @@ def test_filters_match_like_subscriptions_and_hash_skips_sys(tmp_path: Path) -> 
     every = ArchiveWriter(str(tmp_path), 1, ["#"], 1 << 20, 60)
     assert every.wants(b"a/b") and not every.wants(b"$SYS/broker/load")
     assert ArchiveWriter(str(tmp_path), 2, ["$SYS/#"], 1 << 20, 60).wants(b"$SYS/broker/load")
+
+
+def test_5_0_records_keep_user_properties_and_content_type(tmp_path: Path) -> None:
+    sent = [
+        Record(T0, "s/a", 1, False, b"{}", "dev-5", "eve", 5, "application/json",
+               (("unit", "C"), ("tag", "a"), ("tag", "b"), ("é", ""))),
+        Record(T0 + 1, "s/b", 0, True, b"", "dev-5", "eve", 5, None, ()),  # 5.0 without properties
+        Record(T0 + 2, "s/c", 2, False, b"x", "dev-5", "eve", 5, "", (("k", "v"),)),  # empty content type
+        Record(T0 + 3, "s/d", 0, False, b"y", "dev-4", None),  # 3.1.1 beside them in the chunk
+        Record(T0 + 4, "s/e", 1, False, b"z", "dev-3", None, 3),
+    ]
+    w = writer(tmp_path)
+    for r in sent:
+        append(w, r)
+    w.close()
+    assert read_all(tmp_path) == sent
+
+
+def version_2_segment(worker_id: int, r: Record) -> bytes:
+    """A segment of one record as brokers before format 3 wrote it: no level column, 3.1.1 packets."""
+    packet = v4.encode_publish(r.topic.encode(), r.payload, r.qos, r.retain, packet_id=1 if r.qos else 0)
+    client, user = r.client_id.encode(), (r.username or "").encode()
+    user_len = -1 if r.username is None else len(user)
+    body = struct.pack("<qiii", r.recv_us, len(client), user_len, len(packet)) + client + user + packet
+    return struct.pack("<4sII", b"PXAR", 2, worker_id) + struct.pack("<III", len(body), 1, zlib.crc32(body)) + body
+
+
+def test_version_2_segments_are_still_read() -> None:
+    old = Record(T0, "old/t", 1, False, b"kept", "dev-old", "olga", level=0)
+    segment = decode_segment(version_2_segment(6, old))
+    assert segment.worker_id == 6 and segment.damage is None
+    assert list(records(segment)) == [old]
+
+
+def test_a_5_0_run_whose_property_block_does_not_fit_is_a_damaged_chunk() -> None:
+    good = Record(T0, "a", 0, False, b"one", "c", None, 5, "text/plain", ())
+    bad_run: Run = (T0, sender("c", None, 5), v4.encode_publish(b"a", b"\x05abc"))  # no property block
+    data = segment_header(1) + chunk([good]) + b"".join(encode_chunk([bad_run]))
+    segment = decode_segment(data)
+    assert list(records(segment)) == [good] and segment.damage == "damaged chunk"
+
+
+def publish_properties(content_type: str | None, pairs: list[tuple[str, str]]) -> Properties:
+    """paho's PUBLISH properties: a content type (None: none) and user properties in this order."""
+    properties = Properties(PacketTypes.PUBLISH)
+    if content_type is not None:
+        properties.ContentType = content_type
+    if pairs:
+        properties.UserProperty = pairs
+    return properties
+
+
+def test_a_broker_archives_what_paho_clients_publish_with_their_properties(
+        tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """paho 5.0, 3.1.1 and 3.1 clients publish through one worker; after a clean stop the segments
+    hold each message with the publisher's level, and the 5.0 ones with exactly their user properties
+    (order and repeats kept) and content type."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'[archive]\nenabled = true\ndir = "{tmp_path / "archive"}"\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    pairs = [("unit", "°C"), ("site", "north"), ("unit", "K"), ("empty", "")]
+    c5 = Client(b.port, "dev-5", protocol=MQTTv5, username="eve")
+    c5.publish("sensors/5/temp", b"{\"t\": 21}", qos=0, properties=publish_properties("application/json", pairs))
+    c5.publish("sensors/5/raw", b"\x00\x01", qos=2, properties=publish_properties(None, [("only", "one")]))
+    c5.publish("sensors/5/bare", b"b", qos=1)  # its PUBACK follows the QoS 0 message before it
+    c4, c3 = Client(b.port, "dev-4"), Client(b.port, "dev-3", protocol=MQTTv31)
+    for c in (c4, c3):
+        c.publish("sensors/old/temp", b"raw", qos=0)  # the raw QoS 0 path (archived as received)
+        c.publish("sensors/old/hum", b"decoded", qos=1, retain=True)
+    for c in (c5, c4, c3):
+        c.disconnect()
+    b.stop()
+
+    got = sorted(r._replace(recv_us=0) for r in read_all(tmp_path / "archive"))
+    assert got == sorted([
+        Record(0, "sensors/5/temp", 0, False, b'{"t": 21}', "dev-5", "eve", 5, "application/json", tuple(pairs)),
+        Record(0, "sensors/5/raw", 2, False, b"\x00\x01", "dev-5", "eve", 5, None, (("only", "one"),)),
+        Record(0, "sensors/5/bare", 1, False, b"b", "dev-5", "eve", 5, None, ()),
+        Record(0, "sensors/old/temp", 0, False, b"raw", "dev-4", None, 4, None, None),
+        Record(0, "sensors/old/hum", 1, True, b"decoded", "dev-4", None, 4, None, None),
+        Record(0, "sensors/old/temp", 0, False, b"raw", "dev-3", None, 3, None, None),
+        Record(0, "sensors/old/hum", 1, True, b"decoded", "dev-3", None, 3, None, None),
+    ])

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paho.mqtt.client import MQTTv5
 from pyspark.sql import SparkSession
 
 from bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from pipeline.__main__ import main
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
+from tests.test_archive import publish_properties, version_2_segment
 from pipeline.session import spark_session
 from workers.archive import ArchiveWriter
 from workers.archive_format import Record
@@ -45,8 +47,9 @@ def at(minutes: float) -> int:
 
 
 def archive(root: Path) -> list[tuple[int, Record]]:
-    """Traffic from several clients on three workers over two hours and a bit before; the last chunk
-    of worker 2's segment is torn. Returns the (worker, record) pairs that can be read back."""
+    """Traffic from several clients (3.1.1, one 5.0 with properties) on three workers over two hours and
+    a bit before, and a segment of format 2 from a fourth; the last chunk of worker 2's segment is torn.
+    Returns the (worker, record) pairs that can be read back."""
     traffic: dict[int, list[Record]] = {0: [], 1: [], 2: []}
     for m in range(-20, 120):  # dev-a: every minute, from the day before
         traffic[0].append(Record(at(m), "sensors/a/temp", 0, False, b"%d" % m, "dev-a", "alice"))
@@ -56,6 +59,10 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     for m in range(3, 86, 7):  # dev-c: retained binary alerts until 01:25
         traffic[1].append(Record(at(m), "alerts", 2, True, bytes(range(m % 256)) * 3, "dev-c", "carol"))
     traffic[1].append(Record(at(5), "sensors/d/temp", 0, False, b"1", "dev-d", None))  # before --since only
+    for m in range(15, 86, 10):  # dev-f: MQTT 5.0, with properties but for every third message
+        pairs = (("unit", "C"), ("site", "n"), ("unit", "K")) if m % 3 else ()
+        traffic[1].append(Record(at(m), "sensors/f/temp", 1, False, b"f", "dev-f", "frank", 5,
+                                 "text/plain" if m % 3 else None, pairs))
     writers = {w: ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in traffic}
     for w, records in traffic.items():
         for r in records:
@@ -73,6 +80,8 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     (segment,) = root.glob("date=*/hour=*/w2-*.seg")
     segment.write_bytes(segment.read_bytes()[:-1])
     traffic[2] = kept
+    traffic[3] = [Record(at(80), "sensors/old/temp", 0, False, b"old", "dev-old", None, level=0)]
+    (root / "date=2024-05-01/hour=01/w3-old.seg").write_bytes(version_2_segment(3, traffic[3][0]))
     return [(w, r) for w, records in traffic.items() for r in records]
 
 
@@ -111,9 +120,19 @@ def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tm
     (row,) = minutes.where("topic = 'sensors/b/hum' AND minute = '2024-05-01 00:20:00'").collect()
     assert (row.client_id, row.messages, row.bytes) == ("dev-b", 1, 7)
 
+    messages = spark.read.parquet(str(out / "messages")).collect()
+    assert sorted((m.client_id, m.topic, m.payload_size, m.protocol_level) for m in messages) == sorted(
+        (r.client_id, r.topic, len(r.payload), r.level or None) for r in window)
+    dev_f = sorted((m.recv_time, m) for m in messages if m.client_id == "dev-f")
+    assert [(m.content_type, m.user_properties) for _, m in dev_f] == [
+        (r.content_type, list(r.user_properties or ())) for r in window if r.client_id == "dev-f"]
+    assert {(m.content_type, m.user_properties) for m in messages if m.client_id != "dev-f"} == {(None, None)}
+
     page = (out / "report.html").read_text()
     assert page.count('<img src="data:image/png;base64,') == 5
     assert "truncated chunk" in page
+    assert "<td>text/plain</td><td>5</td>" in page and "<td>unit</td><td>5</td>" in page
+    assert "<td>not recorded (format 2 segments)</td><td>1</td>" in page
 
 
 def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int]]]:
@@ -196,7 +215,8 @@ def test_bad_input_is_one_line_and_exit_code_2(
 
 def test_traffic_of_a_real_broker_with_the_archive_on(
         spark: SparkSession, tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
-    """paho clients publish through two workers; after a clean stop the job counts exactly what was sent."""
+    """paho clients (3.1.1 and 5.0) publish through two workers; after a clean stop the job counts exactly
+    what was sent, and messages/ has the 5.0 messages' user properties and content type."""
     config = tmp_path / "plexmq.toml"
     config.write_text(f'[archive]\nenabled = true\ndir = "{tmp_path / "archive"}"\ntopics = ["sensors/#", "alerts"]\n')
     b = start_broker("--workers", "2", "--config", str(config))
@@ -217,8 +237,13 @@ def test_traffic_of_a_real_broker_with_the_archive_on(
         c.publish("alerts", bytes(range(i)) * 3, qos=2, retain=True)
         sent.append(("dev-c", "alerts", 3 * i, 2, True))
     c.publish("other/not-archived", b"x", qos=1)
+    c5 = Client(b.port, "dev-5", protocol=MQTTv5)
+    pairs = [("unit", "°C"), ("batch", "7"), ("unit", "K")]
+    c5.publish("sensors/5/temp", b"\xa1\x01\x02", qos=0, properties=publish_properties("application/cbor", pairs))
+    c5.publish("sensors/5/temp", b"bare", qos=1)  # its PUBACK follows the QoS 0 message
+    sent += [("dev-5", "sensors/5/temp", 3, 0, False), ("dev-5", "sensors/5/temp", 4, 1, False)]
     end = datetime.now(UTC)
-    for client in (quiet, a, c):
+    for client in (quiet, a, c, c5):
         client.disconnect()
     b.stop()
     sent += [("dev-quiet", "sensors/quiet/temp", size, 1, False) for size in (3, 5, 8)]
@@ -235,6 +260,12 @@ def test_traffic_of_a_real_broker_with_the_archive_on(
     assert clients == {cid: (sum(1 for s in sent if s[0] == cid), sum(s[2] for s in sent if s[0] == cid))
                        for cid in {s[0] for s in sent}}
     assert [r.client_id for r in spark.read.parquet(str(out / "silent")).collect()] == ["dev-quiet"]
+    messages = spark.read.parquet(str(out / "messages"))
+    assert sorted((r.payload_size, r.protocol_level, r.content_type, r.user_properties)
+                  for r in messages.where("client_id = 'dev-5'").collect()) == [
+        (3, 5, "application/cbor", pairs), (4, 5, None, [])]
+    others = messages.where("client_id != 'dev-5'").select("protocol_level", "content_type", "user_properties")
+    assert {tuple(r) for r in others.distinct().collect()} == {(4, None, None)}
 
 
 def test_plexmq_run_by_its_path_uses_its_own_python_for_spark(spark: SparkSession, tmp_path: Path) -> None:

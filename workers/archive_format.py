@@ -14,9 +14,17 @@ Layout, all integers little-endian:
 
     segment = SEGMENT_HEADER (magic b"PXAR", version, worker id) chunk*
     chunk   = CHUNK_HEADER (body bytes, run count r, CRC32 of the body) body
-    body    = recv_us int64[r], client_len int32[r],
+    body    = recv_us int64[r], client int32[r] (client id bytes | level << 16),
               username_len int32[r] (-1: no username), packets_len int32[r],
               then client id bytes, username bytes, packet bytes (each column concatenated; text UTF-8)
+
+`level` is the publisher's CONNECT protocol level (3: MQTT 3.1, 4: 3.1.1, 5: 5.0). It shares the
+client id's length word (an MQTT string is at most 65535 bytes), which the worker makes once per
+connection: recording it adds nothing per run or message to the hot path. A level 5 run holds 5.0
+PUBLISH packets: their property block keeps the properties that travel with the message (user
+properties, content type, payload format, response topic, correlation data); the topic alias is
+resolved and the message expiry is not kept. Version 2 segments (no level, every packet in the 3.1.1
+layout, 5.0 properties dropped) are still read; their records have level 0, "not recorded".
 """
 
 from __future__ import annotations
@@ -28,16 +36,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from workers.mqtt.v4 import encode_publish
+from workers.mqtt import properties as props
+from workers.mqtt import v4, v5
+from workers.mqtt.framing import MalformedPacket, encode_remaining_length
+from workers.mqtt.kinds import PUBLISH
 
 MAGIC = b"PXAR"
-VERSION = 2
+VERSION = 3
+READABLE = (2, VERSION)  # version 2: before the level
+LEVELS = frozenset((3, 4, 5))
 SEGMENT_SUFFIX = ".seg"
 SEGMENT_HEADER = struct.Struct("<4sII")  # magic, version, worker id
 CHUNK_HEADER = struct.Struct("<III")  # body bytes, run count, CRC32 of the body
 FIXED_BYTES_PER_RUN = 8 + 4 * 3  # recv_us and the three length columns
 HOUR_US = 3_600_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+UserProperties = tuple[tuple[str, str], ...]
 
 
 class Record(NamedTuple):
@@ -50,21 +66,41 @@ class Record(NamedTuple):
     payload: bytes
     client_id: str
     username: str | None
+    level: int = 4  # the publisher's protocol level; 0 in a version 2 segment (not recorded)
+    content_type: str | None = None
+    user_properties: UserProperties | None = None  # in order, repeats kept; None below level 5
 
     def run(self) -> Run:
         """The record as a worker archives it: a run of one PUBLISH packet."""
-        packet = encode_publish(self.topic.encode(), self.payload, self.qos, self.retain, packet_id=1 if self.qos else 0)
-        return (self.recv_us, sender(self.client_id, self.username), packet)
+        carried: props.Properties = {}
+        if self.user_properties:
+            carried[props.USER_PROPERTY] = list(self.user_properties)
+        if self.content_type is not None:
+            carried[props.CONTENT_TYPE] = self.content_type
+        packet = archived_publish(self.level, self.topic.encode(), self.payload, self.qos, self.retain,
+                                  1 if self.qos else 0, props.encode_entries(carried))
+        return (self.recv_us, sender(self.client_id, self.username, self.level), packet)
 
 
-Sender = tuple[bytes, bytes, int]  # client id and username (UTF-8), username length (-1: no username)
+Sender = tuple[bytes, bytes, int, int]  # client id, username (UTF-8), username length (-1: none), client word
 Run = tuple[int, Sender, bytes]  # receive time (us), sender, the PUBLISH packets of one read as received
 
 
-def sender(client_id: str, username: str | None) -> Sender:
+def sender(client_id: str, username: str | None, level: int) -> Sender:
     """What every run of a connection shares; made once per connection."""
     user = b"" if username is None else username.encode()
-    return (client_id.encode(), user, -1 if username is None else len(user))
+    client = client_id.encode()
+    return (client, user, -1 if username is None else len(user), len(client) | level << 16)
+
+
+def archived_publish(level: int, topic: bytes, payload: bytes, qos: int, retain: bool, packet_id: int,
+                     carried: bytes) -> bytes:
+    """A PUBLISH that the worker decoded, as the archive keeps it: in the publisher's version, a 5.0
+    one with `carried` (the property entries that travel with the message, as router/wire.py has them)."""
+    if level == 5:
+        block = encode_remaining_length(len(carried)) + carried
+        return v5.publish_header(topic, len(payload), qos, retain, False, packet_id, block) + payload
+    return v4.publish_header(topic, len(payload), qos, retain, False, packet_id) + payload
 
 
 def partition(recv_us: int) -> str:
@@ -83,11 +119,11 @@ def encode_chunk(runs: Sequence[Run]) -> tuple[bytes, bytes]:
     joins, no Python per run."""
     r = len(runs)
     recv_us, senders, packets = zip(*runs)
-    clients, usernames, username_len = zip(*senders)
+    clients, usernames, username_len, client_words = zip(*senders)
     body = b"".join(
         (
             struct.pack(f"<{r}q", *recv_us),
-            struct.pack(f"<{r}i", *map(len, clients)),
+            struct.pack(f"<{r}i", *client_words),
             struct.pack(f"<{r}i", *username_len),
             struct.pack(f"<{r}i", *map(len, packets)),
             b"".join(clients),
@@ -100,20 +136,29 @@ def encode_chunk(runs: Sequence[Run]) -> tuple[bytes, bytes]:
 
 @dataclass(frozen=True)
 class Chunk:
-    """The column buffers of one chunk: views into the segment, laid out as the module docstring says."""
+    """The columns of one chunk's records: fixed-width ones as little-endian arrays, variable-length
+    ones as int32 lengths (-1: null) and the values concatenated, which Arrow takes as they are."""
 
     count: int
-    recv_us: memoryview
-    qos: memoryview
-    retain: memoryview
+    recv_us: memoryview  # int64
+    qos: memoryview  # uint8
+    retain: memoryview  # uint8
+    level: memoryview  # uint8: 3, 4, 5; 0 not recorded (version 2)
     topic_len: memoryview
     client_len: memoryview
     username_len: memoryview
     payload_len: memoryview
+    content_type_len: memoryview
+    user_properties_len: memoryview  # pairs per record; -1 below level 5
     topic: memoryview
     client_id: memoryview
     username: memoryview
     payload: memoryview
+    content_type: memoryview
+    key_len: memoryview  # the user properties' names and values, one per pair, in record order
+    value_len: memoryview
+    key: memoryview
+    value: memoryview
 
 
 @dataclass(frozen=True)
@@ -136,8 +181,8 @@ def decode_segment(data: bytes | memoryview) -> Segment:
     if len(view) < SEGMENT_HEADER.size:
         return Segment(None, [], "truncated segment header", len(view))
     magic, version, worker_id = SEGMENT_HEADER.unpack_from(view)
-    if magic != MAGIC or version != VERSION:
-        return Segment(None, [], f"not a plexmq archive segment (v{VERSION})", len(view))
+    if magic != MAGIC or version not in READABLE:
+        return Segment(None, [], f"not a plexmq archive segment (v{READABLE[0]} to v{VERSION})", len(view))
     chunks: list[Chunk] = []
     damage = None
     pos = SEGMENT_HEADER.size
@@ -151,7 +196,7 @@ def decode_segment(data: bytes | memoryview) -> Segment:
             damage = "truncated chunk"
             break
         body = view[start : start + size]
-        chunk = _chunk(body, count) if count and zlib.crc32(body) == crc else None
+        chunk = _chunk(body, count, version) if count and zlib.crc32(body) == crc else None
         if chunk is None:
             damage = "damaged chunk"
             break
@@ -160,7 +205,7 @@ def decode_segment(data: bytes | memoryview) -> Segment:
     return Segment(worker_id, chunks, damage, len(view) - pos)
 
 
-def _chunk(body: memoryview, r: int) -> Chunk | None:
+def _chunk(body: memoryview, r: int, version: int) -> Chunk | None:
     """Parse a checksummed body of `r` runs into columns; None when its lengths or packets do not add up."""
     pos = 0
     if len(body) < pos + FIXED_BYTES_PER_RUN * r:
@@ -173,7 +218,14 @@ def _chunk(body: memoryview, r: int) -> Chunk | None:
         pos += 4 * r
         if r and min(lengths[-1]) < least:
             return None
-    client_len, username_len, packets_len = lengths
+    client_words, username_len, packets_len = lengths
+    if version == 2:
+        client_len, levels = client_words, (0,) * r
+    else:
+        client_len = tuple(w & 0xFFFF for w in client_words)
+        levels = tuple(w >> 16 for w in client_words)
+        if not LEVELS.issuperset(levels):
+            return None
     clients = _split(body, pos, client_len)
     pos += sum(client_len)
     usernames = _split(body, pos, username_len)
@@ -185,7 +237,7 @@ def _chunk(body: memoryview, r: int) -> Chunk | None:
     columns = _Columns()
     for run in range(r):
         if not columns.add_packets(packets[run], recv_us[run], client_len[run], clients[run],
-                                   username_len[run], usernames[run]):
+                                   username_len[run], usernames[run], levels[run]):
             return None
     return columns.chunk()
 
@@ -198,17 +250,25 @@ class _Columns:
         self.recv_us: list[int] = []
         self.qos = bytearray()
         self.retain = bytearray()
+        self.level = bytearray()
         self.topic_len: list[int] = []
         self.client_len: list[int] = []
         self.username_len: list[int] = []
         self.payload_len: list[int] = []
+        self.content_type_len: list[int] = []
+        self.user_properties_len: list[int] = []
         self.topic: list[bytes] = []
         self.client_id: list[bytes] = []
         self.username: list[bytes] = []
         self.payload: list[bytes] = []
+        self.content_type: list[bytes] = []
+        self.key_len: list[int] = []
+        self.value_len: list[int] = []
+        self.key: list[bytes] = []
+        self.value: list[bytes] = []
 
     def add_packets(self, data: bytes, recv_us: int, client_len: int, client_id: bytes,
-                    username_len: int, username: bytes) -> bool:
+                    username_len: int, username: bytes, level: int) -> bool:
         """Add the PUBLISH packets of one run; False when they are not well-formed PUBLISH packets."""
         pos, end = 0, len(data)
         while pos < end:
@@ -231,10 +291,22 @@ class _Columns:
             payload_at = i + 2 + topic_len + (2 if qos else 0)
             if stop > end or topic_len < 1 or payload_at > stop:
                 return False
+            if level == 5:
+                try:
+                    found, payload_at = props.decode(data, payload_at, PUBLISH)
+                except MalformedPacket:
+                    return False
+                if payload_at > stop:  # the property block runs past its packet
+                    return False
+                self._add_properties(found)
+            else:
+                self.content_type_len.append(-1)
+                self.user_properties_len.append(-1)
             self.count += 1
             self.recv_us.append(recv_us)
             self.qos.append(qos)
             self.retain.append(first & 1)
+            self.level.append(level)
             self.topic_len.append(topic_len)
             self.topic.append(data[i + 2:i + 2 + topic_len])
             self.client_len.append(client_len)
@@ -246,15 +318,35 @@ class _Columns:
             pos = stop
         return True
 
+    def _add_properties(self, found: props.Properties) -> None:
+        """The content type and user properties of a 5.0 PUBLISH (its other properties are not columns)."""
+        content_type = found.get(props.CONTENT_TYPE)
+        if content_type is None:
+            self.content_type_len.append(-1)
+        else:
+            self.content_type.append(content_type.encode())  # type: ignore[union-attr]
+            self.content_type_len.append(len(self.content_type[-1]))
+        pairs: list[tuple[str, str]] = found.get(props.USER_PROPERTY, [])  # type: ignore[assignment]
+        self.user_properties_len.append(len(pairs))
+        for key, value in pairs:
+            self.key.append(key.encode())
+            self.key_len.append(len(self.key[-1]))
+            self.value.append(value.encode())
+            self.value_len.append(len(self.value[-1]))
+
     def chunk(self) -> Chunk:
-        n = self.count
-
         def ints(values: list[int], code: str = "i") -> memoryview:
-            return memoryview(struct.pack(f"<{n}{code}", *values))
+            return memoryview(struct.pack(f"<{len(values)}{code}", *values))
 
-        return Chunk(n, ints(self.recv_us, "q"), memoryview(bytes(self.qos)), memoryview(bytes(self.retain)),
-                     ints(self.topic_len), ints(self.client_len), ints(self.username_len), ints(self.payload_len),
-                     *(memoryview(b"".join(column)) for column in (self.topic, self.client_id, self.username, self.payload)))
+        def joined(values: list[bytes]) -> memoryview:
+            return memoryview(b"".join(values))
+
+        return Chunk(self.count, ints(self.recv_us, "q"), memoryview(bytes(self.qos)),
+                     memoryview(bytes(self.retain)), memoryview(bytes(self.level)),
+                     *map(ints, (self.topic_len, self.client_len, self.username_len, self.payload_len,
+                                 self.content_type_len, self.user_properties_len)),
+                     *map(joined, (self.topic, self.client_id, self.username, self.payload, self.content_type)),
+                     ints(self.key_len), ints(self.value_len), joined(self.key), joined(self.value))
 
 
 def _split(body: memoryview, pos: int, lengths: tuple[int, ...]) -> list[bytes]:
@@ -270,26 +362,30 @@ def _split(body: memoryview, pos: int, lengths: tuple[int, ...]) -> list[bytes]:
 def records(segment: Segment) -> Iterator[Record]:
     """The segment's records one by one: a plain-Python reader for tools and tests."""
     for c in segment.chunks:
+        pair_counts = struct.unpack(f"<{c.count}i", c.user_properties_len)
+        pairs = iter(zip(_text_values(c.key_len, c.key), _text_values(c.value_len, c.value)))
         columns = zip(
             struct.unpack(f"<{c.count}q", c.recv_us),
-            _values(c.topic_len, c.topic),
+            _text_values(c.topic_len, c.topic),
             c.qos,
             c.retain,
             _values(c.payload_len, c.payload),
-            _values(c.client_len, c.client_id),
-            _values(c.username_len, c.username),
-            struct.unpack(f"<{c.count}i", c.username_len),
+            _text_values(c.client_len, c.client_id),
+            _text_values(c.username_len, c.username),
+            c.level,
+            _text_values(c.content_type_len, c.content_type),
+            pair_counts,
         )
-        for recv_us, topic, qos, retain, payload, client_id, username, username_len in columns:
-            yield Record(
-                recv_us,
-                topic.decode(),
-                qos,
-                bool(retain),
-                payload,
-                client_id.decode(),
-                None if username_len < 0 else username.decode(),
-            )
+        for recv_us, topic, qos, retain, payload, client_id, username, level, content_type, n in columns:
+            user_properties = None if n < 0 else tuple(next(pairs) for _ in range(n))
+            yield Record(recv_us, topic, qos, bool(retain), payload, client_id, username,  # type: ignore[arg-type]
+                         level, content_type, user_properties)
+
+
+def _text_values(lengths: memoryview, data: memoryview) -> list[str | None]:
+    """The values of one text column (None where the length is -1)."""
+    return [None if length < 0 else value.decode()
+            for length, value in zip(struct.unpack(f"<{len(lengths) // 4}i", lengths), _values(lengths, data))]
 
 
 def _values(lengths: memoryview, data: memoryview) -> list[bytes]:

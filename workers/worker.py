@@ -28,7 +28,7 @@ from router.stats import PROTOCOLS, process_usage
 from workers import handoff, tls
 from workers.archive import ArchiveWriter
 from workers.auth import Auth
-from workers.archive_format import sender
+from workers.archive_format import archived_publish, sender
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v5
 from workers.mqtt import v4 as p
@@ -195,7 +195,7 @@ class Worker:
     def archive_packets(self, conn: Connection, packets: bytes) -> None:
         """Archive PUBLISH packets of `conn` that one read brought, as they are."""
         if conn.sender is None:
-            conn.sender = sender(conn.client_id, conn.username)
+            conn.sender = sender(conn.client_id, conn.username, conn.level)
         if not self.turn_us:
             self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
         self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]
@@ -209,7 +209,7 @@ class Worker:
         if to_archive is None:
             to_archive = self.remember_topic(name)
         if to_archive:
-            self.archive_packets(conn, p.publish_header(name, len(payload), qos, retain, False, packet_id) + payload)
+            self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
 
