@@ -1,6 +1,7 @@
 """`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 or 5.0 broker.
 
-`plexmq bench compare ...` and `plexmq bench sweep ...` hand over to bench.compare and bench.sweep.
+`plexmq bench compare ...`, `plexmq bench sweep ...` and `plexmq bench protocols ...` hand over to
+bench.compare, bench.sweep and bench.protocols.
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
 3 clients failed to connect or were dropped (a limit, or the broker refused them).
 """
@@ -20,7 +21,8 @@ _EPILOG = """scenarios:
   fanin   -P publishers to <topic>/<i>, -S subscribers on <topic>/# (default 100 -> 1)
   fanout  -P publishers (default 1) to <topic>/all, -S subscribers (default 1000)
   p2p     -c pairs: publisher i -> <topic>/p2p/<i> -> subscriber i (default 100)
-also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K); see their --help"""
+also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K), protocols (3.1.1 vs 5.0 clients);
+see their --help"""
 
 
 def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
@@ -101,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "sweep":
         from bench import sweep
         return sweep.main(args[1:])
+    if args and args[0] == "protocols":
+        from bench import protocols
+        return protocols.main(args[1:])
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
                                      epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(parser)

@@ -13,6 +13,7 @@ PRESETS: dict[str, dict] = {
     "fanin0": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 0, "rate": 0.0},
     "fanin1": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 1, "window": 10, "rate": 0.0},
     "fanout0": {"scenario": "fanout", "pubs": 1, "subs": 1000, "qos": 0, "rate": 0.0},
+    "fanout1": {"scenario": "fanout", "pubs": 1, "subs": 1000, "qos": 1, "window": 10, "rate": 0.0},
     "lat0": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 0, "rate": 100.0},
     "connstorm": {"scenario": "conn", "clients": 10_000, "conn_rate": 0.0, "duration": 3.0, "keepalive": 60},
     "p2p1": {"scenario": "p2p", "clients": 100, "qos": 1, "window": 10, "rate": 0.0},

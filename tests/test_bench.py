@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
-from bench import cli, durability, report, runner, samples
+from bench import cli, durability, protocols, report, runner, samples
 from bench.plan import Options, assign, with_defaults
 from tests.mqtt import RawClient
 
@@ -99,6 +100,18 @@ def test_protocol_5_refusals_are_counted_by_reason(start_broker, tmp_path: Path)
     assert result["errors"] == {"refused_0x87": result["sent"]} and result["lost"] == result["expected"]
     assert not result["ok"] and cli.exit_status(result) == 1
     assert any("not authorized (0x87)" in note for note in result["notes"])
+
+
+def test_protocols_table_sets_5_0_beside_3_1_1() -> None:
+    """Each level's runs, their median, and the ratio of the medians; a metric no run has is '-'."""
+    def run(out: int) -> dict:
+        return {"msgs_out_per_s": out, "msgs_in_per_s": out, "lost": 0, "latency_ms": {"p50": 1.0, "p99": 2.0},
+                "broker_cpu_pct": None, "generator_cpu_pct": 50.0, "broker_rss_mb": 100.0}
+
+    text = protocols.table({"fanin0": {4: [run(100), run(300), run(200)], 5: [run(90), run(270), run(180)]}})
+    rows = {cells[-6]: cells[-5:] for cells in (re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[2:])}
+    assert rows["msgs/s out"] == ["100 / 300 / 200", "200", "90 / 270 / 180", "180", "0.90"]
+    assert rows["broker cpu %"] == ["- / - / -", "-", "- / - / -", "-", "-"]
 
 
 def test_clients_spread_under_the_fd_cap() -> None:
