@@ -1,5 +1,6 @@
 """`plexmq clients`: the connected clients of a running broker (from its metrics endpoint), a page
-at a time, optionally only those whose client id contains some text."""
+at a time, optionally only those whose client id contains some text; `--disconnect ID` closes one
+(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--filter", default="", help="only client ids that contain this text")
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
+    parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
     args = parser.parse_args(argv)
+    if args.disconnect is not None:
+        return _disconnect(args.metrics, args.disconnect)
     query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
                                     "limit": args.per_page})
     try:
@@ -37,3 +41,19 @@ def main(argv: list[str]) -> int:
     note = "" if listing["complete"] else " (a worker did not answer: the list may be short)"
     print(f"page {args.page} of {pages}, {listing['total']} clients{note}")
     return 0
+
+
+def _disconnect(metrics: str, client_id: str) -> int:
+    """Ask the broker to close `client_id`'s connection; 1 when it is not connected."""
+    query = urllib.parse.urlencode({"client_id": client_id})
+    request = urllib.request.Request(f"{metrics.rstrip('/')}/clients/disconnect?{query}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=15) as answer:
+            print(answer.read().decode().strip())
+            return 0
+    except urllib.error.HTTPError as exc:
+        print(f"plexmq clients: {exc.read().decode().strip()}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"plexmq clients: cannot reach {metrics}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1

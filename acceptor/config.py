@@ -152,6 +152,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),
         "client_message_rate": Option(float, 0.0, _range(0), "PUBLISH packets per second one client may send (0: no limit)"),
         "client_byte_rate": Option(float, 0.0, _range(0), "bytes per second one client may send (0: no limit)"),
+        "rate_limit_action": Option(str, "throttle", _one_of("throttle", "disconnect"), "a client over its rate: "
+                                    "read more slowly (throttle) or closed (disconnect; MQTT 5: 0x97)"),
         "allow_networks": Option(list, [], _networks, "client networks (CIDR) that may connect (empty: all)"),
         "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),

@@ -20,7 +20,7 @@ from router.retain import Retained, RetainedStore
 from router.deadlines import Deadlines
 from router.sessions import DEFAULT_EXPIRY, NEVER, QUEUED, RELEASING, SENT, Pending, Session, Share, Will
 from router.shared import SharedGroup
-from router.listing import ClientListing
+from router.listing import ClientDisconnect, ClientListing
 from router.store import Store
 from router.trie import SubscriptionTrie
 from workers.mqtt import framing
@@ -191,6 +191,14 @@ class Router:
         listing.expect(len(self.worker_pids))
         for worker in self.worker_pids:
             self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
+
+    def disconnect_client(self, request: ClientDisconnect) -> None:
+        """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
+        session = self.sessions.get(request.client_id)
+        if session is not None and session.worker is not None:
+            self.out(session.worker).add(wire.CLOSE, wire.CONN.pack(session.conn))
+            request.found = True
+        request.done.set()
 
     def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
         report = orjson.loads(header)

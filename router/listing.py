@@ -1,7 +1,8 @@
-"""`plexmq clients`: one request from the metrics thread, answered by every worker through the router.
+"""`plexmq clients`: requests from the metrics thread about the connected clients, answered through
+the router: a listing (every worker answers) and a disconnect (the router knows where the client is).
 
-The metrics thread hands a `ClientListing` to the router's loop (a thread-safe queue), the loop asks
-the workers in their batches, and the thread waits for the answers (bounded) on an event.
+The metrics thread hands a request to the router's loop (a thread-safe queue), the loop asks the
+workers in their batches, and the thread waits for the answers (bounded) on an event.
 """
 
 from __future__ import annotations
@@ -30,3 +31,16 @@ class ClientListing:
         self._waiting -= 1
         if self._waiting <= 0:
             self.done.set()
+
+
+class ClientDisconnect:
+    """`plexmq clients --disconnect ID`: close that client's connection (its session stays, its will
+    is published, a 5.0 client hears DISCONNECT 0x98); `found`: whether it was connected."""
+
+    def __init__(self, client_id: str) -> None:
+        self.client_id = client_id
+        self.found = False
+        self.done = threading.Event()
+
+
+Request = ClientListing | ClientDisconnect

@@ -15,7 +15,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from router.core import Router
-from router.listing import ClientListing
+from router.listing import ClientListing, Request
 from router.metrics import TurnMetrics, serve_metrics
 from router.stats import Stats
 from router.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
@@ -62,7 +62,7 @@ def serve(config: dict) -> None:
     next_expiry = time.monotonic() + expiry_interval
     stats = Stats(router, config["parent_pid"])
     turns = TurnMetrics()
-    listings: queue.Queue[ClientListing] = queue.Queue()
+    listings: queue.Queue[Request] = queue.Queue()
     if config["metrics_port"] >= 0:
         serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"])
     sys_interval = config["sys_interval"]
@@ -96,7 +96,11 @@ def serve(config: dict) -> None:
             else:
                 drained = DRAIN_LIMIT
         while not listings.empty():
-            router.list_clients(listings.get_nowait())
+            request = listings.get_nowait()
+            if isinstance(request, ClientListing):
+                router.list_clients(request)
+            else:
+                router.disconnect_client(request)
         if router.listings:
             for done in [i for i, listing in router.listings.items() if listing.done.is_set()]:
                 del router.listings[done]

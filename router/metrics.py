@@ -1,5 +1,6 @@
-"""The Prometheus endpoint (`/metrics`), a health check (`/health`) and the connected clients
-(`/clients?filter=TEXT&offset=N&limit=N`, JSON), served by the router.
+"""The Prometheus endpoint (`/metrics`), a health check (`/health`), the connected clients
+(`/clients?filter=TEXT&offset=N&limit=N`, JSON) and closing one (`POST /clients/disconnect?client_id=ID`),
+served by the router.
 
 A daemon thread with prometheus-client's WSGI app: scrapes read `Stats.snapshot`, which the
 router's loop replaces once a second, so the thread never walks the router's live state.
@@ -19,7 +20,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from router.listing import ClientListing
+from router.listing import ClientDisconnect, ClientListing, Request
 from router.stats import Stats
 
 LISTING_WAIT = 5.0  # seconds /clients waits for every worker's answer
@@ -48,7 +49,7 @@ class _QuietHandler(WSGIRequestHandler):
         """No line per scrape."""
 
 
-def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[ClientListing], host: str,
+def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Request], host: str,
                   port: int) -> tuple[str, int] | None:
     """Start the endpoint; its (host, port), or None when the port cannot be had (logged)."""
     registry = CollectorRegistry(auto_describe=True)
@@ -58,6 +59,8 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Client
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/clients/disconnect":
+            return disconnect(environ, start_response)
         if environ.get("PATH_INFO") == "/clients":
             query = parse_qs(environ.get("QUERY_STRING", ""))
             try:
@@ -81,6 +84,21 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Client
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else b"a worker has not reported for 5 s\n"]
         return metrics(environ, start_response)
+
+    def disconnect(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        """POST /clients/disconnect?client_id=ID: 200 when it was connected (now closed), 404 when not."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "POST")])
+            return [b"POST only\n"]
+        client_id = parse_qs(environ.get("QUERY_STRING", "")).get("client_id", [""])[0]
+        request = ClientDisconnect(client_id)
+        listings.put(request)
+        request.done.wait(LISTING_WAIT)
+        if request.found:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [f"disconnected {client_id}\n".encode()]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [f"{client_id} is not connected\n".encode()]
 
     try:
         server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)

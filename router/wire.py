@@ -35,6 +35,7 @@ DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
 LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
+CLOSE = 29  # CONN: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished

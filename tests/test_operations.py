@@ -18,7 +18,9 @@ import pytest
 
 from acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
+from workers.mqtt import properties as P
 from workers.mqtt import v4 as p
+from workers.mqtt import v5
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 
@@ -246,4 +248,31 @@ def test_clients_by_protocol_version(tmp_path: Path, start_broker: Callable[...,
         for proc in subs:
             proc.terminate()
             proc.wait(5)
+    watcher.disconnect()
+
+
+def test_an_administrator_disconnects_a_client_which_keeps_its_session_and_sends_its_will(
+        start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "2")
+    url = metrics_url(b)
+    topic, client_id = f"ops/admin/{uid()}", f"ops-admin-{uid()}"
+    watcher = Client(b.port)
+    assert watcher.subscribe(f"{topic}/#", 1) == [1]
+    target = RawClient(b.port)
+    will = v5.Will(f"{topic}/will", b"closed by admin", 1, False)
+    assert target.connect5(client_id, properties={P.SESSION_EXPIRY_INTERVAL: 600}, will=will)[1] == 0
+    assert cli("clients", url, "--disconnect", client_id).strip() == f"disconnected {client_id}"
+    data = target.read_until_closed()  # a DISCONNECT 0x98 with its reason, then the close
+    found = v5.frame(data, 0, len(data) + 1)
+    assert found is not None and found[0] == 0xE0
+    code, props = v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])
+    assert code == 0x98 and props[P.REASON_STRING] == "disconnected by an administrator"
+    assert watcher.get().payload == b"closed by admin"
+    again = RawClient(b.port)
+    assert again.connect5(client_id, clean_start=False)[0] is True  # the session stayed
+    again.send(v5.encode_disconnect())
+    again.read_until_closed()
+    out = subprocess.run([sys.executable, "-m", "acceptor", "clients", "--metrics", url, "--disconnect", client_id],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and out.stderr.strip() == f"plexmq clients: {client_id} is not connected"
     watcher.disconnect()

@@ -1,5 +1,6 @@
 """Per-client rate limits (client_message_rate, client_byte_rate): a client that sends faster is read
-more slowly (its data waits in its socket), so it is held to the rate and nothing it sent is lost."""
+more slowly (its data waits in its socket), so it is held to the rate and nothing it sent is lost;
+with rate_limit_action = "disconnect" it is closed instead (MQTT 5: 0x97)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from workers.mqtt import v4 as p
+from workers.mqtt import v5
 
 
 def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:
@@ -62,3 +64,24 @@ def test_without_limits_a_burst_is_not_slowed(start_broker: Callable[..., Broker
     """The same burst with the defaults: the limits above are what slowed it."""
     b = start_broker("--workers", "1")
     assert burst_takes(b, 600, b"m") < 1.5
+
+
+def test_rate_limit_action_disconnect_closes_a_client_over_its_rate_with_0x97(
+        tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text('client_message_rate = 5.0\nrate_limit_action = "disconnect"\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    within = RawClient(b.port)  # 5 in one read: what the bucket holds
+    within.connect5(f"rate-ok-{uid()}")
+    within.send(b"".join(v5.encode_publish(b"rate/ok", b"x", 1, packet_id=n) for n in range(1, 6)))
+    assert [within.recv() for _ in range(5)] == [(0x40, n.to_bytes(2, "big")) for n in range(1, 6)]
+    over = RawClient(b.port)  # 20 at once: far beyond it
+    over.connect5(f"rate-over-{uid()}")
+    over.send(b"".join(v5.encode_publish(b"rate/over", b"x", 0) for _ in range(20)))
+    data = over.read_until_closed()
+    found = v5.frame(data, 0, len(data) + 1)
+    assert found is not None and found[0] == 0xE0, data
+    assert v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])[0] == 0x97
+    within.send(p.PINGREQ_PACKET)  # the other client is still served
+    assert within.recv() == (0xD0, b"")
+    within.close()

@@ -223,6 +223,10 @@ class Connection(asyncio.Protocol):
             self.credit_bytes -= consumed
             wait = max(wait, (1.0 - self.credit_bytes) / rate)
         if wait > 0 and self.transport is not None:
+            # a whole packet left unread: the read held more than the buckets allowed
+            if worker.rate_disconnects and self.buf and _frame(self.buf, 0, worker.max_packet_size) is not None:
+                return self.close("faster than its rate limit (rate_limit_action = disconnect)",
+                                  code=reasons.QUOTA_EXCEEDED)
             self.transport.pause_reading()
             worker.loop.call_later(wait, self._resume_reading)
 

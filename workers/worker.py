@@ -76,7 +76,7 @@ class Worker:
         self.shed = 0
         self.memory_limit: int = config["memory_limit"]
         self.message_rate = self.byte_rate = 0.0
-        self.rate_limited = False
+        self.rate_limited = self.rate_disconnects = False
         self._set_rates(config)
         context = tls.server_context(config["tls"]) if tls.wanted(config) else None
         self.identity_as_username: bool = context is not None and config["tls"]["use_identity_as_username"]
@@ -281,6 +281,10 @@ class Worker:
                     conn.resend_pubrel(packet_id)
             elif kind == wire.LIST_CLIENTS:
                 self._list_clients(orjson.loads(header))
+            elif kind == wire.CLOSE:
+                conn = conns.get(wire.CONN.unpack(header)[0])
+                if conn is not None:
+                    conn.close("disconnected by an administrator", code=reasons.ADMINISTRATIVE_ACTION)
             elif kind == wire.KICK:
                 conn = conns.get(wire.CONN.unpack(header)[0])
                 if conn is not None:
@@ -470,6 +474,7 @@ class Worker:
         self.message_rate = config["client_message_rate"]
         self.byte_rate = config["client_byte_rate"]
         self.rate_limited = bool(self.message_rate or self.byte_rate)
+        self.rate_disconnects = config["rate_limit_action"] == "disconnect"
 
     def stop(self) -> None:
         if self.stopped:
