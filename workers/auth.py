@@ -107,6 +107,12 @@ class Auth:
             return SERVER_UNAVAILABLE, None, 0.0
         if code == ACCEPTED:
             return code, identity, expires
+        await asyncio.sleep(self.failed(address))
+        return code, None, 0.0
+
+    def failed(self, address: str) -> float:
+        """Count a refused login from `address` (a password, or a SCRAM exchange); the seconds to
+        wait before answering it, longer with each failure from that address."""
         self.refused += 1
         now = time.monotonic()
         count, last = self._failures.get(address, (0, now))
@@ -114,8 +120,7 @@ class Auth:
         if len(self._failures) >= FAILED_ADDRESSES_MAX:
             self._failures.clear()
         self._failures[address] = (count, now)
-        await asyncio.sleep(min(0.1 * 2 ** (count - 1), FAILURE_DELAY_MAX))
-        return code, None, 0.0
+        return min(0.1 * 2 ** (count - 1), FAILURE_DELAY_MAX)
 
     async def _check(self, username: str | None, password: bytes | None) -> tuple[int, str | None, float]:
         """(code, identity, the time.time() at which the session ends: a token's expiry with

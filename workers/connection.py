@@ -21,8 +21,8 @@ from workers.handlers.connect import handle_connect
 from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
 from workers.mqtt import reasons, v5
-from workers.mqtt.kinds import CONNECT
-from workers.states import AUTHENTICATING, CLOSED, CONNECTED, CONNECTING, NEW
+from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT
+from workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
 
 if TYPE_CHECKING:
@@ -262,6 +262,8 @@ class Connection(asyncio.Protocol):
             if kind != CONNECT:
                 return self.close(f"packet type {kind} before CONNECT")
             return handle_connect(self, flags, body)
+        if self.state == CHALLENGED and kind != AUTH and kind != DISCONNECT:
+            return self.close(f"packet type {kind} before the authentication ended")  # [MQTT-3.1.2-30]
         handler = HANDLERS.get(kind)
         if handler is None:
             return self.close(f"packet type {kind} not allowed from a client")

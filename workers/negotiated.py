@@ -3,13 +3,19 @@ connection (most of 100k idle clients) pays one empty slot for it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from workers.mqtt import properties as props
 from workers.mqtt.connect import Connect
+
+if TYPE_CHECKING:
+    from workers.scram import Exchange
 
 
 class Negotiated:
     __slots__ = ("problem_info", "receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
-                 "session_expiry", "assigned_id", "response_info", "server_keepalive")
+                 "session_expiry", "assigned_id", "response_info", "server_keepalive", "auth_method", "exchange",
+                 "pending", "auth_data")
 
     def __init__(self, connect: Connect, alias_max: int) -> None:
         p = connect.properties
@@ -26,3 +32,10 @@ class Negotiated:
         self.assigned_id = ""  # the client id the broker chose for an empty one
         self.response_info = bool(p.get(props.REQUEST_RESPONSE_INFORMATION, 0))  # wants response_information
         self.server_keepalive = 0  # the keep alive the broker told it to use instead of its own (max_keepalive)
+        # enhanced authentication (workers/handlers/auth.py): the method it logged in with ("": none),
+        # the exchange under way (at CONNECT or a re-authentication), the CONNECT that waits for its
+        # end, and the broker's last authentication data, which the CONNACK carries
+        self.auth_method = ""
+        self.exchange: Exchange | None = None
+        self.pending: Connect | None = None
+        self.auth_data = b""

@@ -6,6 +6,13 @@ PBKDF2-SHA512 lines, `$pbkdf2-sha512$<iterations>$<salt>$<hash>`, are accepted t
 mosquitto's `$7$` spelling of the same thing, so a file made by `mosquitto_passwd` loads as it is.
 Blank lines and lines starting with `#` are ignored. The hash never contains `:`, so a user name may.
 
+Lines written here also carry, after the hash and one space, the user's SCRAM-SHA-256 keys for MQTT 5.0
+enhanced authentication: `$scram-sha-256$<iterations>$<salt>$<stored key>$<server key>`. A hash
+cannot give them (SCRAM needs PBKDF2-SHA256 of the password), so they are made when the password is
+set; a line without them (older plexmq, mosquitto_passwd) still logs in with a password, not with
+SCRAM. They are PBKDF2-SHA256 at `SCRAM_ITERATIONS`: cheaper to guess against than the scrypt hash,
+so the file stays as private as ever.
+
 Checking a password costs tens of milliseconds of CPU on purpose. The worker calls `check` through
 `loop.run_in_executor`: hashlib.scrypt and hashlib.pbkdf2_hmac release the GIL, so the event loop
 keeps serving the other connections meanwhile.
@@ -22,6 +29,9 @@ import re
 import secrets
 import tempfile
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import scramp
 
 SCRYPT_N = 2 ** 14
 SCRYPT_R = 8
@@ -30,7 +40,14 @@ SALT_BYTES = 16
 HASH_BYTES = 32
 MAX_SCRYPT_MEMORY = 1 << 30  # a line that asks for more is refused when the file is read
 MAX_FIELD_BYTES = 65535  # an MQTT string or binary field cannot be longer
+# RFC 7677's minimum (and scramp's, PostgreSQL's and Kafka's default): each SCRAM client computes
+# this many PBKDF2 rounds at every login, the broker none
+SCRAM_ITERATIONS = 4096
+SCRAM_MAX_ITERATIONS = 10_000_000  # scramp refuses more
+SCRAM_MIN_SALT = 12  # bytes; scramp refuses less
+SCRAM_KEY_BYTES = 32  # SHA-256
 _NUMBER = re.compile(r"[0-9]{1,10}")
+_SCRAM = scramp.ScramMechanism("SCRAM-SHA-256")
 
 
 class PasswordFileError(ValueError):
@@ -56,6 +73,16 @@ class _Hash:
 
     def matches(self, password: bytes) -> bool:
         return hmac.compare_digest(self.derive(password), self.digest)
+
+
+class ScramKeys(NamedTuple):
+    """What the server side of SCRAM-SHA-256 knows of a user (scramp's auth_fn answer); the password
+    cannot be read back from it, only guessed."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
 
 
 def _scrypt_params_error(n: int, r: int, p: int) -> str | None:
@@ -107,6 +134,30 @@ def _parse(stored: str) -> _Hash:
     return _Hash(scheme, numbers, _b64(salt_text, "salt"), digest)
 
 
+def _parse_scram(stored: str) -> ScramKeys:
+    """The SCRAM keys in `stored`; a ValueError says why they are not."""
+    fields = stored.split("$")
+    if len(fields) != 6 or fields[0] or fields[1] != "scram-sha-256":
+        raise ValueError("SCRAM keys not of the form $scram-sha-256$iterations$salt$storedkey$serverkey")
+    _, _, iterations, salt_text, stored_text, server_text = fields
+    if not _NUMBER.fullmatch(iterations) or not SCRAM_ITERATIONS <= int(iterations) <= SCRAM_MAX_ITERATIONS:
+        raise ValueError(f"SCRAM iterations must be between {SCRAM_ITERATIONS} and {SCRAM_MAX_ITERATIONS}, "
+                         f"got {iterations!r}")
+    salt = _b64(salt_text, "SCRAM salt")
+    if len(salt) < SCRAM_MIN_SALT:
+        raise ValueError(f"SCRAM salt shorter than {SCRAM_MIN_SALT} bytes")
+    keys = _b64(stored_text, "SCRAM stored key"), _b64(server_text, "SCRAM server key")
+    if any(len(key) != SCRAM_KEY_BYTES for key in keys):
+        raise ValueError(f"SCRAM keys must be {SCRAM_KEY_BYTES} bytes each")
+    return ScramKeys(salt, *keys, int(iterations))
+
+
+def _parse_entry(stored: str) -> tuple[_Hash, ScramKeys | None]:
+    """What follows `user:` on a line: the hash, and the SCRAM keys when a space and they follow it."""
+    hashed, scheme, scram = stored.partition(" $scram-")
+    return _parse(hashed), _parse_scram(scheme.lstrip() + scram) if scheme else None
+
+
 def _bytes(password: str | bytes) -> bytes:
     return password.encode() if isinstance(password, str) else password
 
@@ -122,9 +173,23 @@ def hash_password(password: str | bytes, *, n: int = SCRYPT_N, r: int = SCRYPT_R
             f"${base64.b64encode(digest).decode()}")
 
 
+def scram_entry(password: str | bytes) -> str | None:
+    """New SCRAM-SHA-256 keys of `password` as a line stores them; None for a password SCRAM cannot
+    carry (not UTF-8, or refused by SASLprep)."""
+    try:
+        text = password if isinstance(password, str) else password.decode()
+        salt, stored_key, server_key, iterations = _SCRAM.make_auth_info(
+            text, SCRAM_ITERATIONS, secrets.token_bytes(SALT_BYTES))
+    except (UnicodeDecodeError, scramp.ScramException):
+        return None
+    return "$".join(("", "scram-sha-256", str(iterations),
+                     *(base64.b64encode(value).decode() for value in (salt, stored_key, server_key))))
+
+
 def verify(stored: str, password: str | bytes) -> bool:
-    """True when `password` hashes to `stored` (any accepted scheme); ValueError when `stored` is no hash."""
-    return _parse(stored).matches(_bytes(password))
+    """True when `password` hashes to `stored` (any accepted scheme, SCRAM keys after it or not);
+    ValueError when `stored` is no hash."""
+    return _parse_entry(stored)[0].matches(_bytes(password))
 
 
 def username_error(username: str) -> str | None:
@@ -144,18 +209,19 @@ def username_error(username: str) -> str | None:
 _Lines = list[tuple[str, str | None]]
 
 
-def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash]]:
+def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash], dict[str, ScramKeys]]:
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         if missing_ok:
-            return [], {}
+            return [], {}, {}
         raise PasswordFileError(f"{path}: no such file") from None
     except OSError as exc:
         raise PasswordFileError(f"{path}: {exc.strerror}") from None
     lines: _Lines = []
     users: dict[str, _Hash] = {}
+    scram: dict[str, ScramKeys] = {}
     first_line: dict[str, int] = {}
     for number, data in enumerate(raw.splitlines(), 1):
         try:
@@ -174,12 +240,14 @@ def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash]]:
                 raise ValueError(error)
             if username in users:
                 raise ValueError(f"user {username!r} again (first on line {first_line[username]})")
-            users[username] = _parse(stored.strip())
+            users[username], keys = _parse_entry(stored.strip())
+            if keys is not None:
+                scram[username] = keys
         except ValueError as exc:
             raise PasswordFileError(f"{path}:{number}: {exc}") from None
         first_line[username] = number
         lines.append((line, username))
-    return lines, users
+    return lines, users, scram
 
 
 def _write(path: str, lines: _Lines) -> None:
@@ -213,8 +281,9 @@ def set_password(path: str, username: str, password: str | bytes, *, n: int = SC
         raise ValueError(error)
     if len(_bytes(password)) > MAX_FIELD_BYTES:
         raise ValueError(f"password longer than {MAX_FIELD_BYTES} bytes")
-    lines, users = _read(path, missing_ok=True)
-    line = f"{username}:{hash_password(password, n=n)}"
+    lines, users, _scram = _read(path, missing_ok=True)
+    scram = scram_entry(password)
+    line = f"{username}:{hash_password(password, n=n)}" + (f" {scram}" if scram else "")
     if username in users:
         lines = [(line, user) if user == username else (old, user) for old, user in lines]
     else:
@@ -225,7 +294,7 @@ def set_password(path: str, username: str, password: str | bytes, *, n: int = SC
 
 def delete_user(path: str, username: str) -> bool:
     """Remove `username` from the file; False (and nothing written) when it has no line there."""
-    lines, users = _read(path, missing_ok=False)
+    lines, users, _scram = _read(path, missing_ok=False)
     if username not in users:
         return False
     _write(path, [(line, user) for line, user in lines if user != username])
@@ -235,22 +304,26 @@ def delete_user(path: str, username: str) -> bool:
 class PasswordFile:
     """The users of one password file, parsed once; `load` again (on SIGHUP) to pick up changes."""
 
-    __slots__ = ("path", "_users", "_dummy")
+    __slots__ = ("path", "_users", "_scram", "_dummy", "_decoy_key")
 
-    def __init__(self, path: str, users: dict[str, _Hash]) -> None:
+    def __init__(self, path: str, users: dict[str, _Hash], scram: dict[str, ScramKeys], secret: bytes) -> None:
+        """`secret`: known only to whoever can read the file; it makes the decoy SCRAM salts."""
         self.path = path
         self._users = users
+        self._scram = scram
         # an unknown user costs one hash like the file's own, so timing does not tell which names exist
         model = next(iter(users.values()), None)
         if model is None:
             model = _Hash("scrypt", (SCRYPT_N, SCRYPT_R, SCRYPT_P), b"", b"\0" * HASH_BYTES)
         self._dummy = _Hash(model.scheme, model.params, secrets.token_bytes(len(model.salt) or SALT_BYTES),
                             secrets.token_bytes(len(model.digest)))
+        self._decoy_key = secret
 
     @classmethod
     def load(cls, path: str) -> PasswordFile:
         """Read and check every line; PasswordFileError (`file:line: reason`) for the first bad one."""
-        return cls(path, _read(path, missing_ok=False)[1])
+        lines, users, scram = _read(path, missing_ok=False)
+        return cls(path, users, scram, hashlib.sha256("\n".join(line for line, _user in lines).encode()).digest())
 
     def __len__(self) -> int:
         return len(self._users)
@@ -265,3 +338,17 @@ class PasswordFile:
             self._dummy.matches(_bytes(password))
             return False
         return stored.matches(_bytes(password))
+
+    def has_scram_keys(self, username: str) -> bool:
+        return username in self._scram
+
+    def scram_keys(self, username: str) -> ScramKeys:
+        """The user's SCRAM keys; for a user without any (unknown, or its line has none) keys that no
+        password matches, with a salt that is the same for that name in every worker and at every
+        try, so that the exchange does not tell which names exist. Fast: no hashing of a password."""
+        keys = self._scram.get(username)
+        if keys is not None:
+            return keys
+        salt = hmac.digest(self._decoy_key, username.encode(), "sha256")[:SALT_BYTES]
+        return ScramKeys(salt, secrets.token_bytes(SCRAM_KEY_BYTES), secrets.token_bytes(SCRAM_KEY_BYTES),
+                         SCRAM_ITERATIONS)

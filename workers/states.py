@@ -1,3 +1,5 @@
-"""The states of a client connection, in the order it goes through them."""
+"""The states of a client connection, in the order it goes through them. CHALLENGED: an enhanced
+authentication exchange that its CONNECT started waits for the client's AUTH; AUTHENTICATING: a
+login is being decided (reading waits)."""
 
-NEW, AUTHENTICATING, CONNECTING, CONNECTED, CLOSED = range(5)
+NEW, CHALLENGED, AUTHENTICATING, CONNECTING, CONNECTED, CLOSED = range(6)

@@ -215,7 +215,8 @@ class Worker:
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
-        what it asked for or was told to do at CONNECT (keep alive, response information)."""
+        what it asked for or was told to do at CONNECT (keep alive, response information, the end
+        of its enhanced authentication)."""
         told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
                                   props.MAXIMUM_PACKET_SIZE: self.max_packet_size}
         if self.topic_alias_maximum:
@@ -226,6 +227,9 @@ class Worker:
             told[props.SERVER_KEEP_ALIVE] = negotiated.server_keepalive
         if negotiated.response_info and self.response_information:
             told[props.RESPONSE_INFORMATION] = self.response_information
+        if negotiated.auth_method:
+            told[props.AUTHENTICATION_METHOD] = negotiated.auth_method
+            told[props.AUTHENTICATION_DATA] = negotiated.auth_data
         return told
 
     # -- records from the router ---------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from workers.handlers import acks, connect, ping, publish, subscribe
+from workers.handlers import acks, auth, connect, ping, publish, subscribe
 from workers.mqtt import kinds
 
 if TYPE_CHECKING:
@@ -25,5 +25,5 @@ HANDLERS: dict[int, Handler] = {
     kinds.UNSUBSCRIBE: subscribe.handle_unsubscribe,
     kinds.PINGREQ: ping.handle_pingreq,
     kinds.DISCONNECT: ping.handle_disconnect,
-    kinds.AUTH: ping.handle_auth,
+    kinds.AUTH: auth.handle_auth,
 }

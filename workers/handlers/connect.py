@@ -1,8 +1,8 @@
 """CONNECT: the protocol level, the client id, the keepalive, the login (which may wait for a password
-check or a database), the will against the ACL; then the session is claimed from the router, whose
-answer (`Connection.session_ready`) sends the CONNACK. A 5.0 client also agrees its limits here
-(`workers.negotiated`) and hears every refusal's reason code and reason string; with
-`server_reference` set every client is sent there instead."""
+check or a database, or run an enhanced authentication exchange), the will against the ACL; then the
+session is claimed from the router, whose answer (`Connection.session_ready`) sends the CONNACK. A
+5.0 client also agrees its limits here (`workers.negotiated`) and hears every refusal's reason code
+and reason string; with `server_reference` set every client is sent there instead."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import math
 import uuid
 from typing import TYPE_CHECKING
 
+from workers import scram
 from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
 from workers.mqtt.connect import Connect, decode_connect
 from workers.mqtt.framing import PROTOCOL_ERROR
 from workers.negotiated import Negotiated
-from workers.states import AUTHENTICATING, CONNECTING
+from workers.states import AUTHENTICATING, CHALLENGED, CONNECTING
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -51,7 +52,7 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         code = reasons.SERVER_MOVED if worker.server_moved else reasons.USE_ANOTHER_SERVER
         return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {worker.server_reference}",
                       {props.SERVER_REFERENCE: worker.server_reference})
-    if method is not None:
+    if method is not None and (method != scram.METHOD or worker.auth.passwords is None or conn.cert_username):
         return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
     client_id = connect.client_id
     if not client_id:
@@ -68,6 +69,15 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
             return refuse(conn, IDENTIFIER_REJECTED, f"keepalive {connect.keepalive} s, max_keepalive is {most} s")
         conn.v5.server_keepalive = most
     conn.client_id = client_id
+    if method is not None:
+        conn.v5.auth_method = method  # type: ignore[union-attr]
+        try:
+            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]
+        except scram.Failed as failure:
+            return fail_login(conn, failure)
+        conn.v5.pending = connect  # type: ignore[union-attr]
+        conn.state = CHALLENGED
+        return
     conn.username = connect.username
     auth = worker.auth
     if conn.cert_username is not None:  # its certificate is its login (use_identity_as_username)
@@ -75,11 +85,10 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     elif auth.required:
         conn.state = AUTHENTICATING
         conn.transport.pause_reading()  # type: ignore[union-attr]
-        host = conn.peer.rsplit(":", 1)[0]
-        login = asyncio.ensure_future(auth.login(connect.username, connect.password, host))
+        login = asyncio.ensure_future(auth.login(connect.username, connect.password, client_address(conn)))
         login.add_done_callback(lambda done: _logged_in(conn, done, connect))
         return
-    _accept(conn, connect)
+    accept(conn, connect)
 
 
 def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
@@ -97,6 +106,48 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
     conn.close(reason)
 
 
+def challenge(conn: Connection, client_first: bytes, username: str | None) -> None:
+    """Start an enhanced authentication exchange (at CONNECT, or a re-authentication) of a 5.0
+    connection: AUTH 0x18 with the server's first message; scram.Failed when it cannot go on, or when
+    the SCRAM user is not `username` (the CONNECT's, or the one already logged in)."""
+    negotiated = conn.v5
+    passwords = conn.worker.auth.passwords
+    if passwords is None:
+        raise scram.Failed("SCRAM is no longer offered (no password_file)", False)
+    exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]
+    server_first = exchange.first(client_first)
+    if username is not None and exchange.username != username:
+        raise scram.Failed(f"SCRAM user {exchange.username!r} is not the user name {username!r}", True)
+    conn.write(v5.encode_auth(reasons.CONTINUE_AUTHENTICATION, {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]
+                                                                props.AUTHENTICATION_DATA: server_first}))
+
+
+def fail_login(conn: Connection, failure: scram.Failed) -> None:
+    """An exchange at CONNECT failed: CONNACK 0x86 (wrong proof) or 0x87, after the same growing
+    delay as a wrong password from that address; reading waits meanwhile."""
+    worker = conn.worker
+    exchange = conn.v5.exchange  # type: ignore[union-attr]
+    passwords = worker.auth.passwords
+    user = exchange.username if exchange is not None else ""
+    if passwords is not None and user in passwords and not passwords.has_scram_keys(user):
+        log.warning("client %s: user %r has no SCRAM keys in %s: set its password again with plexmq passwd",
+                    conn.client_id, user, passwords.path)
+    code, reason = (BAD_CREDENTIALS, "bad user name or password") if failure.bad_proof else (NOT_AUTHORIZED, str(failure))
+    conn.state = AUTHENTICATING
+    conn.transport.pause_reading()  # type: ignore[union-attr]
+    worker.loop.call_later(worker.auth.failed(client_address(conn)), _refuse_failed, conn, code, reason)
+
+
+def _refuse_failed(conn: Connection, code: int, reason: str) -> None:
+    if conn.state == AUTHENTICATING:  # not closed meanwhile
+        refuse(conn, code, reason)
+
+
+def client_address(conn: Connection) -> str:
+    """The client's address without its port: failed logins are counted per address."""
+    return conn.peer.rsplit(":", 1)[0]
+
+
 def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, float]], connect: Connect) -> None:
     if conn.state != AUTHENTICATING:
         return  # closed while the password was checked
@@ -109,7 +160,7 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
     conn.username = identity
     if expires:
         conn.worker.end_at(expires, conn)
-    _accept(conn, connect)
+    accept(conn, connect)
     conn.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
     if conn.state == CONNECTING:
         conn.transport.resume_reading()  # type: ignore[union-attr]
@@ -117,11 +168,11 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
             conn.data_received(b"")
 
 
-def _accept(conn: Connection, connect: Connect) -> None:
-    """Credentials accepted: check the will against the ACL, then claim the session. A 5.0 session
-    outlives its connection when its expiry interval is not 0; clean start alone says whether an
-    earlier one is discarded. The keepalive is the client's, or the Server Keep Alive a 5.0 client
-    was told instead."""
+def accept(conn: Connection, connect: Connect) -> None:
+    """Credentials accepted (`conn.username` is who logged in): check the will against the ACL, then
+    claim the session. A 5.0 session outlives its connection when its expiry interval is not 0; clean
+    start alone says whether an earlier one is discarded. The keepalive is the client's, or the
+    Server Keep Alive a 5.0 client was told instead."""
     worker = conn.worker
     checker = worker.auth.checker(conn.username, conn.client_id)
     if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):

@@ -1,4 +1,4 @@
-"""PINGREQ, DISCONNECT and AUTH: the packets that end, keep or (re)authenticate a connection."""
+"""PINGREQ and DISCONNECT: the packets that keep or end a connection."""
 
 from __future__ import annotations
 
@@ -37,11 +37,3 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
     conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)
 
-
-def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
-    """AUTH after CONNECT: this broker offers no authentication method yet, so a client never
-    started an exchange it could continue."""
-    if conn.v5 is None:
-        return conn.close("packet type 15 not allowed from a client")
-    v5.decode_reason_only(v5.AUTH, flags, body)
-    raise MalformedPacket("AUTH without an authentication method at CONNECT", PROTOCOL_ERROR)
