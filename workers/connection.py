@@ -16,6 +16,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from router import wire
+from workers import aliases
 from workers.handlers import HANDLERS
 from workers.handlers.connect import handle_connect
 from workers.mqtt import properties as props
@@ -42,8 +43,11 @@ _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 # time.time() second it expires at or 0)
 Extra = tuple[bytes, int]
 # An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0, extra);
-# a plain QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0, None)
+# a plain 3.1.1 QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0, None)
 Queued = tuple[bytes | None, bytes, int, bool, bool, int, Extra | None]
+# One record's shared 5.0 QoS 0 packets as each topic alias sends them, made for the first subscriber
+# that needs the form, keyed as `aliases.choose` answers: n sets alias n (topic named), -n uses it
+Forms = dict[int, bytes]
 
 
 def peer_name(address: object) -> str:
@@ -300,9 +304,10 @@ class Connection(asyncio.Protocol):
     # -- messages to the client ----------------------------------------------------------------
 
     def deliver(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
-                qos0_packet: bytes | None, extra: Extra | None = None) -> None:
+                qos0_packet: bytes | None, extra: Extra | None = None, forms: Forms | None = None) -> None:
         """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first).
-        `qos0_packet`: the QoS 0 PUBLISH already encoded for this connection's version (shared)."""
+        `qos0_packet`: the QoS 0 PUBLISH already encoded for this connection's version (shared; 5.0:
+        with `forms`, its aliased forms)."""
         if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
             return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
         if qos0_packet is not None and self.v5 is None:
@@ -310,13 +315,10 @@ class Connection(asyncio.Protocol):
             return
         if qos and packet_id in self.inflight:
             return  # a restarted router resends what it cannot know we already sent
-        self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet)
+        self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet, forms)
 
     def deliver_raw(self, packets: bytes) -> None:
-        """Plain QoS 0 PUBLISH packets (in this connection's version), written as they are unless the
-        connection is backed up."""
-        if self.v5 is not None and self.v5.max_packet and len(packets) > self.v5.max_packet:
-            packets = self._fitting(packets)
+        """Plain 3.1.1 QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
         if not (self.paused or self.queue):
             self.write(packets)
             return
@@ -326,38 +328,99 @@ class Connection(asyncio.Protocol):
             self._enqueue((None, packets[pos:stop], 0, False, False, 0, None))
             pos = stop
 
+    def deliver_raw5(self, topic: bytes, packets: bytes, forms: Forms) -> None:
+        """A raw run to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
+        connection's topic alias; queued message by message when backed up (or one by one when the
+        client's Maximum Packet Size may leave some out), so each is aliased when it is written."""
+        negotiated: Negotiated = self.v5  # type: ignore[assignment]
+        if self.paused or self.queue:
+            for payload in v5.payloads(packets):
+                self._enqueue((topic, payload, 0, False, False, 0, None))
+        elif not (negotiated.send_alias_max or negotiated.max_packet):
+            self.write(packets)
+        elif not self._write_shared(topic, packets, forms):
+            for payload in v5.payloads(packets):
+                self._send(topic, payload, 0, False, False, 0, None)
+
     def publish_header(self, topic: bytes, size: int, qos: int, retain: bool, dup: bool, packet_id: int,
-                       extra: Extra | None) -> bytes | None:
-        """A PUBLISH up to its payload of `size` bytes, in this connection's version (5.0: with the
-        message's properties and the rest of its expiry interval); None when the message has expired."""
+                       extra: Extra | None, alias: int = 0) -> bytes | None:
+        """A PUBLISH up to its payload of `size` bytes, in this connection's version (5.0: with topic
+        alias `alias` (0: none; `topic` is then empty when the alias is already set), the message's
+        properties and the rest of its expiry interval); None when the message has expired."""
         if self.v5 is None:
             if extra is not None and extra[1] and extra[1] <= time.time():
                 return None  # expired
             return _publish_header(topic, size, qos, retain, dup, packet_id)
         if extra is None:
-            return _publish_header5(topic, size, qos, retain, dup, packet_id)
-        block = v5.message_properties(extra[0], extra[1], time.time())
+            if not alias:
+                return _publish_header5(topic, size, qos, retain, dup, packet_id)
+            block = v5.alias_properties(alias)
+        else:
+            block = v5.message_properties(extra[0], extra[1], time.time(), alias)
         return None if block is None else _publish_header5(topic, size, qos, retain, dup, packet_id, block)
 
     def _send(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
-              extra: Extra | None, packet: bytes | None = None) -> None:
+              extra: Extra | None, packet: bytes | None = None, forms: Forms | None = None) -> None:
         """Write one PUBLISH. `packet_id` 0: this worker numbers it (clean session, QoS 1/2); else the
-        router did (persistent). An expired message, or one larger than a 5.0 client takes, is done
-        with unsent [MQTT-3.1.2-25]."""
-        if packet is not None:
-            if self._fits(len(packet)):
-                self.write(packet)
-            else:
-                self._unsent(0)
+        router did (persistent). `packet` (5.0, QoS 0): the record's shared PUBLISH and `forms` its
+        aliased forms. An expired message, or one larger than a 5.0 client takes, is done with unsent
+        [MQTT-3.1.2-25]."""
+        if packet is not None and self._write_shared(topic, packet, forms):  # type: ignore[arg-type]
             return
         numbered = packet_id or (self._take_pid() if qos else 0)
-        header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-        if header is None or not self._fits(len(header) + len(payload)):
+        negotiated = self.v5
+        if negotiated is None:
+            header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
+        elif negotiated.send_alias_max:
+            header = self._aliased_header(negotiated, topic, len(payload), qos, retain, dup, numbered, extra)
+        else:
+            header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
+            if header is not None and not self._fits(len(header) + len(payload)):
+                header = None
+        if header is None:
             return self._unsent(packet_id)
         if qos:
             self.inflight[numbered] = qos
         self.write(header)
         self.write(payload)
+
+    def _write_shared(self, topic: bytes, packets: bytes, forms: Forms) -> bool:
+        """Write 5.0 QoS 0 PUBLISHes to `topic` that a record's subscribers share (one message, or a
+        raw run) in the form this connection's topic alias asks for, made once per record in `forms`;
+        False, with nothing written, when they do not all fit the client's Maximum Packet Size."""
+        negotiated: Negotiated = self.v5  # type: ignore[assignment]
+        chosen = 0
+        if negotiated.send_alias_max:
+            chosen = aliases.choose(negotiated, topic)
+            if chosen:
+                aliased = forms.get(chosen)
+                if aliased is None:
+                    aliased = forms[chosen] = v5.with_topic_alias(packets, abs(chosen), chosen > 0)
+                packets = aliased
+        limit = negotiated.max_packet
+        if limit and len(packets) > limit:
+            return False
+        self.write(packets)
+        if chosen >= 0 and negotiated.send_alias_max:
+            aliases.note(negotiated, topic, chosen)
+        return True
+
+    def _aliased_header(self, negotiated: Negotiated, topic: bytes, size: int, qos: int, retain: bool, dup: bool,
+                        packet_id: int, extra: Extra | None) -> bytes | None:
+        """The header of a PUBLISH to a 5.0 client that takes topic aliases, with the alias the policy
+        picks, noted as written; None when the message has expired or does not fit the client's
+        Maximum Packet Size (nothing noted: only what is written sets an alias)."""
+        chosen = aliases.choose(negotiated, topic)
+        header = self.publish_header(topic if chosen >= 0 else b"", size, qos, retain, dup, packet_id, extra,
+                                     abs(chosen))
+        if header is not None and chosen > 0 and not self._fits(len(header) + size):
+            chosen = 0  # a new alias adds 3 bytes: without one, it may fit (an alias in use only makes it smaller)
+            header = self.publish_header(topic, size, qos, retain, dup, packet_id, extra)
+        if header is None or not self._fits(len(header) + size):
+            return None
+        if chosen >= 0:
+            aliases.note(negotiated, topic, chosen)
+        return header
 
     def _fits(self, size: int) -> bool:
         """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size."""
@@ -370,18 +433,6 @@ class Connection(asyncio.Protocol):
         self.worker.dropped += 1
         if router_pid:
             self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
-
-    def _fitting(self, packets: bytes) -> bytes:
-        """The plain QoS 0 packets of a run that fit the client's Maximum Packet Size."""
-        kept, pos = [], 0
-        while pos < len(packets):
-            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
-            if self._fits(stop - pos):
-                kept.append(packets[pos:stop])
-            else:
-                self._unsent(0)
-            pos = stop
-        return b"".join(kept)
 
     def _take_pid(self) -> int:
         """The next free packet id of those the worker numbers (the router's start at ROUTER_PIDS_FROM)."""

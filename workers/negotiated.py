@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from workers.aliases import ALIASES_MAX
 from workers.mqtt import properties as props
 from workers.mqtt.connect import Connect
 
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 class Negotiated:
     __slots__ = ("problem_info", "receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
                  "session_expiry", "assigned_id", "response_info", "server_keepalive", "auth_method", "exchange",
-                 "pending", "auth_data")
+                 "pending", "auth_data",
+                 "send_alias_max", "sent_aliases", "alias_misses")
 
     def __init__(self, connect: Connect, alias_max: int) -> None:
         p = connect.properties
@@ -24,6 +26,10 @@ class Negotiated:
         self.receive_max: int = p.get(props.RECEIVE_MAXIMUM, 65535)  # type: ignore[assignment]
         self.max_packet: int = p.get(props.MAXIMUM_PACKET_SIZE, 0)  # type: ignore[assignment]  # 0: no limit
         self.session_expiry: int = p.get(props.SESSION_EXPIRY_INTERVAL, 0)  # type: ignore[assignment]
+        # topic aliases the broker sends (workers/aliases.py): 0 none; in the order of the packets written
+        self.send_alias_max: int = min(p.get(props.TOPIC_ALIAS_MAXIMUM, 0), ALIASES_MAX)  # type: ignore[type-var]
+        self.sent_aliases: dict[bytes, int] = {}  # topic -> alias, the least recently used first
+        self.alias_misses: dict[bytes, None] = {}  # sent without one while all were taken (a set: 216 bytes, this 64)
         # the broker's limits on what the client sends
         self.alias_max = alias_max
         self.aliases: dict[int, str] = {}  # topic alias -> topic name, set by the client's PUBLISHes

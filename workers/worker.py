@@ -32,7 +32,7 @@ from workers.archive_format import archived_publish, sender
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v5
 from workers.mqtt import v4 as p
-from workers.connection import Connection, peer_name
+from workers.connection import Connection, Forms, peer_name
 from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
 from workers.negotiated import Negotiated
@@ -249,8 +249,8 @@ class Worker:
                             conn.deliver_raw(payload)
                         else:
                             if as_v5 is None:
-                                as_v5 = v5.publishes_from_v4(payload)
-                            conn.deliver_raw(as_v5)
+                                as_v5, run_topic, forms = v5.publishes_from_v4(payload), v5.first_topic(payload), {}
+                            conn.deliver_raw5(run_topic, as_v5, forms)
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
@@ -317,6 +317,7 @@ class Worker:
             extra = (props, expiry)
         conns = self.conns
         qos0_packets: list[bytes | None] = [None, None]  # 3.1.1 and 5.0, each encoded once and shared
+        forms: Forms = {}  # the 5.0 one with each topic alias, made once too
         for conn_id, granted, packet_id in _iter_subs(header[start:]):
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
@@ -334,7 +335,7 @@ class Worker:
                     if head is None:
                         continue  # expired
                     packet = qos0_packets[version] = head + payload
-            conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra)
+            conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra, forms)
 
     def _routed(self, count: int) -> None:
         """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC, in the order

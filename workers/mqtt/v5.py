@@ -25,6 +25,7 @@ from workers.mqtt.topics import SHARED_PREFIX, topic_name_error
 _B_B_U16 = struct.Struct(">BBH")
 _U32 = struct.Struct(">I")
 _B_B_U16_B = struct.Struct(">BBHB")
+_ALIAS = bytes((props_codec.TOPIC_ALIAS,))
 
 # SUBSCRIBE options (section 3.8.3.1)
 NO_LOCAL = 0x04
@@ -235,15 +236,60 @@ def publishes_from_v4(packets: bytes) -> bytes:
     return b"".join(out)
 
 
-def message_properties(props: bytes, expiry: int, now: float) -> bytes | None:
-    """The property block of a PUBLISH to a subscriber: the message's property entries as they came
-    (without their length), and what is left of its expiry interval at `now` (`expiry` is the
-    time.time() second it expires at, 0: never); None when it has expired."""
+def first_topic(packets: bytes) -> bytes:
+    """The topic name of the first PUBLISH in `packets` (3.1.1 or 5.0: a raw run's packets share it)."""
+    _first, start, _stop = frame(packets, 0, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+    return packets[start + 2:start + 2 + ((packets[start] << 8) | packets[start + 1])]
+
+
+def with_topic_alias(packets: bytes, alias: int, named: bool) -> bytes:
+    """5.0 QoS 0 PUBLISH packets to one topic (one delivery, or a raw run) sent with topic alias
+    `alias` in front of their properties: the first keeps its topic name when `named` (it sets the
+    alias), every other has an empty one (it uses the alias)."""
+    entry = _ALIAS + U16.pack(alias)
+    out = []
+    pos, end = 0, len(packets)
+    while pos < end:
+        first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        topic_end = start + 2 + ((packets[start] << 8) | packets[start + 1])
+        length, props_start = read_varint(packets, topic_end, "property length")
+        topic = packets[start:topic_end] if named and not pos else b"\x00\x00"
+        block = encode_remaining_length(length + 3)
+        out += (bytes((first,)), encode_remaining_length(len(topic) + len(block) + 3 + stop - props_start), topic,
+                block, entry, packets[props_start:stop])
+        pos = stop
+    return b"".join(out)
+
+
+def payloads(packets: bytes) -> list[bytes]:
+    """The payload of each 5.0 QoS 0 PUBLISH packet (their properties left out: a raw run has none)."""
+    found = []
+    pos, end = 0, len(packets)
+    while pos < end:
+        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        length, props_start = read_varint(packets, start + 2 + ((packets[start] << 8) | packets[start + 1]),
+                                          "property length")
+        found.append(packets[props_start + length:stop])
+        pos = stop
+    return found
+
+
+def alias_properties(alias: int) -> bytes:
+    """The property block of a PUBLISH that carries topic alias `alias` and nothing else."""
+    return b"\x03" + _ALIAS + U16.pack(alias)
+
+
+def message_properties(props: bytes, expiry: int, now: float, alias: int = 0) -> bytes | None:
+    """The property block of a PUBLISH to a subscriber: the topic alias (0: none), the message's
+    property entries as they came (without their length), and what is left of its expiry interval at
+    `now` (`expiry` is the time.time() second it expires at, 0: never); None when it has expired."""
     if expiry:
         left = expiry - now
         if left <= 0:
             return None
         props += b"\x02" + _U32.pack(math.ceil(left))
+    if alias:
+        props = _ALIAS + U16.pack(alias) + props
     return encode_remaining_length(len(props)) + props
 
 
