@@ -2,8 +2,13 @@
 
 Each test runs one scenario of `tests/mqttjs/check.js` at one protocol version (the scenarios both
 versions share run at each; the 5.0 ones, and 3.1.1 beside 5.0, at 5), which prints one JSON line of
-what its clients saw; the assertions are here. Every wait in the script is bounded (10 s each, 40 s in all),
-and the subprocess by TIMEOUT. Install the client with `npm ci --prefix tests/mqttjs` (`.ci/run`
+what its clients saw; the assertions are here. The 5.0 features, end to end with a real v5 client
+(issue 12): CONNACK properties, assigned client ids, topic aliases, message properties passed through
+(and left out for 3.1.1 subscribers), subscription options (no local, retain as published, retain
+handling) and identifiers, shared subscriptions over 5.0 and 3.1.1 members, delayed wills with
+properties, session expiry set at DISCONNECT. Where a test shows that something was not delivered, a
+marker message that had to come next stands in for a wait. Every wait in the script is bounded (10 s
+each, 40 s in all), and the subprocess by TIMEOUT. Install the client with `npm ci --prefix tests/mqttjs` (`.ci/run`
 does, where npm is available).
 """
 
@@ -172,3 +177,90 @@ def test_v311_and_v5_clients_exchange_messages_both_ways(broker: Broker) -> None
                                            (f"at 1 from {v}", 1), (f"at 2 from {v}", 2)])
     for v in ("4", "5"):
         assert sorted(messages(result["received"][v])) == expected, f"at the {v} client"
+
+
+def test_v5_message_properties_reach_v5_subscribers_as_sent_and_v311_ones_without(broker: Broker) -> None:
+    result = check(broker, 5, "props")
+    assert result["granted"] == {"4": [1], "5": [1]}
+    sent = result["sent"]
+    assert sent["userProperties"] == {"dup": ["first", "second", "first"], "unit": "°C", "empty": ""}
+    expected = [("props/at0", '{"qos": 0, "t": "21.5 °C"}', 0, False),
+                ("props/at1", '{"qos": 1, "t": "21.5 °C"}', 1, False),
+                ("props/legacy", "from 3.1.1", 1, False)]
+    for v in ("4", "5"):
+        assert sorted(messages(result["received"][v])) == expected, f"at the {v} subscriber"
+    by_topic = {m["topic"].rsplit("/", 1)[-1]: m for m in result["received"]["5"]}
+    for name in ("at0", "at1"):  # each property as sent: the repeated key's values in order, bytes exact
+        properties = dict(by_topic[name]["properties"])
+        expiry = properties.pop("messageExpiryInterval")
+        assert 3590 <= expiry <= sent["messageExpiryInterval"]  # what is left of it
+        assert properties == {key: value for key, value in sent.items() if key != "messageExpiryInterval"}, name
+    assert "properties" not in by_topic["legacy"]  # a 3.1.1 publisher's message carries none
+    assert not any("properties" in m for m in result["received"]["4"])  # 3.1.1: never any
+
+
+def test_v5_subscription_options_and_identifiers(broker: Broker) -> None:
+    result = check(broker, 5, "subopts")
+    # no local: the own "own" never came back (the marker after it came first), another client's did;
+    # with a plain subscription matching too, the own message came back once
+    assert result["no_local_granted"] == [1, 1]
+    assert messages(result["no_local"]) == [
+        ("mark/local", "after own", 1, False),
+        ("nl/t", "from another", 1, False),
+        ("nl/t", "own again", 1, False),
+        ("mark/local", "after own again", 1, False),
+    ]
+    assert [m["payload"] for m in result["no_local_other"]] == ["own", "from another", "own again"]
+    # retain as published: the live retained publish (and the clearing one) keeps its flag only with rap
+    assert result["rap_granted"] == {"kept": [1], "cleared": [1], "legacy": [1]}
+    for name, flag in (("kept", True), ("cleared", False), ("legacy", False)):
+        assert messages(result["retain_as_published"][name]) == [
+            ("rap/r", "retained", 1, flag), ("rap/r", "", 1, flag)], name
+    # retain handling: the retained message (retain flag set) at each SUBSCRIBE with 0, for a new
+    # subscription only with 1, never with 2
+    retained = [("rh/r", "kept", 1, True)]
+    assert [(step["rh"], step["what"], step["granted"], messages(step["received"]))
+            for step in result["retain_handling"]] == [
+        (0, "new", [1], retained),
+        (0, "again", [1], retained),
+        (1, "new", [1], retained),
+        (1, "again", [1], []),
+        (2, "new", [1], []),
+        (2, "again", [1], []),
+    ]
+    # subscription identifiers: one delivery carrying both matching ones (at the higher QoS), one where
+    # only the identified subscription of two matching ones has one, none on the marker
+    assert result["ids_granted"] == [0, 1, 1]
+    assert messages(result["identifiers"]) == [
+        ("id/a", "two ids", 1, False), ("id/plain/x", "one id", 1, False), ("mark/ids", "after ids", 1, False)]
+    ids = [m.get("properties", {}).get("subscriptionIdentifier") for m in result["identifiers"]]
+    assert sorted(ids[0]) == [5, 268435455]  # mqtt.js: a list when the PUBLISH has several
+    assert ids[1:] == [268435455, None]
+
+
+def test_v5_shared_subscription_round_robin_over_v5_and_v311_members(broker: Broker) -> None:
+    result = check(broker, 5, "shared")
+    assert result["granted"] == [[1], [1], [1]]
+    # member n (5.0, 3.1.1, 5.0 in the order they joined) got messages n and n + 3, in order, and
+    # nothing more before its marker
+    for n, got in enumerate(result["members"]):
+        assert messages(got) == [("shared/x", f"m{n}", 1, False), ("shared/x", f"m{n + 3}", 1, False)], n
+    assert messages(result["plain"]) == [("shared/x", f"m{n}", 1, False) for n in range(6)]
+
+
+def test_v5_delayed_will_carries_its_properties_and_none_for_a_client_back_in_time(broker: Broker) -> None:
+    result = check(broker, 5, "willdelay")
+    assert result["back_session_present"] is True
+    # the will of "back" never came, not even when its session ended: the late will, then the marker
+    assert messages(result["received"]) == [("wd/late", "gone", 1, False), ("wd/marker", "marker", 1, False)]
+    assert result["received"][0]["properties"] == result["sent"] == {
+        "userProperties": {"why": ["lost", "again"], "who": "plexmq"}, "contentType": "text/plain"}
+    assert result["will_after_ms"] >= 900  # not before its 1 s delay (counted from the socket's close)
+
+
+def test_v5_session_expiry_set_to_zero_at_disconnect_ends_the_session(broker: Broker) -> None:
+    result = check(broker, 5, "expiry")
+    # the session that kept its 60 s is resumed with what was queued; the one ended at DISCONNECT is not
+    assert result["session_present"] == {"ended": False, "kept": True}
+    assert result["received"]["ended"] == []
+    assert messages(result["received"]["kept"]) == [("expiry/x", "while away", 1, False)]

@@ -23,6 +23,21 @@
 //   assigned          an empty client id: the broker assigns one, and the client works
 //   alias             topic aliases set and used by the publisher
 //   mixed             a 3.1.1 client and a 5.0 one exchange messages both ways
+//   props             a 5.0 publisher's message properties (user properties with a repeated key, content
+//                     type, response topic, correlation data, payload format, message expiry) reach a 5.0
+//                     subscriber as sent and a 3.1.1 one without them; a 3.1.1 publisher's messages carry none
+//   subopts           subscription options: no local, retain as published, retain handling 0/1/2 for a
+//                     retained message, and subscription identifiers (one delivery with every matching one)
+//   shared            $share/g/...: three members (5.0, 3.1.1, 5.0) get QoS 1 messages round robin, a
+//                     plain subscriber all of them (redelivery needs a member that does not acknowledge:
+//                     mqtt.js always does, so tests/test_shared_subscriptions.py covers it with raw sockets)
+//   willdelay         a will with a delay interval and properties, published after its delay; one whose
+//                     client is back in time (then ends its session), never
+//   expiry            session expiry set to 0 at DISCONNECT: no session and nothing queued at the reconnect
+//                     (beside one that kept its expiry: session and queued message there)
+//
+// Where a scenario shows that something was not delivered, a marker message that must come next (on a
+// plain subscription of the client's own) stands in for a wait.
 const crypto = require('crypto');
 const mqtt = require('mqtt');
 
@@ -76,7 +91,11 @@ function connect(name, opts = {}) {
   client.on('packetreceive', (packet) => client.packets.push(packet.cmd));
   client.on('message', (topic, payload, packet) => {
     const message = { topic, payload: payload.toString('utf8'), qos: packet.qos, retain: packet.retain };
-    if (packet.properties && Object.keys(packet.properties).length) message.properties = packet.properties;
+    if (packet.properties && Object.keys(packet.properties).length) {
+      // binary properties (correlation data) as hex, so the JSON line keeps them byte for byte
+      message.properties = Object.fromEntries(Object.entries(packet.properties)
+        .map(([key, value]) => [key, Buffer.isBuffer(value) ? value.toString('hex') : value]));
+    }
     client.inbox.push(message);
     for (const check of client.waiters.slice()) check();
   });
@@ -104,13 +123,28 @@ function until(client, predicate, what) {
 
 const has = (topic, payload) => (inbox) => inbox.some((m) => m.topic === topic && m.payload === payload);
 
-async function subscribe(client, filters) {
-  const granted = await bounded(client.subscribeAsync(filters), `SUBACK for ${Object.keys(filters)}`);
+/** SUBSCRIBE to `filters` ({filter: {qos, nl, rap, rh}}), at 5.0 with `opts.properties` when given. */
+async function subscribe(client, filters, opts) {
+  const granted = await bounded(client.subscribeAsync(filters, opts), `SUBACK for ${Object.keys(filters)}`);
   return granted.map((g) => g.qos);
 }
 
 const publish = (client, topic, payload, opts) =>
   bounded(client.publishAsync(topic, payload, opts), `the QoS ${opts.qos} flow of ${topic}`);
+
+/**
+ * Publishes a marker `payload` from `pub` to `topic` (which `client` subscribed to plainly) and waits
+ * for it at `client`: whatever was routed to the client before it has then arrived. Resolves with the
+ * client's messages from index `from` up to the marker (left out).
+ */
+async function upToMarker(pub, client, topic, payload, from = 0) {
+  await publish(pub, topic, payload, { qos: 1 });
+  const isMarker = (m) => m.topic === topic && m.payload === payload;
+  await until(client, (inbox) => inbox.slice(from).some(isMarker),
+    `the marker "${payload}" at ${client.options.clientId}`);
+  const since = client.inbox.slice(from);
+  return since.slice(0, since.findIndex(isMarker));
+}
 
 /** A clean end(): DISCONNECT, at 5.0 with `opts` (reasonCode, properties) when given. */
 async function end(client, opts) {
@@ -317,9 +351,210 @@ const scenarios = {
     for (const v of [4, 5]) result.received[v] = peers[v].inbox.filter((m) => m.payload !== 'marker');
     for (const v of [4, 5]) await end(peers[v]);
   },
+
+  async props() {
+    const filter = `${base}/props/#`;
+    const sub5 = await connect('sub5');
+    const sub4 = await connect('sub4', { protocolVersion: 4 });
+    result.granted = {
+      5: await subscribe(sub5, { [filter]: { qos: 1 } }),
+      4: await subscribe(sub4, { [filter]: { qos: 1 } }),
+    };
+    const pub = await connect('pub');
+    const properties = {
+      payloadFormatIndicator: true, // the payload is UTF-8
+      messageExpiryInterval: 3600,
+      contentType: 'application/json; charset=utf-8',
+      responseTopic: `${base}/replies/π`,
+      correlationData: Buffer.from([0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff]),
+      userProperties: { dup: ['first', 'second', 'first'], unit: '°C', empty: '' }, // a repeated key, in order
+    };
+    result.sent = { ...properties, correlationData: properties.correlationData.toString('hex') };
+    for (const qos of [0, 1]) {
+      await publish(pub, `${base}/props/at${qos}`, `{"qos": ${qos}, "t": "21.5 °C"}`, { qos, properties });
+    }
+    // a 3.1.1 publisher's message, after them: it carries no properties to either subscriber
+    const legacy = await connect('legacy', { protocolVersion: 4 });
+    await publish(legacy, `${base}/props/legacy`, 'from 3.1.1', { qos: 1 });
+    for (const [v, sub] of [[5, sub5], [4, sub4]]) {
+      await until(sub, (inbox) => inbox.length >= 3 && has(`${base}/props/legacy`, 'from 3.1.1')(inbox),
+        `the three messages at the ${v} subscriber`);
+    }
+    result.received = { 5: sub5.inbox, 4: sub4.inbox };
+    await end(legacy);
+    await end(pub);
+    await end(sub4);
+    await end(sub5);
+  },
+
+  async subopts() {
+    const pub = await connect('pub'); // publishes the markers (and the retained messages)
+
+    // no local: the client's own publish is not delivered back to it, another client's is
+    const local = await connect('local');
+    const localMark = `${base}/mark/local`;
+    result.no_local_granted = await subscribe(local,
+      { [`${base}/nl/t`]: { qos: 1, nl: true }, [localMark]: { qos: 1 } });
+    const other = await connect('other');
+    await subscribe(other, { [`${base}/nl/t`]: { qos: 1 } });
+    await publish(local, `${base}/nl/t`, 'own', { qos: 1 });
+    await until(other, has(`${base}/nl/t`, 'own'), 'the own publish at the other subscriber');
+    await upToMarker(pub, local, localMark, 'after own');
+    await publish(other, `${base}/nl/t`, 'from another', { qos: 1 });
+    await until(local, has(`${base}/nl/t`, 'from another'), "another client's publish");
+    // a plain subscription that matches too: the own message comes back, once (its delivery may come
+    // before its PUBACK: until() sees it either way)
+    await subscribe(local, { [`${base}/nl/#`]: { qos: 1 } });
+    await publish(local, `${base}/nl/t`, 'own again', { qos: 1 });
+    await until(local, has(`${base}/nl/t`, 'own again'), 'the own publish through the plain subscription');
+    await upToMarker(pub, local, localMark, 'after own again');
+    result.no_local = local.inbox.slice(); // markers included
+    result.no_local_other = other.inbox.slice();
+
+    // retain as published: the retain flag of a live delivery kept (5.0 with rap), cleared (5.0 without, 3.1.1)
+    const rap = {
+      kept: await connect('rap'), cleared: await connect('norap'), legacy: await connect('rap311', { protocolVersion: 4 }),
+    };
+    result.rap_granted = {};
+    for (const [name, client] of Object.entries(rap)) {
+      const options = name === 'kept' ? { qos: 1, rap: true } : { qos: 1 };
+      result.rap_granted[name] = await subscribe(client, { [`${base}/rap/#`]: options });
+    }
+    await publish(pub, `${base}/rap/r`, 'retained', { qos: 1, retain: true });
+    await publish(pub, `${base}/rap/r`, '', { qos: 1, retain: true }); // clears it, a live retained publish too
+    result.retain_as_published = {};
+    for (const [name, client] of Object.entries(rap)) {
+      await until(client, has(`${base}/rap/r`, ''), `the clearing publish at ${name}`);
+      result.retain_as_published[name] = client.inbox;
+    }
+
+    // retain handling, a retained message there: 0 sends it at every SUBSCRIBE, 1 only for a new
+    // subscription, 2 never; what came after each SUBACK up to a marker
+    const handled = await connect('rh');
+    const rhMark = `${base}/mark/rh`;
+    await subscribe(handled, { [rhMark]: { qos: 1 } });
+    await publish(pub, `${base}/rh/r`, 'kept', { qos: 1, retain: true });
+    result.retain_handling = [];
+    const step = async (rh, what) => {
+      const from = handled.inbox.length;
+      const granted = await subscribe(handled, { [`${base}/rh/r`]: { qos: 1, rh } });
+      const received = await upToMarker(pub, handled, rhMark, `after ${rh} ${what}`, from);
+      result.retain_handling.push({ rh, what, granted, received });
+    };
+    const unsubscribe = () => bounded(handled.unsubscribeAsync(`${base}/rh/r`), 'UNSUBACK');
+    await step(0, 'new');
+    await step(0, 'again');
+    await unsubscribe();
+    await step(1, 'new');
+    await step(1, 'again');
+    await unsubscribe();
+    await step(2, 'new');
+    await step(2, 'again');
+    await unsubscribe();
+    await publish(pub, `${base}/rh/r`, '', { qos: 1, retain: true }); // leave no retained message behind
+
+    // subscription identifiers: one delivery with every matching subscription's
+    const ids = await connect('ids');
+    const idsMark = `${base}/mark/ids`;
+    await subscribe(ids, { [idsMark]: { qos: 1 } });
+    result.ids_granted = [
+      ...await subscribe(ids, { [`${base}/id/+`]: { qos: 0 } }, { properties: { subscriptionIdentifier: 5 } }),
+      ...await subscribe(ids, { [`${base}/id/#`]: { qos: 1 } }, { properties: { subscriptionIdentifier: 268435455 } }),
+      ...await subscribe(ids, { [`${base}/id/plain/#`]: { qos: 1 } }), // no identifier
+    ];
+    await publish(pub, `${base}/id/a`, 'two ids', { qos: 1 });
+    await publish(pub, `${base}/id/plain/x`, 'one id', { qos: 1 });
+    await upToMarker(pub, ids, idsMark, 'after ids');
+    result.identifiers = ids.inbox; // marker included
+
+    for (const client of [ids, handled, ...Object.values(rap), other, local, pub]) await end(client);
+  },
+
+  async shared() {
+    const share = `$share/g/${base}/shared/+`;
+    const members = [];
+    result.granted = [];
+    for (const [n, v] of [[0, 5], [1, 4], [2, 5]]) { // joined in this order: round robin starts with 0
+      const member = await connect(`member${n}`, { protocolVersion: v });
+      await subscribe(member, { [`${base}/mark/${n}`]: { qos: 1 } }); // a plain subscription of its own
+      result.granted.push(await subscribe(member, { [share]: { qos: 1 } }));
+      members.push(member);
+    }
+    const plain = await connect('plain');
+    await subscribe(plain, { [`${base}/shared/+`]: { qos: 1 } });
+    const pub = await connect('pub');
+    for (let n = 0; n < 6; n++) await publish(pub, `${base}/shared/x`, `m${n}`, { qos: 1 });
+    await until(plain, (inbox) => inbox.length >= 6, 'the six messages at the plain subscriber');
+    // each member's marker comes after every message routed to it: what it got, and nothing more
+    result.members = [];
+    for (const [n, member] of members.entries()) {
+      result.members.push(await upToMarker(pub, member, `${base}/mark/${n}`, 'marker'));
+    }
+    result.plain = plain.inbox;
+    for (const client of [pub, plain, ...members]) await end(client);
+  },
+
+  async willdelay() {
+    const watcher = await connect('watcher');
+    await subscribe(watcher, { [`${base}/wd/#`]: { qos: 1 } });
+    const carried = { userProperties: { why: ['lost', 'again'], who: 'plexmq' }, contentType: 'text/plain' };
+    result.sent = carried;
+    /** Connects `name` with a will delayed by `delay` s, in a session of 60 s, and destroys its socket. */
+    const drop = async (name, delay) => {
+      const client = await connect(name, {
+        properties: { sessionExpiryInterval: 60 },
+        will: { topic: `${base}/wd/${name}`, payload: 'gone', qos: 1, retain: false,
+                properties: { willDelayInterval: delay, ...carried } },
+      });
+      const closed = new Promise((resolve) => client.once('close', resolve));
+      client.stream.destroy();
+      await bounded(closed, `the destroyed socket of ${name} to close`);
+      clients.delete(client);
+    };
+    // back before its will delay (60 s): that will is never published, not even when the session
+    // ends (expiry 0 at DISCONNECT), which would publish a will still waiting
+    await drop('back', 60);
+    const back = await connect('back', { clean: false, properties: { sessionExpiryInterval: 60 } });
+    result.back_session_present = back.connack.sessionPresent;
+    await end(back, { properties: { sessionExpiryInterval: 0 } });
+    // a will delayed by 1 s: published once the delay has passed
+    await drop('late', 1);
+    const started = Date.now();
+    await until(watcher, has(`${base}/wd/late`, 'gone'), 'the delayed will');
+    result.will_after_ms = Date.now() - started;
+    await publish(watcher, `${base}/wd/marker`, 'marker', { qos: 1 });
+    await until(watcher, has(`${base}/wd/marker`, 'marker'), 'the marker after the will');
+    result.received = watcher.inbox;
+    await end(watcher);
+    // leave no session behind: clean start, and no expiry at this connection
+    await end(await connect('late'));
+  },
+
+  async expiry() {
+    // two sessions of 60 s with a QoS 1 subscription: one ends with expiry 0 set at DISCONNECT
+    const persistent = { properties: { sessionExpiryInterval: 60 } };
+    for (const name of ['ended', 'kept']) {
+      const client = await connect(name, persistent); // clean start: a new session
+      await subscribe(client, { [`${base}/expiry/+`]: { qos: 1 } });
+      await end(client, name === 'ended' ? { properties: { sessionExpiryInterval: 0 } } : undefined);
+    }
+    const pub = await connect('pub');
+    await publish(pub, `${base}/expiry/x`, 'while away', { qos: 1 });
+    result.session_present = {};
+    result.received = {};
+    for (const name of ['ended', 'kept']) {
+      const client = await connect(name, { ...persistent, clean: false });
+      result.session_present[name] = client.connack.sessionPresent;
+      // a queued message comes before the marker on a plain subscription made now
+      await subscribe(client, { [`${base}/mark/${name}`]: { qos: 1 } });
+      result.received[name] = await upToMarker(pub, client, `${base}/mark/${name}`, 'marker');
+      await end(client, { properties: { sessionExpiryInterval: 0 } }); // leave no session behind
+    }
+    await end(pub);
+  },
 };
 
-const V5_ONLY = new Set(['connack', 'assigned', 'alias', 'mixed']);
+const V5_ONLY = new Set(['connack', 'assigned', 'alias', 'mixed', 'props', 'subopts', 'shared', 'willdelay', 'expiry']);
 
 if (!host || !Number(portArg) || ![4, 5].includes(version) || !Object.hasOwn(scenarios, scenario || '')) {
   finish(false, `usage: node check.js HOST PORT {4,5} {${Object.keys(scenarios).join(',')}} [ARG]`);
