@@ -36,4 +36,3 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
             conn.worker.link.batch.add(wire.SESSION_EXPIRY, wire.SESSION_EXPIRY_HEAD.pack(conn.conn_id, expiry))
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
     conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)
-
