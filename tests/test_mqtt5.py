@@ -261,6 +261,15 @@ def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
     pub.disconnect()
 
 
+def test_a_pubrec_for_an_id_not_in_flight_gets_pubrel_0x92(broker: Broker) -> None:
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_ack(v5.PUBREC, 4242))
+    assert c.recv() == (0x62, bytes.fromhex("1092 92"))  # PUBREL, packet identifier not found
+    c.send(v4.PINGREQ_PACKET)  # harmless: the connection stays
+    assert c.recv() == (0xD0, b"")
+    c.close()
+
+
 def test_topic_aliases_from_the_client(broker: Broker) -> None:
     topic = f"v5/alias/{uid()}"
     sub = Client(broker.port, f"sub-{uid()}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import paho.mqtt.client as paho
 import pytest
 from wsproto import WSConnection
 from wsproto.connection import CLIENT
@@ -166,16 +167,30 @@ def test_every_listener_has_its_log_line(open_broker: Broker, wss_broker: Broker
 # -- paho across transports -------------------------------------------------------------------------
 
 
-def test_paho_over_tls_and_tcp(open_broker: Broker, pki: Pki) -> None:
-    crossing(Client(port_of(open_broker, "mqtts"), tls=pki.tls()), Client(open_broker.port), "tls")
+# each transport at 3.1.1 and at 5.0, crossing with a TCP client of the other version
+VERSIONS = pytest.mark.parametrize("version", [paho.MQTTv311, paho.MQTTv5], ids=["v311", "v5"])
 
 
-def test_paho_over_websocket_and_tcp(open_broker: Broker) -> None:
-    crossing(Client(port_of(open_broker, "ws"), transport="websockets"), Client(open_broker.port), "ws")
+def other(version: int) -> int:
+    return paho.MQTTv5 if version == paho.MQTTv311 else paho.MQTTv311
 
 
-def test_paho_over_secure_websocket_and_tcp(wss_broker: Broker, pki: Pki) -> None:
-    crossing(Client(port_of(wss_broker, "wss"), transport="websockets", tls=pki.tls()), Client(wss_broker.port), "wss")
+@VERSIONS
+def test_paho_over_tls_and_tcp(open_broker: Broker, pki: Pki, version: int) -> None:
+    crossing(Client(port_of(open_broker, "mqtts"), tls=pki.tls(), protocol=version),
+             Client(open_broker.port, protocol=other(version)), "tls")
+
+
+@VERSIONS
+def test_paho_over_websocket_and_tcp(open_broker: Broker, version: int) -> None:
+    crossing(Client(port_of(open_broker, "ws"), transport="websockets", protocol=version),
+             Client(open_broker.port, protocol=other(version)), "ws")
+
+
+@VERSIONS
+def test_paho_over_secure_websocket_and_tcp(wss_broker: Broker, pki: Pki, version: int) -> None:
+    crossing(Client(port_of(wss_broker, "wss"), transport="websockets", tls=pki.tls(), protocol=version),
+             Client(wss_broker.port, protocol=other(version)), "wss")
 
 
 def test_websocket_and_tls_clients_reach_each_other(open_broker: Broker, pki: Pki) -> None:

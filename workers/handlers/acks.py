@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from router import wire
-from workers.mqtt import v4, v5
+from workers.mqtt import reasons, v4, v5
 from workers.mqtt.framing import PROTOCOL_ERROR
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
             conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_RECEIVED)
     elif stage is None:
         log.debug("client %s: PUBREC for packet id %d, which is not in flight", conn.client_id, packet_id)
+        if conn.v5 is not None:  # 5.0 says so in the PUBREL
+            return conn.write(v5.encode_ack(v4.PUBREL, packet_id, reasons.PACKET_IDENTIFIER_NOT_FOUND))
     conn.write(v4.encode_pubrel(packet_id))
 
 
