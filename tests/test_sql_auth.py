@@ -144,11 +144,12 @@ def broker(mariadb: MariaDB, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     b.stop()
 
 
-def connack(port: int, username: str | None, password: str | None, client_id: str = "") -> str:
+def connack(port: int, username: str | None, password: str | None, client_id: str = "",
+            protocol: int = paho.MQTTv311) -> str:
     """The name of the CONNACK a paho client got ("Success", "Bad user name or password", ...)."""
     got: queue.Queue[str] = queue.Queue()
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id or f"sql-{uid()}",
-                         protocol=paho.MQTTv311)
+                         protocol=protocol)
     if username is not None:
         client.username_pw_set(username, password)
     client.on_connect = lambda c, u, flags, rc, props: got.put(str(rc))
@@ -171,6 +172,9 @@ def connack(port: int, username: str | None, password: str | None, client_id: st
 def test_users_table_decides_the_connack_like_the_password_file(broker: Broker) -> None:
     assert connack(broker.port, "alice", "wonderland") == OK
     assert connack(broker.port, "alice", "wrong") == BAD
+    # 5.0 clients hear the same verdicts as reason codes (0x00, 0x86)
+    assert connack(broker.port, "alice", "wonderland", protocol=paho.MQTTv5) == OK
+    assert connack(broker.port, "alice", "wrong", protocol=paho.MQTTv5) == BAD
     assert connack(broker.port, "mallory", "wonderland") == BAD  # no row
     # the column's collation ignores trailing spaces: the broker compares the name itself
     assert connack(broker.port, "alice ", "wonderland") == BAD

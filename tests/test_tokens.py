@@ -13,7 +13,10 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from tests.conftest import Broker
 from tests.test_admission import from_address
+from tests.mqtt import RawClient
+from tests.steps import uid
 from tests.test_auth import config, login
+from workers.mqtt import properties as P
 from workers.mqtt import v4 as p
 
 
@@ -65,6 +68,21 @@ def test_tokens_decide_the_connack(tokens_broker: Broker, keys: dict[str, object
     c = from_address(port, "127.0.0.30")
     assert c.connect("tok-anonymous")[1] == 5
     c.close()
+    c.close()
+
+
+def test_v5_clients_hear_the_token_verdict_as_reason_codes(tokens_broker: Broker, keys: dict[str, object]) -> None:
+    """5.0 needs no user name with a password: the token alone logs in; a bad one is 0x86, none 0x87."""
+    port = tokens_broker.port
+    c = RawClient(port)
+    assert c.connect5(f"tok5-{uid()}", password=token(keys["rsa"], "r1"))[:2] == (False, 0)
+    c.close()
+    c = from_address(port, "127.0.0.40")
+    _present, code, props = c.connect5(f"tok5-{uid()}", password=token(keys["rsa"], "r1", exp=time.time() - 10))
+    assert code == 0x86 and props[P.REASON_STRING] == "bad user name or password"
+    c.close()
+    c = from_address(port, "127.0.0.41")
+    assert c.connect5(f"tok5-{uid()}")[1] == 0x87  # anonymous, and anonymous is not allowed
     c.close()
 
 
