@@ -261,6 +261,28 @@ def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
     pub.disconnect()
 
 
+def test_a_v5_burst_of_qos0_with_and_without_properties_reaches_both_versions_in_order(broker: Broker) -> None:
+    """QoS 0 PUBLISHes without properties take the raw path (as 3.1.1 ones do), those with
+    properties the decoded one; one read holding both keeps their order for every subscriber."""
+    topic = f"v5/burst/{uid()}"
+    old = RawClient(broker.port)
+    old.connect(f"burst-311-{uid()}")
+    old.send(v4.encode_subscribe(1, [(topic, 0)]))
+    assert old.recv()[0] == 0x90
+    new, _ = raw5(broker.port)
+    assert subscribe5(new, 1, [(topic, 0)]) == [0]
+    pub, _ = raw5(broker.port)
+    carried = {P.USER_PROPERTY: [("n", "3")]}
+    pub.send(b"".join(v5.encode_publish(topic.encode(), b"m%d" % n, 0, properties=carried if n == 3 else None)
+                      for n in range(6)))
+    for n in range(6):
+        assert old.recv() == (0x30, v4.encode_publish(topic.encode(), b"m%d" % n, 0)[2:])
+        got_topic, _pid, payload, props, first = recv_publish(new)
+        assert (got_topic, payload, first, props) == (topic, b"m%d" % n, 0x30, carried if n == 3 else {})
+    for c in (old, new, pub):
+        c.close()
+
+
 def test_a_pubrec_for_an_id_not_in_flight_gets_pubrel_0x92(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     c.send(v5.encode_ack(v5.PUBREC, 4242))

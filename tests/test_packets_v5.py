@@ -941,3 +941,18 @@ def test_garbage_never_raises_anything_but_malformed(data: bytes) -> None:
             assert exc.code in (MALFORMED_CODE, PROTOCOL_ERROR, TOPIC_NAME_INVALID)
         except UnsupportedProtocol:
             assert first >> 4 == p.CONNECT
+
+
+def test_raw_runs_convert_between_the_versions_byte_exact() -> None:
+    """The raw path's two rewrites: 3.1.1 QoS 0 packets gain an empty property block for 5.0
+    subscribers, 5.0 ones without properties lose it on their way to the router."""
+    v4_run = bytes.fromhex("3005 0001") + b"t" + b"ab" + bytes.fromhex("3004 0001") + b"t" + b"c"
+    v5_run = bytes.fromhex("3006 0001") + b"t" + b"\x00ab" + bytes.fromhex("3005 0001") + b"t" + b"\x00c"
+    assert p.publishes_from_v4(v4_run) == v5_run
+    assert p.publishes_to_v4(v5_run) == v4_run
+    long = bytes.fromhex("308001 0001") + b"t" + b"\x00" + b"y" * 124  # 128 bytes after the fixed header
+    assert p.publishes_to_v4(long) == bytes.fromhex("307f 0001") + b"t" + b"y" * 124  # its length: one byte shorter
+    body = bytes.fromhex("0001") + b"t" + b"\x00ab"
+    assert p.without_properties(body, 0, len(body))
+    assert not p.without_properties(bytes.fromhex("0001") + b"t" + bytes.fromhex("03 0300 01") + b"a", 0, 9)
+    assert not p.without_properties(bytes.fromhex("0001") + b"t", 0, 3)  # no property length at all

@@ -37,6 +37,8 @@ log = logging.getLogger("plexmq.worker")
 _frame = p.frame
 _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
+_without_properties = v5.without_properties
+_publishes_to_v4 = v5.publishes_to_v4
 _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 
 # What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
@@ -143,6 +145,7 @@ class Connection(asyncio.Protocol):
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
+        plain = self.v5 is None  # 5.0: only PUBLISHes without properties take the raw path
         try:
             while pos < limit:
                 found = _frame(buf, pos, max_size)
@@ -151,7 +154,7 @@ class Connection(asyncio.Protocol):
                 first, start, stop = found
                 if published >= max_published and first & 0xF0 == 0x30:
                     break  # the rest waits in the buffer until the client's bucket has refilled
-                if first == 0x30 and self.fast:
+                if first == 0x30 and self.fast and (plain or _without_properties(buf, start, stop)):
                     topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
                     topic = buf[start + 2:topic_end]
                     if run < 0 or topic != run_topic:
@@ -242,11 +245,11 @@ class Connection(asyncio.Protocol):
             self.data_received(b"")  # what the last read could not take yet
 
     def _forward(self, buf: bytes, run: int, end: int, topic: bytes, count: int, skipped: list[tuple[int, int]]) -> None:
-        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are,
-        and archive them (but the `skipped` ones) just as they are."""
+        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are (5.0
+        ones in the 3.1.1 form), and archive them (but the `skipped` ones) just as they are."""
         packets = buf[run:end]
         worker = self.worker
-        worker.link.pub0(topic, count, packets)
+        worker.link.pub0(topic, count, packets if self.v5 is None else _publishes_to_v4(packets))
         if worker.archive is not None:
             if skipped:
                 kept, at = [], run
@@ -310,9 +313,11 @@ class Connection(asyncio.Protocol):
         with `forms`, its aliased forms)."""
         if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
             return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
-        if qos0_packet is not None and self.v5 is None:
-            self.write(qos0_packet)  # the fan-out hot path
-            return
+        if qos0_packet is not None:
+            negotiated = self.v5
+            if negotiated is None or not (negotiated.send_alias_max or negotiated.max_packet):
+                self.write(qos0_packet)  # the fan-out hot path (5.0: no alias or size limit to apply)
+                return
         if qos and packet_id in self.inflight:
             return  # a restarted router resends what it cannot know we already sent
         self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet, forms)

@@ -178,7 +178,7 @@ def accept(conn: Connection, connect: Connect) -> None:
     if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
     conn.checker = checker
-    conn.fast = checker is None and conn.v5 is None  # 5.0 PUBLISHes are read one by one
+    conn.fast = checker is None  # plain QoS 0 runs go to the router as they are (5.0: without properties)
     conn.persistent = not connect.clean_session if conn.v5 is None else conn.v5.session_expiry > 0
     keepalive = connect.keepalive if conn.v5 is None else conn.v5.server_keepalive or connect.keepalive
     conn.keepalive = keepalive

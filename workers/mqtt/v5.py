@@ -21,6 +21,7 @@ from workers.mqtt.kinds import (  # noqa: F401
 from workers.mqtt.properties import Properties
 from workers.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
 from workers.mqtt.topics import SHARED_PREFIX, topic_name_error
+from workers.mqtt.v4 import publish_header as v4_publish_header
 
 _B_B_U16 = struct.Struct(">BBH")
 _U32 = struct.Struct(">I")
@@ -208,13 +209,9 @@ def decode_suback(kind: int, flags: int, body: bytes | memoryview) -> tuple[int,
 
 def publish_header(topic: bytes, payload_len: int, qos: int, retain: bool, dup: bool, packet_id: int,
                    props: bytes = b"\x00") -> bytes:
-    """Everything of a PUBLISH before the payload; `props` is an encoded property block."""
-    first = 0x30 | (qos << 1) | (0x01 if retain else 0) | (0x08 if dup else 0)
-    length = 2 + len(topic) + (2 if qos else 0) + len(props) + payload_len
-    head = bytes((first,)) + encode_remaining_length(length) + U16.pack(len(topic)) + topic
-    if qos:
-        head += U16.pack(packet_id)
-    return head + props
+    """Everything of a PUBLISH before the payload; `props` is an encoded property block. The 3.1.1
+    header of a payload that long is the same up to the properties: it is built by v4's fast one."""
+    return v4_publish_header(topic, len(props) + payload_len, qos, retain, dup, packet_id) + props
 
 
 def encode_publish(topic: bytes, payload: bytes, qos: int = 0, retain: bool = False, dup: bool = False,
@@ -234,6 +231,28 @@ def publishes_from_v4(packets: bytes) -> bytes:
                 packets[topic_end:stop])
         pos = stop
     return b"".join(out)
+
+
+def publishes_to_v4(packets: bytes) -> bytes:
+    """5.0 QoS 0 PUBLISH packets without properties as the raw path forwards them (3.1.1): each loses
+    its empty property block, so the router and 3.1.1 subscribers see one form whoever published."""
+    out = []
+    pos, end = 0, len(packets)
+    while pos < end:
+        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        topic_end = start + 2 + ((packets[start] << 8) | packets[start + 1])
+        out += (b"\x30", encode_remaining_length(stop - start - 1), packets[start:topic_end], packets[topic_end + 1:stop])
+        pos = stop
+    return b"".join(out)
+
+
+def without_properties(buf: bytes, start: int, stop: int) -> bool:
+    """Whether the 5.0 QoS 0 PUBLISH body at buf[start:stop] has an empty property block (it may
+    take the raw path)."""
+    if stop - start < 2:
+        return False
+    at = start + 2 + ((buf[start] << 8) | buf[start + 1])
+    return at < stop and buf[at] == 0
 
 
 def first_topic(packets: bytes) -> bytes:
