@@ -110,7 +110,7 @@ def probe(endpoint: str, curve: tuple[bytes, bytes, bytes] | None, wait: float) 
         sock.connect(endpoint)
         batch = wire.Batch()
         batch.add_json(wire.HELLO, [99, os.getpid()])
-        batch.add_json(wire.CONNECT, [1, "curve-probe", True, None, None, 0, False, 0, True])
+        batch.add_json(wire.CONNECT, [1, "curve-probe", True, None, None, 0, False, 0, True, -1, None])
         sock.send(batch.take())
         return sock.recv() if sock.poll(int(wait * 1000)) else None
     finally:
