@@ -52,7 +52,7 @@ class Dest:
     def __init__(self, worker: bytes, subs: bytes) -> None:
         self.worker = worker
         self.subs = subs  # every online subscriber on that worker, packed
-        self.pending: list[bytes] = []  # runs of packets
+        self.pending: tuple[list[bytes], list[bytes]] = ([], [])  # runs of packets: 3.1.1 and 5.0 form
         self.count = 0  # packets in `pending`
 
 
@@ -111,6 +111,7 @@ class Router:
             wire.UNSUBSCRIBE: self._on_unsubscribe,
             wire.PUB: self._on_pub,
             wire.PUB0: self._on_pub0,
+            wire.PUB0_V5: self._on_pub0_v5,
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
@@ -147,7 +148,7 @@ class Router:
     def handle_frame(self, worker: bytes, frame: bytes) -> None:
         handlers = self._handlers
         for kind, header, payload in wire.records(frame):
-            if kind != wire.PUB0 and self.raw_dirty:
+            if kind != wire.PUB0 and kind != wire.PUB0_V5 and self.raw_dirty:
                 self._flush_raw()  # keep every worker's records in the order they were caused
             handlers[kind](worker, header, payload)
 
@@ -472,23 +473,23 @@ class Router:
         else:
             self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
 
-    def _on_pub0(self, worker: bytes, header: bytes, packets: bytes) -> None:
-        """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its workers."""
+    def _on_pub0(self, worker: bytes, header: bytes, packets: bytes, form: int = 0) -> None:
+        """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its
+        workers; `form` 1: 5.0 packets."""
         topic = header[_count_size:]
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
         count = _unpack_count(header)[0]
         for dest in targets.raw:
-            pending = dest.pending
-            if not pending:
+            if not dest.count:
                 self.raw_dirty.append(dest)
-            pending.append(packets)
+            dest.pending[form].append(packets)
             dest.count += count
         self.received += count
         if targets.special or targets.groups:  # each packet resolved for each of them
             pos = 0
-            body_at = 2 + len(topic)
+            body_at = 2 + len(topic) + form  # 5.0: after the empty property block
             while pos < len(packets):
                 _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
                 payload = packets[start + body_at:stop]
@@ -498,12 +499,18 @@ class Router:
                     self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop
 
+    def _on_pub0_v5(self, worker: bytes, header: bytes, packets: bytes) -> None:
+        """A run of a 5.0 client: kept in its own form, so that 5.0 subscribers get it as it is."""
+        self._on_pub0(worker, header, packets, 1)
+
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
-            pending = dest.pending
-            self.out(dest.worker).add(wire.DELIVER_RAW, dest.subs, b"".join(pending))
+            out = self.out(dest.worker)
+            for kind, pending in zip((wire.DELIVER_RAW, wire.DELIVER_RAW_V5), dest.pending):
+                if pending:
+                    out.add(kind, dest.subs, b"".join(pending))
+                    pending.clear()
             self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
-            pending.clear()
             dest.count = 0
         self.raw_dirty.clear()
 

@@ -26,6 +26,7 @@ STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "a
 CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
 SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
 PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to that topic (first byte 0x30) exactly as received
+PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...]]
@@ -37,6 +38,7 @@ KICK = 26  # CONN: close this connection now (taken over); the router has dealt 
 LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
 CLOSE = 29  # CONN: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
+DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP

@@ -172,3 +172,23 @@ def test_identifiers_on_retained_and_queued_messages_and_with_paho(broker: Broke
     pub.publish(f"{base}/r", "", 1, retain=True)
     sub.disconnect()
     pub.disconnect()
+
+
+def test_a_v5_raw_run_reaches_subscribers_with_identifiers_and_shared_members_exactly(broker: Broker) -> None:
+    """5.0 QoS 0 PUBLISHes without properties travel as a raw run in their own form; subscribers the
+    router serves per packet (identifiers, shared groups) get each payload exactly."""
+    topic = f"v5/rawids/{uid()}"
+    c, _ = raw5(broker.port)
+    assert subscribe5(c, 1, [(topic, 0)], {P.SUBSCRIPTION_IDENTIFIER: 9}) == [0]
+    members = [Client(broker.port, protocol=paho.MQTTv5), Client(broker.port)]
+    for member in members:
+        assert member.subscribe(f"$share/raw/{topic}", 0) == [0]
+    pub, _ = raw5(broker.port)
+    pub.send(b"".join(v5.encode_publish(topic.encode(), b"run %d" % n, 0) for n in range(4)))
+    assert [received(c) for _ in range(4)] == [(topic, b"run %d" % n, 0, False, [9]) for n in range(4)]
+    assert [members[0].get().payload, members[0].get().payload] == [b"run 0", b"run 2"]
+    assert [members[1].get().payload, members[1].get().payload] == [b"run 1", b"run 3"]
+    for member in members:
+        member.disconnect()
+    pub.close()
+    c.close()

@@ -38,7 +38,6 @@ _frame = p.frame
 _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
 _without_properties = v5.without_properties
-_publishes_to_v4 = v5.publishes_to_v4
 _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 
 # What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
@@ -245,11 +244,11 @@ class Connection(asyncio.Protocol):
             self.data_received(b"")  # what the last read could not take yet
 
     def _forward(self, buf: bytes, run: int, end: int, topic: bytes, count: int, skipped: list[tuple[int, int]]) -> None:
-        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are (5.0
-        ones in the 3.1.1 form), and archive them (but the `skipped` ones) just as they are."""
+        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are, and
+        archive them (but the `skipped` ones) just as they are."""
         packets = buf[run:end]
         worker = self.worker
-        worker.link.pub0(topic, count, packets if self.v5 is None else _publishes_to_v4(packets))
+        worker.link.pub0(topic, count, packets, self.v5 is not None)
         if worker.archive is not None:
             if skipped:
                 kept, at = [], run

@@ -64,8 +64,9 @@ class RouterLink:
         else:
             self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
 
-    def pub0(self, topic: bytes, count: int, packets: bytes) -> None:
-        self.batch.add(wire.PUB0, _pack_count(count) + topic, packets)
+    def pub0(self, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
+        """A raw run of plain QoS 0 PUBLISH packets (`v5`: a 5.0 client's, with empty property blocks)."""
+        self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_count(count) + topic, packets)
 
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))

@@ -237,20 +237,11 @@ class Worker:
     def on_frame(self, frame: bytes) -> None:
         conns = self.conns
         for kind, header, payload in wire.records(frame):
-            if kind == wire.DELIVER_RAW:
+            if kind == wire.DELIVER_RAW or kind == wire.DELIVER_RAW_V5:
                 if self.shedding:
                     self.shed += len(header) // wire.SUBSCRIBER.size
                     continue
-                as_v5 = None  # the same packets for 5.0 subscribers, made for the first one
-                for conn_id, _granted, _packet_id in _iter_subs(header):
-                    conn = conns.get(conn_id)
-                    if conn is not None and conn.state != CLOSED:
-                        if conn.v5 is None:
-                            conn.deliver_raw(payload)
-                        else:
-                            if as_v5 is None:
-                                as_v5, run_topic, forms = v5.publishes_from_v4(payload), v5.first_topic(payload), {}
-                            conn.deliver_raw5(run_topic, as_v5, forms)
+                self._deliver_raw(header, payload, kind == wire.DELIVER_RAW_V5)
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
@@ -302,6 +293,29 @@ class Worker:
         clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
                    for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
         self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
+
+    def _deliver_raw(self, header: bytes, payload: bytes, as_sent_by_v5: bool) -> None:
+        """A raw run for local subscribers, written as it is to those of its version; the other
+        version's form is made once, for the first subscriber that needs it."""
+        conns = self.conns
+        v4_form = None if as_sent_by_v5 else payload
+        v5_form = payload if as_sent_by_v5 else None
+        run_topic = b""
+        forms: Forms = {}
+        for conn_id, _granted, _packet_id in _iter_subs(header):
+            conn = conns.get(conn_id)
+            if conn is None or conn.state == CLOSED:
+                continue
+            if conn.v5 is None:
+                if v4_form is None:
+                    v4_form = v5.publishes_to_v4(payload)
+                conn.deliver_raw(v4_form)
+            else:
+                if v5_form is None:
+                    v5_form = v5.publishes_from_v4(payload)
+                if not run_topic:
+                    run_topic = v5.first_topic(payload)
+                conn.deliver_raw5(run_topic, v5_form, forms)
 
     def _deliver(self, header: bytes, payload: bytes) -> None:
         """One message for local subscribers: a QoS 0 PUBLISH is encoded once per version and shared."""

@@ -234,8 +234,8 @@ def publishes_from_v4(packets: bytes) -> bytes:
 
 
 def publishes_to_v4(packets: bytes) -> bytes:
-    """5.0 QoS 0 PUBLISH packets without properties as the raw path forwards them (3.1.1): each loses
-    its empty property block, so the router and 3.1.1 subscribers see one form whoever published."""
+    """5.0 QoS 0 PUBLISH packets without properties (a 5.0 client's raw run) as 3.1.1 ones: each loses
+    its empty property block. One conversion serves every 3.1.1 subscriber of a run."""
     out = []
     pos, end = 0, len(packets)
     while pos < end:
