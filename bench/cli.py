@@ -1,5 +1,8 @@
 """`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 or 5.0 broker.
 
+SCENARIO is a kind (conn, fanin, fanout, p2p) or a preset of bench.presets (p2p2k1, ...), so one name
+means the same run here, in compare and in RESULTS.md; options given on the command line override the preset's.
+
 `plexmq bench compare ...`, `plexmq bench sweep ...` and `plexmq bench protocols ...` hand over to
 bench.compare, bench.sweep and bench.protocols.
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
@@ -12,6 +15,7 @@ import argparse
 import json
 import sys
 
+from bench import presets
 from bench.client import MIN_SIZE
 from bench.plan import SCENARIOS, Options
 from bench.wire import LEVELS
@@ -21,6 +25,7 @@ _EPILOG = """scenarios:
   fanin   -P publishers to <topic>/<i>, -S subscribers on <topic>/# (default 100 -> 1)
   fanout  -P publishers (default 1) to <topic>/all, -S subscribers (default 1000)
   p2p     -c pairs: publisher i -> <topic>/p2p/<i> -> subscriber i (default 100)
+presets: {presets}
 also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K), protocols (3.1.1 vs 5.0 clients);
 see their --help"""
 
@@ -28,7 +33,7 @@ see their --help"""
 def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
     """The load options, shared with compare and sweep."""
     if scenario:
-        parser.add_argument("scenario", choices=SCENARIOS)
+        parser.add_argument("scenario", choices=(*SCENARIOS, *presets.PRESETS), metavar="SCENARIO")
         parser.add_argument("-H", "--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
         parser.add_argument("-p", "--port", type=int, default=1883, help="broker port (default 1883)")
         parser.add_argument("--broker-pid", type=int, help="sum CPU and RSS over this process and its children")
@@ -72,6 +77,22 @@ def options_from(ns: argparse.Namespace, **override: object) -> Options:
     return Options(**fields)
 
 
+def scenario_options(parser: argparse.ArgumentParser, ns: argparse.Namespace, scenario: str) -> Options:
+    """A preset's Options with what the command line changed from its defaults over them, or a plain
+    scenario's from the command line; a usage error ends the program."""
+    if scenario in presets.PRESETS:
+        given = {k: v for k, v in vars(ns).items()
+                 if k in Options.__dataclass_fields__ and k != "scenario" and parser.get_default(k) != v}
+        opts = presets.options(scenario, **given)
+        opts.progress = not ns.quiet
+    else:
+        opts = options_from(ns, scenario=scenario)
+    error = check(opts)
+    if error:
+        parser.error(error)
+    return opts
+
+
 def check(opts: Options) -> str | None:
     """A usage error, or None."""
     if opts.size < MIN_SIZE:
@@ -107,13 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench import protocols
         return protocols.main(args[1:])
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
-                                     epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     epilog=_EPILOG.format(presets=", ".join(presets.PRESETS)),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(parser)
     ns = parser.parse_args(args)
-    opts = options_from(ns)
-    error = check(opts)
-    if error:
-        parser.error(error)
+    opts = scenario_options(parser, ns, ns.scenario)
     from bench import report, runner
 
     result = runner.run(opts)

@@ -30,6 +30,12 @@ def spec(name: str, workers: int, max_queued: int, extra: list[str]) -> BrokerSp
     raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
 
 
+def plexmq_workers(scen: str, connections: int, default: int) -> int:
+    """The workers a scenario is stated with (presets.WORKERS), else `default`, and never fewer than
+    hold its connections."""
+    return max(presets.WORKERS.get(scen, default), math.ceil(connections / PER_WORKER))
+
+
 def cannot(s: BrokerSpec, connections: int) -> str | None:
     """Why this broker cannot hold the scenario's connections, or None."""
     cap = limits.fd_hard_limit() - 100
@@ -72,12 +78,16 @@ def table(results: dict[str, dict[str, dict]], names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    groups = "; ".join(f"{g} = {','.join(members)}" for g, members in presets.GROUPS.items())
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default=",".join(presets.DEFAULT),
-                        help=f"comma-separated, of: {', '.join(presets.PRESETS)} (default {','.join(presets.DEFAULT)})")
+                        help=f"comma-separated, of: {', '.join(presets.PRESETS)}, or a group: {groups} "
+                             f"(default {','.join(presets.DEFAULT)})")
     parser.add_argument("--brokers", default=",".join(BROKERS), help=f"comma-separated, first is the base ({','.join(BROKERS)})")
-    parser.add_argument("-d", "--duration", type=float, default=10.0, help="publish seconds per run (10)")
-    parser.add_argument("--workers", type=int, default=1, help="plexmq workers (1: the router needs the other core)")
+    parser.add_argument("-d", "--duration", type=float,
+                        help="publish seconds per run (default: the preset's, 10 where it names none)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="plexmq workers where the scenario names none (1: the router needs the other core)")
     parser.add_argument("--max-queued", type=int, default=1000, help="max_queued_messages for mosquitto (1000)")
     parser.add_argument("--plexmq-arg", action="append", default=[], help="extra argument for plexmq serve")
     parser.add_argument("--procs", type=int, default=0, help="generator processes (default: cores)")
@@ -88,16 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     ns = parser.parse_args(argv)
     names = ns.brokers.split(",")
+    try:
+        scenarios = presets.expand(ns.scenarios)
+    except KeyError as exc:
+        parser.error(exc.args[0])
     log_dir = tempfile.mkdtemp(prefix="plexbench-compare-")
     results: dict[str, dict[str, dict]] = {}
-    for scen in ns.scenarios.split(","):
+    for scen in scenarios:
         results[scen] = {}
         for name in names:
             opts = presets.options(scen, ns.duration, procs=ns.procs or None, protocol=ns.protocol,
                                    progress=not ns.quiet, out=f"{ns.out}/{scen}-{name}" if ns.out else None)
-            s = spec(name, ns.workers, ns.max_queued, ns.plexmq_arg)
-            if s.kind == "plexmq" and opts.connections > s.workers * PER_WORKER:
-                s.workers = math.ceil(opts.connections / PER_WORKER)
+            s = spec(name, plexmq_workers(scen, opts.connections, ns.workers), ns.max_queued, ns.plexmq_arg)
             why = cannot(s, opts.connections)
             if why:
                 results[scen][name] = {"skipped": why}

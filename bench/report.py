@@ -15,12 +15,13 @@ KEYS = (  # the JSON document always has these
     "subs", "clients", "procs", "connections", "connected", "connect_failed", "dropped", "connect_s", "connect_rate",
     "sent", "acked", "received", "expected", "lost", "duplicated", "reordered", "foreign", "e2e_resets",
     "msgs_in_per_s", "msgs_out_per_s", "latency_ms", "pings", "pongs", "errors", "protocol_errors",
-    "broker_cpu_pct", "broker_rss_mb", "broker_rss_idle_mb", "rss_per_conn_kb", "broker_procs",
+    "broker_cpu_pct", "broker_cpu_s", "broker_rss_mb", "broker_rss_idle_mb", "rss_per_conn_kb", "broker_procs",
     "generator_cpu_pct", "broker_connect_cpu_pct", "generator_connect_cpu_pct", "notes", "ok")
 
 
 def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict], *, notes: list[str], run_id: int,
-          fd_limit: int, broker_cpu_pct: float | None, generator_cpu_pct: float | None, rss_idle: int,
+          fd_limit: int, broker_cpu_pct: float | None, broker_cpu_s: float | None,
+          generator_cpu_pct: float | None, rss_idle: int,
           rss_run: int, broker_rows: list[dict], monitored: bool, broker_connect_cpu_pct: float | None,
           generator_connect_cpu_pct: float | None) -> dict:
     tot: dict[str, int] = {}
@@ -70,6 +71,7 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
         "latency_ms": stats.percentiles(hist), "pings": tot.get("pings", 0), "pongs": tot.get("pongs", 0),
         "errors": errors, "protocol_errors": tot.get("protocol_errors", 0),
         "broker_cpu_pct": round(broker_cpu_pct, 1) if broker_cpu_pct is not None else None,
+        "broker_cpu_s": round(broker_cpu_s, 3) if broker_cpu_s is not None else None,  # all its processes, in the window
         "broker_rss_mb": round(peak_rss / 2**20, 1) if monitored else None,
         "broker_rss_idle_mb": round(rss_idle / 2**20, 1) if monitored else None,
         "rss_per_conn_kb": round((rss_run - rss_idle) / connected / 1024, 2) if monitored and connected else None,
@@ -121,7 +123,7 @@ def table(r: dict) -> str:
                   f"  p99.9 {lat['p99.9']:.3f}  max {lat['max']:.3f}  ({_n(lat['samples'])} samples)"))]
     else:
         rows.append(("keepalive", f"pings {_n(r['pings'])} pongs {_n(r['pongs'])}"))
-    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')}  rss {_n(r['broker_rss_mb'], ' MB')}"
+    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')} ({_n(r['broker_cpu_s'], ' s')})  rss {_n(r['broker_rss_mb'], ' MB')}"
               f" (idle {_n(r['broker_rss_idle_mb'], ' MB')}, {_n(r['rss_per_conn_kb'], ' KB')}/conn,"
               f" {_n(r['broker_procs'])} processes)")),
              ("generator", f"cpu {_n(r['generator_cpu_pct'], '%')} over {r['procs']} processes"),

@@ -232,7 +232,8 @@ class Controller:
         wall0 = time.monotonic()
         self.sleep_until(time.monotonic() + (t_end - monotonic_ns()) / 1e9)
         wall = time.monotonic() - wall0
-        broker_cpu = (self.monitor.cpu_seconds() - cpu0) / wall * 100 if self.monitor and wall > 0 else None
+        broker_cpu_s = self.monitor.cpu_seconds() - cpu0 if self.monitor else None
+        broker_cpu = broker_cpu_s / wall * 100 if broker_cpu_s is not None and wall > 0 else None
         gen_cpu = (self._gen_cpu() - gen0) / wall * 100 if wall > 0 else None
         rss_run = self.monitor.rss() if self.monitor else 0
         if pubsub and setup_ok:
@@ -243,7 +244,8 @@ class Controller:
         finals = self.wait_all("final", 60)
         self.tick(force=True)  # the last row carries the final counts
         result = report.build(opts, self.finals, finals, notes=self.notes, run_id=self.run_id,
-                              fd_limit=fd_limit, broker_cpu_pct=broker_cpu, generator_cpu_pct=gen_cpu,
+                              fd_limit=fd_limit, broker_cpu_pct=broker_cpu, broker_cpu_s=broker_cpu_s,
+                              generator_cpu_pct=gen_cpu,
                               rss_idle=rss_idle, rss_run=rss_run, broker_rows=self.broker_rows,
                               monitored=self.monitor is not None, **connect_cpu)
         if opts.out:

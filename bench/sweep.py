@@ -23,19 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plexmq-arg", action="append", default=[], help="extra argument for plexmq serve")
     cli.add_options(parser, scenario=False)
     ns = parser.parse_args(argv)
-    given = {k: v for k, v in vars(ns).items() if parser.get_default(k) != v}
     results = []
     log_dir = tempfile.mkdtemp(prefix="plexbench-sweep-")
     for workers in range(1, ns.max_workers + 1):
-        if ns.scenario in presets.PRESETS:
-            overrides = {k: v for k, v in given.items() if k in cli.Options.__dataclass_fields__ and k != "scenario"}
-            opts = presets.options(ns.scenario, **overrides)
-            opts.progress = not ns.quiet
-        else:
-            opts = cli.options_from(ns, scenario=ns.scenario)
-            error = cli.check(opts)
-            if error:
-                parser.error(error)
+        opts = cli.scenario_options(parser, ns, ns.scenario)
         print(f"== {ns.scenario} on plexmq --workers {workers}", file=sys.stderr, flush=True)
         r = brokers.measure(BrokerSpec(f"plexmq-w{workers}", "plexmq", workers=workers, extra=ns.plexmq_arg), opts, log_dir)
         r["broker_workers"] = workers

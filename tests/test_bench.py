@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
-from bench import cli, durability, protocols, report, runner, samples
+import pytest
+
+from bench import brokers, cli, compare, durability, presets, protocols, report, runner, samples
 from bench.plan import Options, assign, with_defaults
 from tests.mqtt import RawClient
 
@@ -50,6 +53,43 @@ def test_p2p_qos1_json_samples_then_conn(start_broker, tmp_path: Path, capsys) -
     assert conn["connected"] == 300 and conn["connect_failed"] == 0 and conn["dropped"] == 0
     assert conn["connect_rate"] > 0 and conn["pongs"] > 0
     assert conn["rss_per_conn_kb"] is not None
+
+
+def test_preset_by_name_with_command_line_overrides(broker, capsys) -> None:
+    """`plexmq bench p2p2k1 -c 3 -d 1`: the preset's QoS, window and rate, the command line's size and
+    time; the broker's CPU seconds in the window are reported over all its processes."""
+    status = cli.main(["p2p2k1", "-p", str(broker.port), "--broker-pid", str(broker.proc.pid), "-c", "3", "-d", "1",
+                       "--settle", "0.1", "--procs", "2", "--quiet", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0 and result["ok"], result
+    assert (result["scenario"], result["qos"], result["window"], result["rate"]) == ("p2p", 1, 10, 5.0)
+    assert (result["clients"], result["duration"], result["connected"]) == (3, 1.0, 6)
+    assert result["received"] == result["expected"] == result["acked"] == result["sent"] > 0
+    assert result["broker_cpu_s"] is not None and result["broker_cpu_s"] >= 0 and result["broker_procs"] >= 3
+
+
+def test_light_group_is_issue_13s_table() -> None:
+    """Each row as issue 13 states it: sizes, rates, QoS, 15 s for p2p, and the plexmq workers of the
+    connect storm and the 100k idle clients."""
+    assert presets.expand("light,lat0") == ["lat0", "p2p2k0", "p2p2k1", "p2p9k1", "connstorm15k", "idle100k", "fanin1"]
+    p2p = presets.options("p2p9k1")
+    assert (p2p.pubs, p2p.subs, p2p.qos, p2p.rate, p2p.duration) == (9000, 9000, 1, 2.0, 15.0)
+    assert presets.options("p2p2k0", duration=2.0).duration == 2.0
+    assert [compare.plexmq_workers(s, presets.options(s).connections, 1) for s in ("lat0", "p2p9k1", "connstorm15k",
+                                                                                   "idle100k")] == [1, 1, 2, 8]
+    with pytest.raises(KeyError):
+        presets.expand("light,nope")
+
+
+@pytest.mark.skipif(not os.path.exists(brokers.MOSQUITTO), reason="mosquitto not installed")
+def test_compare_reports_broker_cpu_seconds_for_both_brokers(capsys) -> None:
+    status = compare.main(["--scenarios", "lat0", "--brokers", "plexmq,mosquitto", "-d", "0.5", "--quiet", "--json"])
+    out = capsys.readouterr().out
+    assert status == 0
+    results = json.loads(out[out.index("{"):])["lat0"]
+    for name in ("plexmq", "mosquitto"):
+        assert results[name]["ok"] and results[name]["broker_cpu_s"] >= 0 and results[name]["sent"] > 0
+    assert any(line.split()[:3] == ["broker", "cpu", "s"] for line in out.splitlines())
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
