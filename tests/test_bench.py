@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import brokers, cli, compare, durability, presets, protocols, report, runner, samples
+from bench import brokers, cli, compare, durability, presets, profile, protocols, report, runner, samples
 from bench.plan import Options, assign, with_defaults
 from tests.mqtt import RawClient
 
@@ -90,6 +90,28 @@ def test_compare_reports_broker_cpu_seconds_for_both_brokers(capsys) -> None:
     for name in ("plexmq", "mosquitto"):
         assert results[name]["ok"] and results[name]["broker_cpu_s"] >= 0 and results[name]["sent"] > 0
     assert any(line.split()[:3] == ["broker", "cpu", "s"] for line in out.splitlines())
+
+
+def test_profile_counts_threads_of_every_broker_process(broker, tmp_path: Path, capsys) -> None:
+    """Per process and per thread (the ZeroMQ I/O threads included): CPU and context switches, read
+    from /proc over the window."""
+    status = profile.main([str(broker.proc.pid), "-d", "0.5", "--out", str(tmp_path)])
+    text = capsys.readouterr().out
+    report_ = json.loads((tmp_path / "profile.json").read_text())
+    assert status == 0 and {"acceptor", "router", "worker-0"} <= set(report_["processes"])
+    router = report_["processes"]["router"]
+    assert router["vcsw_per_s"] >= 0 and all({"thread", "cpu_pct", "vcsw_per_s"} <= set(t) for t in router["threads"])
+    assert "router" in text and "voluntary" in text
+
+
+def test_profile_summary_merges_lines_of_a_function() -> None:
+    raw = ("_run_module_as_main (<frozen runpy>:198);main (w.py:10);flush (c.py:299) 6\n"
+           "_run_module_as_main (<frozen runpy>:198);main (w.py:10);flush (c.py:301) 2\n"
+           "_run_module_as_main (<frozen runpy>:198);main (w.py:12) 2\n")
+    summary = profile.summarize(raw, top=5)
+    assert summary["samples"] == 10
+    assert summary["self"] == [("flush (c.py)", 80.0), ("main (w.py)", 20.0)]
+    assert summary["inclusive"] == [("main (w.py)", 100.0), ("flush (c.py)", 80.0)]
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
