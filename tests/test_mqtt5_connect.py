@@ -5,6 +5,7 @@ with one line."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,13 +14,13 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.conftest import Broker
+from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_config import names_line, one_error_line, run, write
 from tests.test_mqtt5 import disconnect_of, raw5
 from workers.mqtt import properties as P
-from workers.mqtt import v5
+from workers.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 
@@ -114,6 +115,21 @@ def test_clients_are_sent_to_the_server_reference(start_broker: Callable[..., Br
     c = RawClient(b.port)
     assert c.connect(f"old-{uid()}") == (False, 0x03)  # 3.1.1: server unavailable, it cannot be told where
     assert c.read_until_closed() == b""
+
+
+def test_a_reload_sends_new_clients_elsewhere_and_keeps_the_connected_ones(start_broker: Callable[..., Broker],
+                                                                           tmp_path: Path) -> None:
+    """server_reference changes live (SIGHUP): an operator moves clients without a restart."""
+    b = configured(start_broker, tmp_path, "")
+    staying, _ = raw5(b.port)
+    write(tmp_path, 'server_reference = "mqtt2.example:1883"\n')
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.output().count("reloaded its settings") == 2, 10, "the router and the worker to apply it")
+    c, (_present, code, props) = raw5(b.port)
+    assert (code, props[P.SERVER_REFERENCE]) == (0x9C, "mqtt2.example:1883")
+    staying.send(v4.PINGREQ_PACKET)  # a connected client stays
+    assert staying.recv() == (0xD0, b"")
+    staying.close()
 
 
 def test_the_server_reference_comes_before_any_login(start_broker: Callable[..., Broker], tmp_path: Path) -> None:

@@ -66,10 +66,10 @@ class Worker:
         self.max_inflight: int = config["max_inflight"]
         self.receive_maximum: int = config["receive_maximum"]
         self.topic_alias_maximum: int = config["topic_alias_maximum"]
-        self.max_keepalive: int = config["max_keepalive"]  # 0: any keepalive, 0 (none) included
-        self.response_information: str = config["response_information"]  # "": none offered
-        self.server_reference: str = config["server_reference"]  # "": serve; else send every client there
-        self.server_moved: bool = config["server_moved"]
+        self.max_keepalive = 0
+        self.response_information = self.server_reference = ""
+        self.server_moved = False
+        self._set_connect(config)
         self.max_queued: int = config["max_queued_messages"]
         self.connect_timeout: float = config["connect_timeout"]
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
@@ -482,11 +482,19 @@ class Worker:
         self.connect_timeout = config["connect_timeout"]
         self.memory_limit = config["memory_limit"]
         self._set_rates(config)
+        self._set_connect(config)
         self.auth.configure(config)
         if self.archive is not None:
             self.archive.set_filters(config["archive"]["topics"])
             self.known_topics.clear()
         log.info("worker %d reloaded its settings", self.worker_id)
+
+    def _set_connect(self, config: dict) -> None:
+        """What a CONNECT is answered with from the config (new connections; live ones keep theirs)."""
+        self.max_keepalive = config["max_keepalive"]  # 0: any keepalive, 0 (none) included
+        self.response_information = config["response_information"]  # "": none offered
+        self.server_reference = config["server_reference"]  # "": serve; else send every client there
+        self.server_moved = config["server_moved"]
 
     def _set_rates(self, config: dict) -> None:
         """Per-client rate limits (0: none); connections check `rate_limited` after each read."""
