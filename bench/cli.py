@@ -3,8 +3,8 @@
 SCENARIO is a kind (conn, fanin, fanout, p2p) or a preset of bench.presets (p2p2k1, ...), so one name
 means the same run here, in compare and in RESULTS.md; options given on the command line override the preset's.
 
-`plexmq bench compare ...`, `plexmq bench sweep ...`, `plexmq bench protocols ...` and `plexmq bench
-profile ...` hand over to bench.compare, bench.sweep, bench.protocols and bench.profile.
+`plexmq bench compare ...`, `plexmq bench sweep ...`, `plexmq bench protocols ...`, `plexmq bench
+profile ...` and `plexmq bench mqload ...` hand over to the bench module of that name.
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
 3 clients failed to connect or were dropped (a limit, or the broker refused them).
 """
@@ -27,7 +27,8 @@ _EPILOG = """scenarios:
   p2p     -c pairs: publisher i -> <topic>/p2p/<i> -> subscriber i (default 100)
 presets: {presets}
 also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K), protocols (3.1.1 vs 5.0 clients),
-profile (a running broker's CPU, context switches and py-spy profile); see their --help"""
+profile (a running broker's CPU, context switches and py-spy profile), mqload (compare with
+the C generator mqload); see their --help"""
 
 
 def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "profile":
         from bench import profile
         return profile.main(args[1:])
+    if args and args[0] == "mqload":
+        from bench import mqload
+        return mqload.main(args[1:])
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
                                      epilog=_EPILOG.format(presets=", ".join(presets.PRESETS)),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

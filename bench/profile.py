@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="window seconds (10)")
     parser.add_argument("--py-spy", action="store_true", help=f"also sample {', '.join(PROFILED)} with py-spy")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second (250)")
-    parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too (uvloop, pyzmq)")
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too (uvloop, pyzmq); "
+                        "it pauses the process at each sample, so it costs more")
     parser.add_argument("--top", type=int, default=15, help="functions listed per profile (15)")
     parser.add_argument("--out", metavar="DIR", help="py-spy raw files and profile.json go here (default: a temp dir)")
     ns = parser.parse_args(argv)
@@ -126,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 path = os.path.join(out, f"{name}.txt")
                 spies.append((name, path, subprocess.Popen(
                     ["py-spy", "record", "--pid", str(procs[name]), "--duration", str(int(ns.duration)),
-                     "--rate", str(ns.rate), "--nonblocking", "--format", "raw", "--output", path,
-                     *(["--native"] if ns.native else [])],
+                     "--rate", str(ns.rate), "--format", "raw", "--output", path,
+                     *(["--native"] if ns.native else ["--nonblocking"])],
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
     before = {name: thread_times(pid) for name, pid in procs.items()}
     t0 = time.monotonic()

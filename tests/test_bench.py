@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import brokers, cli, compare, durability, presets, profile, protocols, report, runner, samples
+from bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples
 from bench.plan import Options, assign, with_defaults
 from tests.mqtt import RawClient
 
@@ -112,6 +112,27 @@ def test_profile_summary_merges_lines_of_a_function() -> None:
     assert summary["samples"] == 10
     assert summary["self"] == [("flush (c.py)", 80.0), ("main (w.py)", 20.0)]
     assert summary["inclusive"] == [("main (w.py)", 100.0), ("flush (c.py)", 80.0)]
+
+
+def test_mqload_command_lines_follow_the_presets() -> None:
+    """mqload gets the preset's sizes, and the source addresses and processes that many sockets need."""
+    args = mqload.arguments(presets.options("p2p9k1"), 1883)
+    assert args[:1] == ["p2p"] and {"-c": "9000", "-q": "1", "-r": "2", "-w": "10", "-d": "15", "-b": "2"}.items() <= dict(
+        zip(args[1::2], args[2::2])).items()
+    idle = mqload.arguments(presets.options("idle100k"), 1883)
+    assert idle[idle.index("-T") + 1] == "6" and "-F" in idle and idle[idle.index("-b") + 1] == "11"
+    fanin = dict(zip(*[iter(mqload.arguments(presets.options("lat0"), 1883)[1:])] * 2))
+    assert (fanin["-P"], fanin["-S"], fanin["-r"], fanin["-q"]) == ("100", "1", "100", "0")
+
+
+@pytest.mark.skipif(not os.access(mqload.DEFAULT_BINARY, os.X_OK), reason="mqload not built (make in its directory)")
+def test_mqload_run_reads_the_broker_cpu_over_its_window(capsys) -> None:
+    status = mqload.main(["--scenarios", "lat0", "--brokers", "plexmq", "-d", "1", "--json"])
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])["lat0"]["plexmq"]
+    assert status == 0 and result["mqload_exit"] == 0, result
+    assert result["msgs_out_per_s"] > 0 and result["lost"] == 0 and result["broker_cpu_s"] > 0
+    assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:

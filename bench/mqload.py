@@ -1,0 +1,139 @@
+"""`python -m bench.mqload` (or `plexmq bench mqload`): compare's presets and table, with the independent
+C generator mqload (../shared/tools/mqload) as the load instead of ours.
+
+Why: at light load a broker's cost depends on how its messages arrive. Our generator publishes at a
+fixed rate on a 1 ms tick, so the messages of one process leave in bursts that plexmq handles in one
+loop turn; mqload wakes on every delivery and sends each message when it is due, as independent
+devices would. Issue 13's table was measured with mqload. Each (scenario, broker) pair gets a fresh
+broker as in compare; the broker's CPU (all its processes) is read over mqload's publishing window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from bench import brokers, compare, limits, presets
+from bench.monitor import BrokerMonitor
+from bench.plan import Options
+
+DEFAULT_BINARY = os.environ.get("MQLOAD", str(brokers.ROOT.parent / "shared" / "tools" / "mqload" / "mqload"))
+PROGRESS_S = 0.1  # mqload's progress interval: how late the start of its run phase is seen
+
+
+def arguments(opts: Options, port: int) -> list[str]:
+    """The mqload command line of a run (mqload takes the same scenario names and defaults)."""
+    args = [opts.scenario, "-p", str(port), "-d", f"{opts.duration:g}", "-s", str(opts.size), "-k", str(opts.keepalive),
+            "-i", f"{PROGRESS_S:g}"]
+    if opts.scenario == "conn":
+        args += ["-c", str(opts.clients), "-R", f"{opts.conn_rate:g}"]
+    else:
+        args += ["-q", str(opts.qos), "-r", f"{opts.rate:g}", "-w", str(opts.window), "-e", str(opts.e2e_window)]
+        args += ["-c", str(opts.clients)] if opts.scenario == "p2p" else ["-P", str(opts.pubs), "-S", str(opts.subs)]
+    procs = limits.procs_needed(opts.connections, limits.fd_hard_limit())
+    if procs > 1:  # one process holds its open-file limit of sockets
+        args += ["-F", "-T", str(procs)]
+    sources, _ = limits.source_addresses(opts.host, opts.connections, opts.source_addrs)
+    return args + ["-b", str(len(sources))] if sources else args
+
+
+def parse(line: str) -> dict[str, str]:
+    """mqload's `RESULT k=v k=v ...` line."""
+    return dict(field.split("=", 1) for field in line.split()[1:] if "=" in field)
+
+
+def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int, int], opts: Options) -> dict:
+    """mqload's result under the keys of bench.report, so compare's table shows it; `rss` is the broker's
+    (idle, held) resident memory over all its processes."""
+    def num(key: str) -> float:
+        return float(raw.get(key, 0) or 0)
+
+    scaled = cpu_s * opts.duration / wall if cpu_s is not None and wall else None  # the whole window's CPU
+    connected = int(num("conns"))
+    return {"scenario": opts.scenario, "connected": connected, "connect_failed": int(num("conn_fail") + num("failed")),
+            "connect_rate": round(num("connect_rate")) or (round(connected / num("connect_s")) if num("connect_s") else 0),
+            "rss_per_conn_kb": round((rss[1] - rss[0]) / connected / 1024, 2) if connected and rss[1] else None,
+            "broker_rss_mb": round(rss[1] / 2**20, 1) if rss[1] else None,
+            "dropped": int(num("dropped")), "msgs_in_per_s": round(num("pub_rate")), "msgs_out_per_s": round(num("recv_rate")),
+            "lost": int(num("lost")), "e2e_resets": int(num("e2e_resets")),
+            "latency_ms": {k: num(f"{k.replace('.', '')}_us") / 1000 for k in ("p50", "p90", "p99", "p99.9", "max")},
+            "broker_cpu_s": round(scaled, 3) if scaled is not None else None,
+            "broker_cpu_pct": round(cpu_s / wall * 100, 1) if cpu_s is not None and wall else None,
+            "mqload": raw}
+
+
+def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str) -> dict:
+    """A fresh broker, mqload against it, the broker's CPU over the run phase (from mqload's progress)."""
+    broker = brokers.RunningBroker(spec, log_dir)
+    try:
+        monitor = BrokerMonitor(broker.pid)
+        cmd = [binary, *arguments(opts, broker.port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        running = threading.Event()
+        threading.Thread(target=_watch, args=(proc.stderr, running), daemon=True).start()
+        rss_idle, rss_held, cpu_s, wall = monitor.rss(), 0, None, 0.0
+        if running.wait(opts.connect_timeout + 120):  # connected: mqload publishes (or holds) `duration` s
+            cpu0, t0 = monitor.cpu_seconds(), time.monotonic()
+            time.sleep(max(opts.duration - PROGRESS_S, 0.1))
+            cpu_s, wall, rss_held = monitor.cpu_seconds() - cpu0, time.monotonic() - t0, monitor.rss()
+        out, _ = proc.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        if not lines:
+            raise RuntimeError(f"mqload exited with {proc.returncode} and no RESULT: {' '.join(cmd)}")
+        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts)
+        result.update(mqload_cmd=" ".join(cmd), mqload_exit=proc.returncode, broker_cmd=" ".join(broker.cmd))
+        return result
+    finally:
+        broker.stop()
+
+
+def _watch(stream, running: threading.Event) -> None:
+    """Set `running` at mqload's first progress line of the run (or hold) phase; read stderr to its end."""
+    for line in stream:
+        if not running.is_set() and " run " in line:
+            running.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.mqload", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", default="light", help="presets or groups, as for compare (default light)")
+    parser.add_argument("--brokers", default="plexmq,mosquitto", help="comma-separated, first is the base")
+    parser.add_argument("-d", "--duration", type=float, help="publish seconds per run (default: the preset's)")
+    parser.add_argument("--workers", type=int, default=1, help="plexmq workers where the scenario names none (1)")
+    parser.add_argument("--mqload", default=DEFAULT_BINARY, help=f"the mqload binary ({DEFAULT_BINARY})")
+    parser.add_argument("--json", action="store_true", help="print all results as JSON after the table")
+    ns = parser.parse_args(argv)
+    if not os.access(ns.mqload, os.X_OK):
+        parser.error(f"no mqload at {ns.mqload}: run make in its directory, or give --mqload")
+    try:
+        scenarios = presets.expand(ns.scenarios)
+    except KeyError as exc:
+        parser.error(exc.args[0])
+    names = ns.brokers.split(",")
+    log_dir = tempfile.mkdtemp(prefix="plexbench-mqload-")
+    results: dict[str, dict[str, dict]] = {}
+    for scen in scenarios:
+        results[scen] = {}
+        for name in names:
+            opts = presets.options(scen, ns.duration)
+            s = compare.spec(name, compare.plexmq_workers(scen, opts.connections, ns.workers), 1000, [])
+            why = compare.cannot(s, opts.connections)
+            print(f"== {scen} on {name}{': ' + why if why else ''}", file=sys.stderr, flush=True)
+            try:
+                results[scen][name] = {"skipped": why} if why else measure(s, opts, ns.mqload, log_dir)
+            except RuntimeError as exc:
+                results[scen][name] = {"skipped": f"failed: {exc}"}
+    print(compare.table(results, names))
+    if ns.json:
+        print(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
