@@ -57,10 +57,11 @@ def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int
     scaled = cpu_s * opts.duration / wall if cpu_s is not None and wall else None  # the whole window's CPU
     connected = int(num("conns"))
     return {"scenario": opts.scenario, "connected": connected, "connect_failed": int(num("conn_fail") + num("failed")),
-            "connect_rate": round(num("connect_rate")) or (round(connected / num("connect_s")) if num("connect_s") else 0),
+            "connect_rate": round(num("connect_rate")),
             "rss_per_conn_kb": round((rss[1] - rss[0]) / connected / 1024, 2) if connected and rss[1] else None,
             "broker_rss_mb": round(rss[1] / 2**20, 1) if rss[1] else None,
-            "dropped": int(num("dropped")), "msgs_in_per_s": round(num("pub_rate")), "msgs_out_per_s": round(num("recv_rate")),
+            "dropped": int(num("dropped")), "msgs_in_per_s": round(num("pub_rate")),
+            "msgs_out_per_s": round(num("recv_rate")),
             "lost": int(num("lost")), "e2e_resets": int(num("e2e_resets")),
             "latency_ms": {k: num(f"{k.replace('.', '')}_us") / 1000 for k in ("p50", "p90", "p99", "p99.9", "max")},
             "broker_cpu_s": round(scaled, 3) if scaled is not None else None,
