@@ -2,6 +2,8 @@
 
 It owns the client-id registry, the subscription trie, retained messages and the persistent
 sessions. It never touches a socket: `main.py` feeds it frames and sends the batches it fills.
+This module holds the state, the frames in and out and the message path; the lives of sessions are
+in `router/lifecycle.py` and subscriptions in `router/subscribing.py` (parts of `Router`).
 """
 
 from __future__ import annotations
@@ -10,21 +12,20 @@ import logging
 import time
 from typing import Callable
 
-import orjson
-
 from router import grants
 from router import store as db
 from router import wire
 from router.grants import Matched
-from router.retain import Retained, RetainedStore
+from router.retain import RetainedStore
 from router.deadlines import Deadlines
-from router.sessions import DEFAULT_EXPIRY, NEVER, QUEUED, RELEASING, SENT, Pending, Session, Share, Will
+from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
 from router.shared import SharedGroup
-from router.listing import ClientDisconnect, ClientListing
+from router.lifecycle import Lifecycle
+from router.listing import ClientListing
 from router.store import Store
+from router.subscribing import Subscribing
 from router.trie import SubscriptionTrie
 from workers.mqtt import framing
-from workers.mqtt.topics import shared
 
 log = logging.getLogger("plexmq.router")
 
@@ -76,9 +77,8 @@ class Targets:
 MATCH_CACHE_SIZE = 100_000
 
 
-class Router:
+class Router(Lifecycle, Subscribing):
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
-
     def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
                  expiration: float = 0.0, share_strategy: str = "round_robin") -> None:
         self.sessions: dict[str, Session] = {}
@@ -167,291 +167,6 @@ class Router:
         if split:
             return [(worker, *batch.take_split()) for worker, batch in self.batches.items() if batch]
         return [(worker, batch.take(), b"") for worker, batch in self.batches.items() if batch]
-
-    # -- connections -----------------------------------------------------------------------------
-
-    def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        worker_id, pid = orjson.loads(header)
-        previous = self.worker_pids.get(worker)
-        self.worker_pids[worker] = pid
-        if previous is not None and previous != pid:
-            lost = [key for key in self.by_conn if key[0] == worker]
-            log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
-            for key in lost:
-                self._disconnect(self.by_conn[key], publish_will=True)
-
-    def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        answer = orjson.loads(header)
-        listing = self.listings.get(answer["id"])
-        if listing is not None:
-            listing.answer(answer["worker"], answer["clients"])
-
-    def list_clients(self, listing: ClientListing) -> None:
-        """Ask every worker for its clients; `listing` completes when all have answered."""
-        self.listings[listing.id] = listing
-        listing.expect(len(self.worker_pids))
-        for worker in self.worker_pids:
-            self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
-
-    def disconnect_client(self, request: ClientDisconnect) -> None:
-        """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
-        session = self.sessions.get(request.client_id)
-        if session is not None and session.worker is not None:
-            self.out(session.worker).add(wire.CLOSE, wire.CONN.pack(session.conn))
-            request.found = True
-        request.done.set()
-
-    def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        report = orjson.loads(header)
-        report["at"] = time.monotonic()
-        self.reports[report["id"]] = report
-
-    def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
-         will_extra) = orjson.loads(header)
-        # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
-        # both are clean session; 5.0: session expiry 0, and clean start).
-        # resume: the connection registers again after a router restart; the number is the first packet id
-        # past those its worker still has in flight (0 for a new connection). expiry: seconds the session
-        # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
-        # 5.0 will's [delay, properties as hex, message expiry interval]
-        old = self.sessions.get(client_id)
-        if old is not None and old.worker is not None:
-            self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
-            self._disconnect(old, publish_will=True)
-            old = self.sessions.get(client_id)
-        present = old is not None and not fresh
-        if old is not None and not present:
-            self._discard(old)
-        session = old if present else Session(client_id, clean)
-        if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
-            session.next_pid = (resume - 1) % 65535 + 1
-        session.clean = clean
-        session.expiry = expiry
-        self.sessions[client_id] = session
-        if not clean and self.store is not None:
-            self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
-        session.worker = worker
-        session.conn = conn
-        session.will_at = 0.0  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
-        session.will = None
-        if will_topic is not None:
-            delay, props, will_expiry = will_extra or (0, "", 0)
-            session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
-                                delay)
-        self.by_conn[(worker, conn)] = session
-        if session.subs:
-            self.cache.clear()
-        out = self.out(worker)
-        if not resume:  # a resumed connection (after a router restart) has had its CONNACK
-            out.hold()
-            out.add_json(wire.SESSION, [conn, present])
-        if present:
-            self._resend(session, out)
-
-    def _resend(self, session: Session, out: wire.Batch) -> None:
-        """Send again what a persistent session has not acknowledged, in order, with original ids,
-        then what waited for it, as far as its window allows."""
-        for pid, pending in session.in_flight():
-            if pending.state == RELEASING:
-                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
-            else:
-                self._send_pending(session, out, pid, pending, dup=True)
-        self._send_ready(session, out)
-
-    def _send_ready(self, session: Session, out: wire.Batch) -> None:
-        """Send what waited for room in the session's window; what expired while it waited goes
-        (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
-        store = self.store if not session.clean else None
-        now = time.time()
-        while True:
-            expired = []
-            for pid, pending in session.ready(self.window):
-                if pending.expiry and pending.expiry <= now:
-                    expired.append(pid)
-                    continue
-                if store is not None:
-                    store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
-                self._send_pending(session, out, pid, pending, dup=False)
-            if not expired:
-                return
-            for pid in expired:  # each took a place in the window: give it back, then look again
-                session.release(pid)
-                if store is not None:
-                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
-
-    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
-              expiry: int = 0, share: Share | None = None) -> int:
-        """Session.keep, stored (persistent sessions): the packet id to send it with now, 0 when it
-        waits, -1 when dropped."""
-        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry,
-                           share)
-        if pid < 0:
-            self.dropped += 1
-            self._log_drops(session)
-        elif self.store is not None and not session.clean:
-            self.seq += 1
-            stored = next(reversed(session.unacked))  # the packet id it was kept under
-            self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
-                                                SENT if pid else QUEUED, props, expiry))
-        return pid
-
-    @staticmethod
-    def _log_drops(session: Session) -> None:
-        now = time.monotonic()
-        if now - session.dropped_logged >= 60.0:
-            session.dropped_logged = now
-            log.warning("client %s: queue full, dropping messages (%d so far)", session.client_id, session.dropped)
-
-    @staticmethod
-    def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
-        out.add(wire.DELIVER, _deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
-                                            pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)
-
-    def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, publish_will = wire.GONE_HEAD.unpack(header)
-        session = self.by_conn.get((worker, conn))
-        if session is not None:
-            self._disconnect(session, bool(publish_will))
-
-    def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
-        session with the connection, another value is how long it outlives it."""
-        conn, expiry = wire.SESSION_EXPIRY_HEAD.unpack(header)
-        session = self.by_conn.get((worker, conn))
-        if session is None or session.clean:
-            return
-        if expiry:
-            session.expiry = expiry
-        else:
-            self._forget_stored(session)
-            session.clean = True
-
-    def _disconnect(self, session: Session, publish_will: bool) -> None:
-        """The session's connection ended: publish its will if asked, keep it only if persistent."""
-        if session.unacked:
-            self._reshare(session)
-        del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
-        will = session.will
-        session.will = None
-        if session.clean:
-            self._discard(session)
-        else:
-            session.worker = None
-            session.conn = 0
-            session.seen = time.time()
-            if self.store is not None:
-                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen, session.expiry))
-            if session.subs:
-                self.cache.clear()
-            if session.ends_at():
-                self.deadlines.add(session.ends_at(), session)
-        if publish_will and will is not None:
-            if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
-                session.will = will
-                session.will_at = session.seen + will.delay
-                self.deadlines.add(session.will_at, session)
-            else:
-                self._publish_will(will)
-
-    def _publish_will(self, will: Will) -> None:
-        self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
-                     int(time.time()) + will.expiry if will.expiry else 0)
-
-    def _discard(self, session: Session) -> None:
-        if not session.clean:
-            self._forget_stored(session)
-        if session.subs:
-            self.cache.clear()
-        for topic_filter in list(session.subs):
-            self._unsubscribe(session, topic_filter)
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
-
-    def _forget_stored(self, session: Session) -> None:
-        if self.store is not None:
-            client = (session.client_id,)
-            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
-                self.store.record(statement, client)
-
-    # -- subscriptions ---------------------------------------------------------------------------
-
-    def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = orjson.loads(header)
-        session = self.by_conn.get((worker, conn))
-        if session is None:
-            return
-        out = self.out(worker)
-        now = time.time()
-        codes = []
-        retained: list[tuple[str, Retained, int, bytes]] = []
-        for topic_filter, grant in filters:
-            codes.append(grants.suback_code(grant))
-            if grants.refused(grant):  # by the worker: the reason code goes back as it is
-                continue
-            new = self._subscribe(session, topic_filter, grant)
-            if not session.clean and self.store is not None:
-                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
-            # retained messages are never sent to a shared subscription [MQTT-3.8.4-3 note]
-            if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
-                identifier = grant >> grants.ID_SHIFT
-                ids = grants.identifier_property(identifier) if identifier else b""
-                for topic, message in self.retained.matching(topic_filter, now):
-                    retained.append((topic, message, min(grant & 3, message[1]), ids))
-        self.cache.clear()
-        if not packet_id:
-            return  # subscriptions registered again after a router restart: no SUBACK, no retained
-        out.hold()
-        out.add_json(wire.SUBACK, [conn, packet_id, codes])
-        for topic, (body, _stored_qos, props, expiry), qos, ids in retained:
-            self._deliver_one(session, out, topic.encode(), body, qos, True, props + ids, expiry)
-
-    def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = orjson.loads(header)
-        session = self.by_conn.get((worker, conn))
-        if session is None:
-            return
-        codes = bytearray()
-        for topic_filter in filters:
-            if self._unsubscribe(session, topic_filter):
-                codes.append(0x00)
-                if not session.clean and self.store is not None:
-                    self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
-            else:
-                codes.append(0x11)  # no subscription existed (MQTT 5 tells the client)
-        self.cache.clear()
-        out = self.out(worker)
-        out.hold()
-        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
-
-    def _subscribe(self, session: Session, topic_filter: str, grant: int) -> bool:
-        """Index one subscription (a shared one joins its group); True when the session did not have it."""
-        new = topic_filter not in session.subs
-        session.subs[topic_filter] = grant
-        share = shared(topic_filter)
-        if share is None:
-            self.trie.add(topic_filter, session, grants.routing(grant))
-            return new
-        group = self.groups.get(topic_filter)
-        if group is None:
-            group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
-            self.trie.add(group.filter, group, 0)
-        group.join(session, grant)
-        return new
-
-    def _unsubscribe(self, session: Session, topic_filter: str) -> bool:
-        """Remove one subscription of the session (a group left without members goes); whether it had it."""
-        if session.subs.pop(topic_filter, None) is None:
-            return False
-        group = self.groups.get(topic_filter)
-        if group is None:
-            self.trie.remove(topic_filter, session)
-        else:
-            group.leave(session)
-            if not group.members:
-                del self.groups[topic_filter]
-                self.trie.remove(group.filter, group)
-        return True
 
     # -- messages --------------------------------------------------------------------------------
 
@@ -699,40 +414,63 @@ class Router:
         out.add(wire.DELIVER, _deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
                 payload)
 
-    # -- housekeeping ------------------------------------------------------------------------------
+    # -- a persistent session's queue and window ---------------------------------------------------
 
-    def expire(self, now: float) -> int:
-        """Remove retained messages past their expiry, and persistent sessions without an expiry
-        interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
-        sessions went."""
-        for topic in self.retained.expire(now):
-            if self.store is not None:
-                self.store.record(db.RETAINED_DELETE, (topic,))
-        if not self.expiration:
-            return 0
-        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration
-                 and (s.expiry == DEFAULT_EXPIRY or s.expiry == NEVER)]
-        for session in stale:
-            self._end(session, now)
-        return len(stale)
+    def _resend(self, session: Session, out: wire.Batch) -> None:
+        """Send again what a persistent session has not acknowledged, in order, with original ids,
+        then what waited for it, as far as its window allows."""
+        for pid, pending in session.in_flight():
+            if pending.state == RELEASING:
+                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
+            else:
+                self._send_pending(session, out, pid, pending, dup=True)
+        self._send_ready(session, out)
 
-    def due(self, now: float) -> None:
-        """Once a second: publish the delayed wills that are due, and end the sessions whose own
-        expiry interval has passed."""
-        for session in self.deadlines.due(now):
-            if session.worker is not None or self.sessions.get(session.client_id) is not session:
-                continue  # back online, or gone: the reminder is stale
-            if session.will is not None and session.will_at and session.will_at <= now:
-                will, session.will, session.will_at = session.will, None, 0.0
-                self._publish_will(will)
-            ends = session.ends_at()
-            if ends and ends <= now:
-                self._end(session, now)
+    def _send_ready(self, session: Session, out: wire.Batch) -> None:
+        """Send what waited for room in the session's window; what expired while it waited goes
+        (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
+        store = self.store if not session.clean else None
+        now = time.time()
+        while True:
+            expired = []
+            for pid, pending in session.ready(self.window):
+                if pending.expiry and pending.expiry <= now:
+                    expired.append(pid)
+                    continue
+                if store is not None:
+                    store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
+                self._send_pending(session, out, pid, pending, dup=False)
+            if not expired:
+                return
+            for pid in expired:  # each took a place in the window: give it back, then look again
+                session.release(pid)
+                if store is not None:
+                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
-    def _end(self, session: Session, now: float) -> None:
-        """An offline session's time is up: its delayed will goes out now, then the session."""
-        log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
-        if session.will is not None:
-            will, session.will, session.will_at = session.will, None, 0.0
-            self._publish_will(will)
-        self._discard(session)
+    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+              expiry: int = 0, share: Share | None = None) -> int:
+        """Session.keep, stored (persistent sessions): the packet id to send it with now, 0 when it
+        waits, -1 when dropped."""
+        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry,
+                           share)
+        if pid < 0:
+            self.dropped += 1
+            self._log_drops(session)
+        elif self.store is not None and not session.clean:
+            self.seq += 1
+            stored = next(reversed(session.unacked))  # the packet id it was kept under
+            self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
+                                                SENT if pid else QUEUED, props, expiry))
+        return pid
+
+    @staticmethod
+    def _log_drops(session: Session) -> None:
+        now = time.monotonic()
+        if now - session.dropped_logged >= 60.0:
+            session.dropped_logged = now
+            log.warning("client %s: queue full, dropping messages (%d so far)", session.client_id, session.dropped)
+
+    @staticmethod
+    def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
+        out.add(wire.DELIVER, _deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
+                                            pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)

@@ -409,9 +409,9 @@ class Worker:
                 conn.kicked = True  # the new router never heard of it: nothing to tell it
                 conn.close("router restarted while it was answering this client")
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
-        for conn, packet_id, qos, retain, topic, payload, props, expiry in awaiting:
+        for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
-                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, props, expiry)
+                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry)
         self.awaiting = awaiting
         log.warning("router restarted: %d sessions registered again, %d publishes sent again", resumed, len(awaiting))
         self.flush_soon()

@@ -1,0 +1,217 @@
+"""The lives of sessions in the router: a connection claims a client id (taking it over from another
+connection), ends (its will, now or after its delay), and an offline persistent session ends when its
+expiry interval has passed; also what the workers report and what an operator asks about clients.
+
+A part of `Router` (router/core.py), which holds the state named below; it never touches a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import orjson
+
+from router import store as db
+from router import wire
+from router.deadlines import Deadlines
+from router.listing import ClientDisconnect, ClientListing
+from router.sessions import DEFAULT_EXPIRY, NEVER, Session, Will
+from router.store import Store
+
+log = logging.getLogger("plexmq.router")
+
+
+class Lifecycle:
+    """Connections, takeover, disconnects, wills and session expiry."""
+
+    sessions: dict[str, Session]
+    by_conn: dict[tuple[bytes, int], Session]
+    deadlines: Deadlines
+    store: Store | None
+    expiration: float
+    worker_pids: dict[bytes, int]
+    reports: dict[int, dict]
+    listings: dict[int, ClientListing]
+    cache: dict
+
+    def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        worker_id, pid = orjson.loads(header)
+        previous = self.worker_pids.get(worker)
+        self.worker_pids[worker] = pid
+        if previous is not None and previous != pid:
+            lost = [key for key in self.by_conn if key[0] == worker]
+            log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
+            for key in lost:
+                self._disconnect(self.by_conn[key], publish_will=True)
+
+    def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        answer = orjson.loads(header)
+        listing = self.listings.get(answer["id"])
+        if listing is not None:
+            listing.answer(answer["worker"], answer["clients"])
+
+    def list_clients(self, listing: ClientListing) -> None:
+        """Ask every worker for its clients; `listing` completes when all have answered."""
+        self.listings[listing.id] = listing
+        listing.expect(len(self.worker_pids))
+        for worker in self.worker_pids:
+            self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
+
+    def disconnect_client(self, request: ClientDisconnect) -> None:
+        """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
+        session = self.sessions.get(request.client_id)
+        if session is not None and session.worker is not None:
+            self.out(session.worker).add(wire.CLOSE, wire.CONN.pack(session.conn))
+            request.found = True
+        request.done.set()
+
+    def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        report = orjson.loads(header)
+        report["at"] = time.monotonic()
+        self.reports[report["id"]] = report
+
+    def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+         will_extra) = orjson.loads(header)
+        # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
+        # both are clean session; 5.0: session expiry 0, and clean start).
+        # resume: the connection registers again after a router restart; the number is the first packet id
+        # past those its worker still has in flight (0 for a new connection). expiry: seconds the session
+        # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
+        # 5.0 will's [delay, properties as hex, message expiry interval]
+        old = self.sessions.get(client_id)
+        if old is not None and old.worker is not None:
+            self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
+            self._disconnect(old, publish_will=True)
+            old = self.sessions.get(client_id)
+        present = old is not None and not fresh
+        if old is not None and not present:
+            self._discard(old)
+        session = old if present else Session(client_id, clean)
+        if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
+            session.next_pid = (resume - 1) % 65535 + 1
+        session.clean = clean
+        session.expiry = expiry
+        self.sessions[client_id] = session
+        if not clean and self.store is not None:
+            self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
+        session.worker = worker
+        session.conn = conn
+        session.will_at = 0.0  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
+        session.will = None
+        if will_topic is not None:
+            delay, props, will_expiry = will_extra or (0, "", 0)
+            session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
+                                delay)
+        self.by_conn[(worker, conn)] = session
+        if session.subs:
+            self.cache.clear()
+        out = self.out(worker)
+        if not resume:  # a resumed connection (after a router restart) has had its CONNACK
+            out.hold()
+            out.add_json(wire.SESSION, [conn, present])
+        if present:
+            self._resend(session, out)
+
+    def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, publish_will = wire.GONE_HEAD.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is not None:
+            self._disconnect(session, bool(publish_will))
+
+    def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
+        session with the connection, another value is how long it outlives it."""
+        conn, expiry = wire.SESSION_EXPIRY_HEAD.unpack(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None or session.clean:
+            return
+        if expiry:
+            session.expiry = expiry
+        else:
+            self._forget_stored(session)
+            session.clean = True
+
+    def _disconnect(self, session: Session, publish_will: bool) -> None:
+        """The session's connection ended: publish its will if asked, keep it only if persistent."""
+        if session.unacked:
+            self._reshare(session)
+        del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
+        will = session.will
+        session.will = None
+        if session.clean:
+            self._discard(session)
+        else:
+            session.worker = None
+            session.conn = 0
+            session.seen = time.time()
+            if self.store is not None:
+                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen, session.expiry))
+            if session.subs:
+                self.cache.clear()
+            if session.ends_at():
+                self.deadlines.add(session.ends_at(), session)
+        if publish_will and will is not None:
+            if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
+                session.will = will
+                session.will_at = session.seen + will.delay
+                self.deadlines.add(session.will_at, session)
+            else:
+                self._publish_will(will)
+
+    def _publish_will(self, will: Will) -> None:
+        self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
+                     int(time.time()) + will.expiry if will.expiry else 0)
+
+    def _discard(self, session: Session) -> None:
+        if not session.clean:
+            self._forget_stored(session)
+        if session.subs:
+            self.cache.clear()
+        for topic_filter in list(session.subs):
+            self._unsubscribe(session, topic_filter)
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+
+    def _forget_stored(self, session: Session) -> None:
+        if self.store is not None:
+            client = (session.client_id,)
+            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
+                self.store.record(statement, client)
+
+    def expire(self, now: float) -> int:
+        """Remove retained messages past their expiry, and persistent sessions without an expiry
+        interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
+        sessions went."""
+        for topic in self.retained.expire(now):
+            if self.store is not None:
+                self.store.record(db.RETAINED_DELETE, (topic,))
+        if not self.expiration:
+            return 0
+        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration
+                 and (s.expiry == DEFAULT_EXPIRY or s.expiry == NEVER)]
+        for session in stale:
+            self._end(session, now)
+        return len(stale)
+
+    def due(self, now: float) -> None:
+        """Once a second: publish the delayed wills that are due, and end the sessions whose own
+        expiry interval has passed."""
+        for session in self.deadlines.due(now):
+            if session.worker is not None or self.sessions.get(session.client_id) is not session:
+                continue  # back online, or gone: the reminder is stale
+            if session.will is not None and session.will_at and session.will_at <= now:
+                will, session.will, session.will_at = session.will, None, 0.0
+                self._publish_will(will)
+            ends = session.ends_at()
+            if ends and ends <= now:
+                self._end(session, now)
+
+    def _end(self, session: Session, now: float) -> None:
+        """An offline session's time is up: its delayed will goes out now, then the session."""
+        log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
+        if session.will is not None:
+            will, session.will, session.will_at = session.will, None, 0.0
+            self._publish_will(will)
+        self._discard(session)

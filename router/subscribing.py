@@ -1,0 +1,110 @@
+"""SUBSCRIBE and UNSUBSCRIBE in the router: the subscription trie, shared subscription groups and the
+retained messages a new subscription gets.
+
+A part of `Router` (router/core.py), which holds the state named below.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from router import grants
+from router import store as db
+from router import wire
+from router.retain import Retained, RetainedStore
+from router.sessions import Session
+from router.shared import SharedGroup
+from router.store import Store
+from router.trie import SubscriptionTrie
+from workers.mqtt.topics import shared
+
+
+class Subscribing:
+    """Subscriptions: a session's filters in the trie (plain ones) or in their shared group."""
+
+    by_conn: dict[tuple[bytes, int], Session]
+    trie: SubscriptionTrie
+    groups: dict[str, SharedGroup]
+    share_strategy: str
+    retained: RetainedStore
+    store: Store | None
+    cache: dict
+
+    def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, filters = orjson.loads(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None:
+            return
+        out = self.out(worker)
+        now = time.time()
+        codes = []
+        retained: list[tuple[str, Retained, int, bytes]] = []
+        for topic_filter, grant in filters:
+            codes.append(grants.suback_code(grant))
+            if grants.refused(grant):  # by the worker: the reason code goes back as it is
+                continue
+            new = self._subscribe(session, topic_filter, grant)
+            if not session.clean and self.store is not None:
+                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
+            # retained messages are never sent to a shared subscription [MQTT-3.8.4-3 note]
+            if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
+                identifier = grant >> grants.ID_SHIFT
+                ids = grants.identifier_property(identifier) if identifier else b""
+                for topic, message in self.retained.matching(topic_filter, now):
+                    retained.append((topic, message, min(grant & 3, message[1]), ids))
+        self.cache.clear()
+        if not packet_id:
+            return  # subscriptions registered again after a router restart: no SUBACK, no retained
+        out.hold()
+        out.add_json(wire.SUBACK, [conn, packet_id, codes])
+        for topic, (body, _stored_qos, props, expiry), qos, ids in retained:
+            self._deliver_one(session, out, topic.encode(), body, qos, True, props + ids, expiry)
+
+    def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        conn, packet_id, filters = orjson.loads(header)
+        session = self.by_conn.get((worker, conn))
+        if session is None:
+            return
+        codes = bytearray()
+        for topic_filter in filters:
+            if self._unsubscribe(session, topic_filter):
+                codes.append(0x00)
+                if not session.clean and self.store is not None:
+                    self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
+            else:
+                codes.append(0x11)  # no subscription existed (MQTT 5 tells the client)
+        self.cache.clear()
+        out = self.out(worker)
+        out.hold()
+        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
+
+    def _subscribe(self, session: Session, topic_filter: str, grant: int) -> bool:
+        """Index one subscription (a shared one joins its group); True when the session did not have it."""
+        new = topic_filter not in session.subs
+        session.subs[topic_filter] = grant
+        share = shared(topic_filter)
+        if share is None:
+            self.trie.add(topic_filter, session, grants.routing(grant))
+            return new
+        group = self.groups.get(topic_filter)
+        if group is None:
+            group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
+            self.trie.add(group.filter, group, 0)
+        group.join(session, grant)
+        return new
+
+    def _unsubscribe(self, session: Session, topic_filter: str) -> bool:
+        """Remove one subscription of the session (a group left without members goes); whether it had it."""
+        if session.subs.pop(topic_filter, None) is None:
+            return False
+        group = self.groups.get(topic_filter)
+        if group is None:
+            self.trie.remove(topic_filter, session)
+        else:
+            group.leave(session)
+            if not group.members:
+                del self.groups[topic_filter]
+                self.trie.remove(group.filter, group)
+        return True
