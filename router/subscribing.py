@@ -48,7 +48,7 @@ class Subscribing:
             new = self._subscribe(session, topic_filter, grant)
             if not session.clean and self.store is not None:
                 self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
-            # retained messages are never sent to a shared subscription [MQTT-3.8.4-3 note]
+            # retained messages are never sent to a shared subscription (MQTT 5, section 4.8.2)
             if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
                 identifier = grant >> grants.ID_SHIFT
                 ids = grants.identifier_property(identifier) if identifier else b""
