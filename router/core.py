@@ -129,8 +129,8 @@ class Router(Lifecycle, Subscribing):
         for session in loaded.sessions.values():
             for topic_filter, grant in list(session.subs.items()):
                 self._subscribe(session, topic_filter, grant)
-            if session.ends_at():
-                self.deadlines.add(session.ends_at(), session)
+            if ends := session.ends_at():
+                self.deadlines.add(ends, session)
         self.retained.messages = loaded.retained
         self.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
@@ -379,14 +379,8 @@ class Router(Lifecycle, Subscribing):
         out = self.out(session.worker)
         if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
             out.hold()
-        pid = 0
-        if eff:
-            pid = self._keep(session, topic, payload, eff, keep_retain, own_props, expiry, share)
-            if pid <= 0:
-                return True  # waits for room in the member's window, or dropped (its queue is full)
-        out.add(wire.DELIVER, _deliver_head(topic, eff, keep_retain, False, own_props, expiry)
-                + _pack_sub(session.conn, eff, pid), payload)
-        self.delivered += 1
+        if self._deliver_one(session, out, topic, payload, eff, keep_retain, own_props, expiry, share):
+            self.delivered += 1
         return True
 
     def _reshare(self, session: Session) -> None:
@@ -405,14 +399,18 @@ class Router(Lifecycle, Subscribing):
                     store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
-                     props: bytes, expiry: int) -> None:
+                     props: bytes, expiry: int, share: Share | None = None) -> bool:
+        """One message to one online session in a record of its own; a QoS 1/2 copy is kept and
+        numbered by the router for a persistent session, and for any session when a shared
+        subscription gave it (`share`). Whether it was written now (not queued, not dropped)."""
         pid = 0
-        if qos and not session.clean:
-            pid = self._keep(session, topic, payload, qos, retain, props, expiry)
+        if qos and (not session.clean or share is not None):
+            pid = self._keep(session, topic, payload, qos, retain, props, expiry, share)
             if pid <= 0:
-                return  # dropped, or queued until the client's window has room
+                return False  # dropped, or queued until the client's window has room
         out.add(wire.DELIVER, _deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
                 payload)
+        return True
 
     # -- a persistent session's queue and window ---------------------------------------------------
 

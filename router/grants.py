@@ -14,6 +14,8 @@ Only bits 0-3 and the identifier change how a message is routed; a grant without
 
 from __future__ import annotations
 
+import functools
+
 from workers.mqtt import properties
 
 NO_LOCAL = 0x04
@@ -75,8 +77,10 @@ def resolve(matched: Matched, qos: int, retain: bool, own: bool) -> tuple[int, b
     return min(best, qos), retain and keep_retain, ids
 
 
+@functools.lru_cache(maxsize=4096)
 def identifier_property(identifier: int) -> bytes:
-    """A Subscription Identifier property entry, as a PUBLISH carries it."""
+    """A Subscription Identifier property entry, as a PUBLISH carries it (made once per identifier:
+    it is asked for on every delivery to a subscriber that has one)."""
     return properties.encode_entries({properties.SUBSCRIPTION_IDENTIFIER: identifier})
 
 

@@ -150,8 +150,8 @@ class Lifecycle:
                 self.store.record(db.SESSION_SAVE, (session.client_id, session.seen, session.expiry))
             if session.subs:
                 self.cache.clear()
-            if session.ends_at():
-                self.deadlines.add(session.ends_at(), session)
+            if ends := session.ends_at():
+                self.deadlines.add(ends, session)
         if publish_will and will is not None:
             if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
                 session.will = will

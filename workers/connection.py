@@ -312,11 +312,9 @@ class Connection(asyncio.Protocol):
         with `forms`, its aliased forms)."""
         if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
             return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
-        if qos0_packet is not None:
-            negotiated = self.v5
-            if negotiated is None or not (negotiated.send_alias_max or negotiated.max_packet):
-                self.write(qos0_packet)  # the fan-out hot path (5.0: no alias or size limit to apply)
-                return
+        if qos0_packet is not None and (self.v5 is None or self.v5.writes_as_is()):
+            self.write(qos0_packet)  # the fan-out hot path
+            return
         if qos and packet_id in self.inflight:
             return  # a restarted router resends what it cannot know we already sent
         self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet, forms)
@@ -340,7 +338,7 @@ class Connection(asyncio.Protocol):
         if self.paused or self.queue:
             for payload in v5.payloads(packets):
                 self._enqueue((topic, payload, 0, False, False, 0, None))
-        elif not (negotiated.send_alias_max or negotiated.max_packet):
+        elif negotiated.writes_as_is():
             self.write(packets)
         elif not self._write_shared(topic, packets, forms):
             for payload in v5.payloads(packets):
@@ -373,13 +371,11 @@ class Connection(asyncio.Protocol):
             return
         numbered = packet_id or (self._take_pid() if qos else 0)
         negotiated = self.v5
-        if negotiated is None:
-            header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-        elif negotiated.send_alias_max:
+        if negotiated is not None and negotiated.send_alias_max:
             header = self._aliased_header(negotiated, topic, len(payload), qos, retain, dup, numbered, extra)
         else:
             header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-            if header is not None and not self._fits(len(header) + len(payload)):
+            if header is not None and negotiated is not None and not self._fits(len(header) + len(payload)):
                 header = None
         if header is None:
             return self._unsent(packet_id)

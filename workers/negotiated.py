@@ -45,3 +45,8 @@ class Negotiated:
         self.exchange: Exchange | None = None
         self.pending: Connect | None = None
         self.auth_data = b""
+
+    def writes_as_is(self) -> bool:
+        """Whether a shared QoS 0 packet goes to this client unchanged: no topic alias to choose and no
+        packet size limit to check."""
+        return not (self.send_alias_max or self.max_packet)
