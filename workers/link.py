@@ -50,7 +50,9 @@ class RouterLink:
             self.on_frame(sock.recv(_NOBLOCK, copy=True))
 
     def send(self) -> None:
-        if self.batch:
+        """The batch to the router; nothing once the link is closed (a flush the loop had scheduled
+        may still run after `Worker.stop` closed it)."""
+        if self.batch and not self.sock.closed:
             self.sock.send(self.batch.take(), _NOBLOCK)
             # a send can consume the fd's edge: look for input that arrived meanwhile
             if self.sock.getsockopt(_EVENTS) & _POLLIN:
