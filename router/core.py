@@ -17,6 +17,7 @@ from router import store as db
 from router import wire
 from router.grants import Matched
 from router.retain import RetainedStore
+from router.routes import RouteTable
 from router.deadlines import Deadlines
 from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
 from router.shared import SharedGroup
@@ -30,19 +31,10 @@ from workers.mqtt import framing
 log = logging.getLogger("plexmq.router")
 
 _pack_sub = wire.SUBSCRIBER.pack
-_pack_deliver = wire.DELIVER_HEAD.pack
 _unpack_pub = wire.PUB_HEAD.unpack_from
 _unpack_count = wire.COUNT.unpack_from
 _count_size = wire.COUNT.size
 _pub_head_size = wire.PUB_HEAD.size
-
-
-def _deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, expiry: int) -> bytes:
-    """A DELIVER record's header up to its subscribers."""
-    flags = wire.pub_flags(qos, retain, dup)
-    if props or expiry:
-        return _pack_deliver(flags | wire.HAS_EXTRA, len(topic)) + topic + wire.extra(props, expiry)
-    return _pack_deliver(flags, len(topic)) + topic
 
 
 class Dest:
@@ -90,7 +82,8 @@ class Router(Lifecycle, Subscribing):
         self.retained = RetainedStore()
         self.worker_pids: dict[bytes, int] = {}
         self.batches: dict[bytes, wire.Batch] = {}
-        self.routed: dict[bytes, int] = {}
+        self.routed: dict[bytes, list[int]] = {}  # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records] this turn
+        self.routes = RouteTable()
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
         self.pending_limit = max_inflight + max_queued
@@ -118,6 +111,7 @@ class Router(Lifecycle, Subscribing):
             wire.SESSION_EXPIRY: self._on_session_expiry,
             wire.STATS: self._on_stats,
             wire.CLIENTS: self._on_clients,
+            wire.ROUTES_ACK: self._on_routes_ack,
         }
         if store is not None:
             self._restore(store)
@@ -127,7 +121,8 @@ class Router(Lifecycle, Subscribing):
         loaded = store.load()
         self.sessions = loaded.sessions
         for session in loaded.sessions.values():
-            for topic_filter, grant in list(session.subs.items()):
+            stored, session.subs = session.subs, {}
+            for topic_filter, grant in stored.items():
                 self._subscribe(session, topic_filter, grant)
             if ends := session.ends_at():
                 self.deadlines.add(ends, session)
@@ -153,28 +148,48 @@ class Router(Lifecycle, Subscribing):
             handlers[kind](worker, header, payload)
 
     def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
-        """This turn's frames, (worker, now, later), acknowledgements of routed PUBs last. With
-        `split`, `later` holds what may leave only after the store's commit: acknowledgements (SESSION,
-        SUBACK, UNSUBACK, ROUTED) and QoS 2 deliveries, with whatever follows them; the rest leaves
-        at once, so a persistent subscriber's window does not wait for the disk."""
+        """This turn's frames, (worker, now, later), led by the route table's changes (ROUTES), with
+        acknowledgements of routed PUBs last. With `split`, `later` holds what may leave only after
+        the store's commit: acknowledgements (SESSION, SUBACK, UNSUBACK, ROUTED) and QoS 2
+        deliveries, with whatever follows them; the rest leaves at once, so a persistent
+        subscriber's window does not wait for the disk. A SUBACK that gave a filter a new place
+        waits, with what follows it, for the other workers (router/routes.py)."""
         if self.raw_dirty:
             self._flush_raw()
-        for worker, count in self.routed.items():
+        pack = wire.ROUTED_HEAD.pack
+        for worker, (pubs, records) in self.routed.items():
             out = self.out(worker)
             out.hold()
-            out.add(wire.ROUTED, wire.COUNT.pack(count))
+            out.add(wire.ROUTED, pack(pubs, records))
         self.routed.clear()
-        if split:
-            return [(worker, *batch.take_split()) for worker, batch in self.batches.items() if batch]
-        return [(worker, batch.take(), b"") for worker, batch in self.batches.items() if batch]
+        routes = self.routes
+        leads = routes.leads(self.worker_pids)
+        batches = self.batches
+        frames = []
+        for worker in batches.keys() | leads.keys() | routes.deferred.keys():
+            batch = batches.get(worker)
+            now, later, gated = batch.take_split() if batch else (b"", b"", False)
+            if not split and not gated:
+                now, later = now + later, b""
+            now, later = routes.order(worker, now, later, gated)
+            lead = leads.get(worker)
+            if lead is not None:
+                now = lead + now  # ahead of what waits: another worker may be waiting for its answer
+            if now or later:
+                frames.append((worker, now, later))
+        return frames
 
     # -- messages --------------------------------------------------------------------------------
 
     def _on_pub(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, flags = _unpack_pub(header)
         qos = flags & 3
+        counts = self.routed.get(worker)
+        if counts is None:
+            counts = self.routed[worker] = [0, 0]
+        counts[1] += 1
         if qos:
-            self.routed[worker] = self.routed.get(worker, 0) + 1
+            counts[0] += 1
             if qos == 2:
                 session = self.by_conn.get((worker, conn))
                 if session is not None:
@@ -191,6 +206,10 @@ class Router(Lifecycle, Subscribing):
     def _on_pub0(self, worker: bytes, header: bytes, packets: bytes, form: int = 0) -> None:
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its
         workers; `form` 1: 5.0 packets."""
+        counts = self.routed.get(worker)
+        if counts is None:
+            counts = self.routed[worker] = [0, 0]
+        counts[1] += 1
         topic = header[_count_size:]
         targets = self.cache.get(topic)
         if targets is None:
@@ -228,6 +247,9 @@ class Router(Lifecycle, Subscribing):
             self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
             dest.count = 0
         self.raw_dirty.clear()
+
+    def _on_routes_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        self.routes.acknowledged(worker, _unpack_count(header)[0])
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id = wire.CONN_PID.unpack(header)
@@ -275,10 +297,7 @@ class Router(Lifecycle, Subscribing):
             targets = self._match(topic)
         online = targets.online
         offline = targets.offline
-        if props or expiry:
-            head = _pack_deliver(qos | wire.HAS_EXTRA, len(topic)) + topic + wire.extra(props, expiry)
-        else:
-            head = _pack_deliver(qos, len(topic)) + topic
+        head = wire.deliver_head(topic, qos, False, False, props, expiry)
         keep = self._keep
         for worker, clean_subs, persistent in online:
             subs = clean_subs
@@ -408,7 +427,7 @@ class Router(Lifecycle, Subscribing):
             pid = self._keep(session, topic, payload, qos, retain, props, expiry, share)
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.add(wire.DELIVER, _deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
+        out.add(wire.DELIVER, wire.deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
                 payload)
         return True
 
@@ -470,5 +489,5 @@ class Router(Lifecycle, Subscribing):
 
     @staticmethod
     def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
-        out.add(wire.DELIVER, _deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
+        out.add(wire.DELIVER, wire.deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
                                             pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)

@@ -16,6 +16,7 @@ from router import store as db
 from router import wire
 from router.deadlines import Deadlines
 from router.listing import ClientDisconnect, ClientListing
+from router.routes import RouteTable
 from router.sessions import DEFAULT_EXPIRY, NEVER, Session, Will
 from router.store import Store
 
@@ -34,11 +35,13 @@ class Lifecycle:
     reports: dict[int, dict]
     listings: dict[int, ClientListing]
     cache: dict
+    routes: RouteTable
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
         worker_id, pid = orjson.loads(header)
         previous = self.worker_pids.get(worker)
         self.worker_pids[worker] = pid
+        self.routes.hello(worker)
         if previous is not None and previous != pid:
             lost = [key for key in self.by_conn if key[0] == worker]
             log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))

@@ -127,8 +127,8 @@ def serve(config: dict) -> None:
             send(worker, now)
         if durable and store is not None:
             store.commit()  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk
-            for worker, _, later in frames:
-                send(worker, later)
+        for worker, _, later in frames:
+            send(worker, later)
         if drained:
             turns.observe(drained, time.perf_counter() - started)
     if store is not None:

@@ -71,7 +71,7 @@ class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
     __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
-                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged")
+                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local")
 
     def __init__(self, client_id: str, clean: bool) -> None:
         self.client_id = client_id
@@ -79,6 +79,7 @@ class Session:
         self.worker: bytes | None = None
         self.conn = 0
         self.subs: dict[str, int] = {}
+        self.local: set[str] | tuple[()] = ()  # filters of `subs` its worker serves itself (router/routes.py)
         self.unacked: dict[int, Pending] = {}  # in the order kept
         # packet ids of QUEUED messages, oldest first; the empty tuple until one waits (most sessions
         # never queue, and an empty deque costs 760 bytes)

@@ -19,7 +19,7 @@ from router import VERSION
 if TYPE_CHECKING:
     from router.core import Router
 
-WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued", "shed")
+WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
@@ -49,15 +49,16 @@ class Stats:
             "protocols": {name: sum(w["protocols"][name] for w in workers.values()) for name in PROTOCOLS.values()},
             "offline": sum(1 for s in sessions if s.worker is None),
             "sessions": len(router.sessions),
-            "received": router.received,
-            "sent": router.delivered,
+            # with the messages workers delivered themselves (router/routes.py)
+            "received": router.received + totals["local_received"],
+            "sent": router.delivered + totals["local_sent"],
             "routed_dropped": router.dropped,
             "subscriptions": sum(len(s.subs) for s in sessions),
             "session_queued": sum(len(s.unacked) for s in sessions),
             "retained": len(router.retained),
             **totals,
         }
-        self._update_loads(now, router.received, router.delivered)
+        self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])  # type: ignore[arg-type]
 
     def _update_loads(self, now: float, received: int, sent: int) -> None:
         """Exponentially averaged messages per minute over 1, 5 and 15 minutes."""

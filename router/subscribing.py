@@ -14,6 +14,7 @@ from router import grants
 from router import store as db
 from router import wire
 from router.retain import Retained, RetainedStore
+from router.routes import ROUTER, RouteTable
 from router.sessions import Session
 from router.shared import SharedGroup
 from router.store import Store
@@ -31,6 +32,7 @@ class Subscribing:
     retained: RetainedStore
     store: Store | None
     cache: dict
+    routes: RouteTable
 
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = orjson.loads(header)
@@ -40,12 +42,16 @@ class Subscribing:
         out = self.out(worker)
         now = time.time()
         codes = []
+        local = []  # [filter, QoS, or -1 where the router serves it]: what its worker serves itself
+        placed = False  # whether a filter got a new place: the SUBACK waits for the other workers
         retained: list[tuple[str, Retained, int, bytes]] = []
         for topic_filter, grant in filters:
             codes.append(grants.suback_code(grant))
             if grants.refused(grant):  # by the worker: the reason code goes back as it is
                 continue
-            new = self._subscribe(session, topic_filter, grant)
+            new, added = self._subscribe(session, topic_filter, grant)
+            placed = placed or added
+            local.append([topic_filter, grant & 3 if topic_filter in session.local else -1])
             if not session.clean and self.store is not None:
                 self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
             # retained messages are never sent to a shared subscription (MQTT 5, section 4.8.2)
@@ -58,7 +64,9 @@ class Subscribing:
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
         out.hold()
-        out.add_json(wire.SUBACK, [conn, packet_id, codes])
+        if placed:
+            out.gate()
+        out.add_json(wire.SUBACK, [conn, packet_id, codes, local])
         for topic, (body, _stored_qos, props, expiry), qos, ids in retained:
             self._deliver_one(session, out, topic.encode(), body, qos, True, props + ids, expiry)
 
@@ -80,25 +88,38 @@ class Subscribing:
         out.hold()
         out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
 
-    def _subscribe(self, session: Session, topic_filter: str, grant: int) -> bool:
-        """Index one subscription (a shared one joins its group); True when the session did not have it."""
+    def _subscribe(self, session: Session, topic_filter: str, grant: int) -> tuple[bool, bool]:
+        """Index one subscription (a shared one joins its group): (whether the session did not have
+        it, whether its filter got a new place in the route table)."""
         new = topic_filter not in session.subs
+        if not new:
+            self._unplace(session, topic_filter)
         session.subs[topic_filter] = grant
         share = shared(topic_filter)
         if share is None:
-            self.trie.add(topic_filter, session, grants.routing(grant))
-            return new
+            routing = grants.routing(grant)
+            self.trie.add(topic_filter, session, routing)
+            if session.clean and routing < 4 and session.worker is not None:  # plain: its worker can serve it
+                if not session.local:
+                    session.local = set()
+                session.local.add(topic_filter)  # type: ignore[union-attr]
+                return new, self.routes.add(topic_filter, session.worker)
+            return new, self.routes.add(topic_filter, ROUTER)
         group = self.groups.get(topic_filter)
+        added = False
         if group is None:
             group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
             self.trie.add(group.filter, group, 0)
+            added = self.routes.add(group.filter, ROUTER)
         group.join(session, grant)
-        return new
+        return new, added
 
     def _unsubscribe(self, session: Session, topic_filter: str) -> bool:
         """Remove one subscription of the session (a group left without members goes); whether it had it."""
-        if session.subs.pop(topic_filter, None) is None:
+        if topic_filter not in session.subs:
             return False
+        self._unplace(session, topic_filter)
+        del session.subs[topic_filter]
         group = self.groups.get(topic_filter)
         if group is None:
             self.trie.remove(topic_filter, session)
@@ -107,4 +128,14 @@ class Subscribing:
             if not group.members:
                 del self.groups[topic_filter]
                 self.trie.remove(group.filter, group)
+                self.routes.remove(group.filter, ROUTER)
         return True
+
+    def _unplace(self, session: Session, topic_filter: str) -> None:
+        """Take a session's subscription out of the route table (a shared group's place stays while
+        it has members)."""
+        if topic_filter in session.local:
+            session.local.remove(topic_filter)  # type: ignore[union-attr]
+            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]
+        elif topic_filter not in self.groups:
+            self.routes.remove(topic_filter, ROUTER)

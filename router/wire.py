@@ -29,9 +29,9 @@ PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to tha
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
-SUBACK = 21  # orjson [conn, packet_id, [code, ...]]
+SUBACK = 21  # orjson [conn, packet_id, [code, ...], [[filter, QoS its worker serves it with, or -1: the router does], ...]]
 UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
-ROUTED = 23  # COUNT: this many of the worker's QoS>0 PUBs (in order) are routed; acknowledge them
+ROUTED = 23  # ROUTED_HEAD: this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
@@ -39,6 +39,9 @@ LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
 CLOSE = 29  # CONN: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
+ROUTES = 31  # orjson [generation, whole, [[filter, [place, ...]], ...]]: who serves each filter (router/routes.py); answer ROUTES_ACK
+# worker -> router
+ROUTES_ACK = 14  # COUNT: the worker has applied the ROUTES of this generation
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -62,6 +65,7 @@ GONE_HEAD = struct.Struct("<IB")
 CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
+ROUTED_HEAD = struct.Struct("<II")  # QoS 1/2 PUBs, PUB and PUB0 records
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
 SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
 
@@ -71,14 +75,16 @@ _record_size = RECORD.size
 
 
 class Batch:
-    """The records for one peer produced during one loop turn, sent as one frame, or as two when
-    `hold()` marked where the records start that may leave only once the turn is stored."""
+    """The records for one peer produced during one loop turn, sent as one frame, or split where
+    `hold()` marked the records that may leave only once the turn is stored, or `gate()` those that
+    wait until the other workers have applied a change of the route table (router/routes.py)."""
 
-    __slots__ = ("parts", "held")
+    __slots__ = ("parts", "held", "gated")
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.held = -1  # index in parts of the first record that waits for the store's commit
+        self.gated = -1  # index in parts of the first record that waits for the other workers
 
     def add(self, kind: int, header: bytes, payload: bytes = b"") -> None:
         parts = self.parts
@@ -95,6 +101,11 @@ class Batch:
         if self.held < 0:
             self.held = len(self.parts)
 
+    def gate(self) -> None:
+        """The next record (a SUBACK) and all after it wait for the other workers."""
+        if self.gated < 0:
+            self.gated = len(self.parts)
+
     def __bool__(self) -> bool:
         return bool(self.parts)
 
@@ -102,18 +113,25 @@ class Batch:
         """The frame, leaving the batch empty."""
         frame = b"".join(self.parts)
         self.parts.clear()
-        self.held = -1
+        self.held = self.gated = -1
         return frame
 
-    def take_split(self) -> tuple[bytes, bytes]:
-        """(what may leave now, what waits for the commit), leaving the batch empty."""
-        parts, held = self.parts, self.held
-        if held < 0:
-            return self.take(), b""
-        now, later = b"".join(parts[:held]), b"".join(parts[held:])
+    def take_split(self) -> tuple[bytes, bytes, bool]:
+        """(what may leave now, what waits, whether it waits for the other workers and not only for
+        the commit), leaving the batch empty."""
+        parts, held, gated = self.parts, self.held, self.gated
+        cut = held if gated < 0 else gated if held < 0 else min(held, gated)
+        if cut < 0:
+            return self.take(), b"", False
+        now, later = b"".join(parts[:cut]), b"".join(parts[cut:])
         parts.clear()
-        self.held = -1
-        return now, later
+        self.held = self.gated = -1
+        return now, later, gated >= 0
+
+
+def record(kind: int, header: bytes) -> bytes:
+    """One record without a payload, to lead a frame."""
+    return _pack_record(kind, len(header), 0) + header
 
 
 def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
@@ -133,6 +151,14 @@ def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
 
 def pub_flags(qos: int, retain: bool, dup: bool = False) -> int:
     return qos | (retain << 2) | (dup << 3)
+
+
+def deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, expiry: int) -> bytes:
+    """A DELIVER record's header up to its subscribers."""
+    flags = pub_flags(qos, retain, dup)
+    if props or expiry:
+        return DELIVER_HEAD.pack(flags | HAS_EXTRA, len(topic)) + topic + extra(props, expiry)
+    return DELIVER_HEAD.pack(flags, len(topic)) + topic
 
 
 def extra(props: bytes, expiry: int) -> bytes:

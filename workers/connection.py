@@ -244,11 +244,11 @@ class Connection(asyncio.Protocol):
             self.data_received(b"")  # what the last read could not take yet
 
     def _forward(self, buf: bytes, run: int, end: int, topic: bytes, count: int, skipped: list[tuple[int, int]]) -> None:
-        """Send a run of `count` plain QoS 0 PUBLISH packets to `topic` to the router as they are, and
-        archive them (but the `skipped` ones) just as they are."""
+        """Route a run of `count` plain QoS 0 PUBLISH packets to `topic` as they are (`Worker.publish_run`),
+        and archive them (but the `skipped` ones) just as they are."""
         packets = buf[run:end]
         worker = self.worker
-        worker.link.pub0(topic, count, packets, self.v5 is not None)
+        worker.publish_run(self, topic, count, packets, self.v5 is not None)
         if worker.archive is not None:
             if skipped:
                 kept, at = [], run

@@ -38,6 +38,7 @@ class RouterLink:
             sock.setsockopt(zmq.CURVE_SECRETKEY, curve["client_secret"].encode())
         sock.connect(endpoint)
         self.batch = wire.Batch()
+        self.unrouted = 0  # PUB and PUB0 records the router has not yet confirmed (ROUTED)
         self.fd = sock.getsockopt(zmq.FD)
         loop.add_reader(self.fd, self.drain)
         self.batch.add_json(wire.HELLO, [worker_id, os.getpid()])
@@ -60,6 +61,7 @@ class RouterLink:
 
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,
             props: bytes = b"", expiry: int = 0) -> None:
+        self.unrouted += 1
         if props or expiry:
             head = _pack_pub(conn, packet_id, qos | (retain << 2) | wire.HAS_EXTRA) + wire.extra(props, expiry)
             self.batch.add(wire.PUB, head + topic, payload)
@@ -68,6 +70,7 @@ class RouterLink:
 
     def pub0(self, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
         """A raw run of plain QoS 0 PUBLISH packets (`v5`: a 5.0 client's, with empty property blocks)."""
+        self.unrouted += 1
         self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_count(count) + topic, packets)
 
     def ack(self, conn: int, packet_id: int, stage: int) -> None:

@@ -37,6 +37,7 @@ from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
 from workers.negotiated import Negotiated
 from workers.link import RouterLink
+from workers.routes import LocalRoutes
 from workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -48,6 +49,7 @@ _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.SUBSCRIBER.iter_unpack
 _unpack_conn_pid = wire.CONN_PID.unpack_from
 _conn_pid_size = wire.CONN_PID.size
+_sub_size = wire.SUBSCRIBER.size
 
 
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
@@ -90,6 +92,8 @@ class Worker:
         self.dirty: list[Connection] = []
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
+        self.routes = LocalRoutes(worker_id)
+        self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame, config.get("router_curve"))
         self.auth = Auth(config, loop)
@@ -180,6 +184,7 @@ class Worker:
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
+        self.routes.forget(conn.conn_id)
         self.flush_soon()  # which reports the new load (and sends GONE)
         if tell_router:
             self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
@@ -202,16 +207,50 @@ class Worker:
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
-        """A PUBLISH of `conn` to the router; `props` and `expiry` as router/wire.py carries them."""
+        """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
+        and 1, not retained), else to the router; `props` and `expiry` as router/wire.py carries them."""
         name = topic.encode()
-        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry)
         to_archive = self.known_topics.get(name)
         if to_archive is None:
             to_archive = self.remember_topic(name)
         if to_archive:
             self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
+        if qos < 2 and not retain and self.local_path(conn):
+            subs = self.routes.targets(name)
+            if subs is not None:
+                self.local_received += 1
+                if subs:
+                    self.local_sent += len(subs) // _sub_size
+                    self._deliver(wire.deliver_head(name, qos, False, False, props, expiry) + subs, payload)
+                if qos:
+                    conn.acknowledge(packet_id, qos, 0)
+                return
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry)
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
+
+    def publish_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> None:
+        """A run of `count` plain QoS 0 PUBLISH packets to `topic` of `conn`, as they are: written here
+        to the local subscribers when only they want it (as `publish`), else to the router."""
+        subs = self.routes.targets(topic) if self.local_path(conn) else None
+        if subs is None:
+            self.link.pub0(topic, count, packets, as_v5)
+            return
+        self.local_received += count
+        if subs:
+            copies = count * (len(subs) // _sub_size)
+            if self.shedding:
+                self.shed += copies
+                return
+            self.local_sent += copies
+            self._deliver_raw(subs, packets, as_v5)
+
+    def local_path(self, conn: Connection) -> bool:
+        """Whether a PUBLISH of `conn` may skip the router, if its topic allows: not while anything of
+        this worker is on its way through the router (a topic that stops needing the router must
+        not overtake its own messages; PUBACKs keep their order), nor before the client's CONNACK
+        or while its own SUBSCRIBE or UNSUBSCRIBE waits (it may publish to what it subscribes to)."""
+        return not self.link.unrouted and conn.state == CONNECTED and not conn.waiting
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
@@ -245,17 +284,26 @@ class Worker:
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
-                self._routed(wire.COUNT.unpack(header)[0])
+                self._routed(*wire.ROUTED_HEAD.unpack(header))
+            elif kind == wire.ROUTES:
+                gen, whole, entries = orjson.loads(header)
+                self.routes.apply(whole, entries)
+                self.link.batch.add(wire.ROUTES_ACK, wire.COUNT.pack(gen))
             elif kind == wire.SESSION:
                 conn_id, present = orjson.loads(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
                     conn.session_ready(present)
             elif kind == wire.SUBACK:
-                conn_id, packet_id, codes = orjson.loads(header)
+                conn_id, packet_id, codes, placed = orjson.loads(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
                     conn.waiting -= 1
+                    for topic_filter, qos in placed:  # which of them this worker serves itself
+                        if qos < 0:
+                            self.routes.unsubscribe(conn_id, topic_filter)
+                        else:
+                            self.routes.subscribe(conn_id, topic_filter, qos)
                     if conn.v5 is None:
                         conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
                     else:
@@ -351,9 +399,11 @@ class Worker:
                     packet = qos0_packets[version] = head + payload
             conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra, forms)
 
-    def _routed(self, count: int) -> None:
-        """The router took these QoS 1/2 PUBs: now the publishers get PUBACK or PUBREC, in the order
-        they sent them (denied ones, which the router never saw, in their turn)."""
+    def _routed(self, count: int, records: int) -> None:
+        """The router took these QoS 1/2 PUBs (of `records` PUB and PUB0 records): now the publishers
+        get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never saw,
+        in their turn)."""
+        self.link.unrouted -= records
         awaiting = self.awaiting
         while awaiting and (count or awaiting[0][4] is None):
             conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
@@ -408,6 +458,8 @@ class Worker:
             elif conn.state == CONNECTING or conn.state == CONNECTED:
                 conn.kicked = True  # the new router never heard of it: nothing to tell it
                 conn.close("router restarted while it was answering this client")
+        self.routes.forget_table()
+        self.link.unrouted = 0  # the old router's confirmations will not come: count what goes to the new one
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
@@ -464,7 +516,8 @@ class Worker:
         self.link.batch.add_json(wire.STATS, {
             "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
             "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
-            "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss})
+            "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss,
+            "local_received": self.local_received, "local_sent": self.local_sent})
         self.flush_soon()
 
     def reload(self) -> None:

@@ -49,5 +49,7 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.subs:
         for f in filters:
             conn.subs.pop(f, None)
+    for f in filters:  # no longer served here, at once: until UNSUBACK the router may still send some
+        conn.worker.routes.unsubscribe(conn.conn_id, f)
     conn.waiting += 1
     conn.worker.link.batch.add_json(wire.UNSUBSCRIBE, [conn.conn_id, packet_id, filters])

@@ -1,0 +1,114 @@
+"""The route table the router pushes to every worker, so that a worker can deliver a message to its own
+subscribers without a hop through the router when nothing else needs it (docs/architecture.md §4).
+
+A subscription's *place* is the worker of its connection when that worker alone can serve it: a plain
+subscription (no MQTT 5 options or identifiers, not shared) of a clean session, made while connected
+there. Every other subscription (persistent sessions, shared groups, MQTT 5 options) has the router's
+place, `ROUTER`. The table maps each filter to its places, counted. A worker delivers a message itself
+only when no filter that matches its topic has a place other than its own; otherwise the router routes
+it, to everyone, as before.
+
+Each turn's changes go to every worker as one `ROUTES` record of a new generation, at the head of its
+frame; a worker that says HELLO gets the whole table. Workers acknowledge each generation
+(`ROUTES_ACK`). A SUBACK whose subscription gave a filter a new place waits, with all that follows it
+for its worker, until every other worker has acknowledged that generation (`Batch.gate`): a client
+that has its SUBACK then misses nothing published after it on any worker.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from router import wire
+
+ROUTER = b""  # the place of a subscription only the router can serve
+
+
+class RouteTable:
+    """Filter -> places (worker identities, or ROUTER) with their subscription counts; the generations
+    the workers have applied, and the frames that wait for them."""
+
+    __slots__ = ("places", "changed", "gen", "acked", "fresh", "deferred")
+
+    def __init__(self) -> None:
+        self.places: dict[str, dict[bytes, int]] = {}
+        self.changed: set[str] = set()  # filters whose set of places changed this turn
+        self.gen = 0
+        self.acked: dict[bytes, int] = {}  # worker -> the last generation it applied
+        self.fresh: set[bytes] = set()  # workers that said HELLO: the whole table goes to them next
+        self.deferred: dict[bytes, tuple[int, list[bytes]]] = {}  # worker -> (generation, frames waiting for it)
+
+    def add(self, topic_filter: str, place: bytes) -> bool:
+        """One more subscription of `topic_filter` at `place`; True when the place is new for the filter."""
+        places = self.places.get(topic_filter)
+        if places is None:
+            places = self.places[topic_filter] = {}
+        count = places.get(place, 0)
+        places[place] = count + 1
+        if count:
+            return False
+        self.changed.add(topic_filter)
+        return True
+
+    def remove(self, topic_filter: str, place: bytes) -> None:
+        places = self.places[topic_filter]
+        count = places[place] - 1
+        if count:
+            places[place] = count
+            return
+        del places[place]
+        if not places:
+            del self.places[topic_filter]
+        self.changed.add(topic_filter)
+
+    def hello(self, worker: bytes) -> None:
+        """A worker (new, restarted, or one that lost its router) gets the whole table, and nothing
+        it was waiting for: its connections are gone or registered again."""
+        self.fresh.add(worker)
+        self.acked[worker] = 0
+        self.deferred.pop(worker, None)
+
+    def leads(self, workers: dict[bytes, int]) -> dict[bytes, bytes]:
+        """This turn's ROUTES record for each worker that needs one: the changes, or the whole table."""
+        leads: dict[bytes, bytes] = {}
+        if self.changed:
+            self.gen += 1
+            places = self.places
+            entries = [[f, [p.decode() for p in places.get(f, ())]] for f in self.changed]
+            self.changed.clear()
+            change = wire.record(wire.ROUTES, orjson.dumps([self.gen, False, entries]))
+            leads = {worker: change for worker in workers if worker not in self.fresh}
+        if self.fresh:
+            whole = wire.record(wire.ROUTES, orjson.dumps(
+                [self.gen, True, [[f, [p.decode() for p in ps]] for f, ps in self.places.items()]]))
+            for worker in self.fresh:
+                leads[worker] = whole
+            self.fresh.clear()
+        return leads
+
+    def acknowledged(self, worker: bytes, gen: int) -> None:
+        self.acked[worker] = gen
+
+    def order(self, worker: bytes, now: bytes, later: bytes, gated: bool) -> tuple[bytes, bytes]:
+        """A worker's frames of this turn as they may leave: (now, after the commit). Frames that wait
+        for the other workers are kept, and so is everything after them, in order; those whose
+        generation every other worker has applied go first."""
+        waiting = self.deferred.get(worker)
+        if waiting is not None:
+            if not self._applied(waiting[0], worker):
+                waiting[1].extend((now, later))  # sent in a later turn: after this one's commit
+                return b"", b""
+            del self.deferred[worker]
+            now = b"".join(waiting[1]) + now  # stored in an earlier turn
+        if gated and not self._applied(self.gen, worker):
+            self.deferred[worker] = (self.gen, [later])
+            return now, b""
+        return now, later
+
+    def waiting(self) -> list[bytes]:
+        """Workers with frames kept for the others."""
+        return list(self.deferred)
+
+    def _applied(self, gen: int, worker: bytes) -> bool:
+        """Whether every worker but `worker` has applied generation `gen`."""
+        return all(seen >= gen for other, seen in self.acked.items() if other != worker)

@@ -1,0 +1,85 @@
+"""The worker's copy of the router's route table (router/routes.py) and the subscriptions it serves
+itself: what lets it deliver a PUBLISH to its own subscribers without a hop through the router.
+
+The router says which subscriptions are the worker's own (in their SUBACK) and which filters something
+else serves (ROUTES). A message goes straight to the local subscribers only when no filter matching
+its topic is served elsewhere; the caller also waits until the router has taken every PUB the worker
+sent it before (`RouterLink.unrouted`), so that a topic that stops needing the router does not
+overtake its own messages still on their way through it.
+"""
+
+from __future__ import annotations
+
+from router import wire
+from router.trie import SubscriptionTrie
+
+CACHE_SIZE = 100_000
+_pack_sub = wire.SUBSCRIBER.pack
+_UNKNOWN = object()
+
+
+class LocalRoutes:
+    """Filters served elsewhere, the worker's own subscriptions, and per topic what they mean."""
+
+    __slots__ = ("own", "remote", "local", "by_conn", "known", "cache")
+
+    def __init__(self, worker_id: int) -> None:
+        self.own = "w%d" % worker_id  # this worker's place (its identity on the router link)
+        self.remote = SubscriptionTrie()  # filters with a place other than this worker
+        self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
+        self.by_conn: dict[int, list[str]] = {}  # conn id -> its filters in `local`
+        self.known = False  # whether the table came since the last HELLO: until then all goes to the router
+        self.cache: dict[bytes, bytes | None] = {}
+
+    def targets(self, topic: bytes) -> bytes | None:
+        """The local subscribers of a message to `topic`, packed as wire.SUBSCRIBER (empty: none), or None
+        when the router must route it."""
+        if not self.known:
+            return None
+        found = self.cache.get(topic, _UNKNOWN)
+        if found is _UNKNOWN:
+            name = topic.decode()
+            if self.remote.match(name):
+                found = None
+            else:
+                found = b"".join([_pack_sub(conn, granted, 0) for conn, granted in self.local.match(name).items()])
+            if len(self.cache) >= CACHE_SIZE:
+                self.cache.clear()
+            self.cache[topic] = found
+        return found  # type: ignore[return-value]
+
+    def apply(self, whole: bool, entries: list[list]) -> None:
+        """A ROUTES record: each filter with its places now (`whole`: the entire table)."""
+        if whole:
+            self.remote = SubscriptionTrie()
+            self.known = True
+        own = self.own
+        remote = self.remote
+        for topic_filter, places in entries:
+            if any(place != own for place in places):
+                remote.add(topic_filter, 0, 0)
+            else:
+                remote.remove(topic_filter, 0)
+        self.cache.clear()
+
+    def forget_table(self) -> None:
+        """A new router: until its table comes, every message goes to it."""
+        self.known = False
+
+    def subscribe(self, conn: int, topic_filter: str, qos: int) -> None:
+        if self.local.add(topic_filter, conn, qos):
+            self.by_conn.setdefault(conn, []).append(topic_filter)
+        self.cache.clear()
+
+    def unsubscribe(self, conn: int, topic_filter: str) -> None:
+        if self.local.remove(topic_filter, conn):
+            self.by_conn[conn].remove(topic_filter)
+            self.cache.clear()
+
+    def forget(self, conn: int) -> None:
+        """A connection ended: its subscriptions go with it."""
+        filters = self.by_conn.pop(conn, None)
+        if filters:
+            for topic_filter in filters:
+                self.local.remove(topic_filter, conn)
+            self.cache.clear()
