@@ -33,7 +33,8 @@ log = logging.getLogger("plexmq.router")
 _pack_sub = wire.SUBSCRIBER.pack
 _unpack_pub = wire.PUB_HEAD.unpack_from
 _unpack_count = wire.COUNT.unpack_from
-_count_size = wire.COUNT.size
+_unpack_run = wire.PUB0_HEAD.unpack_from
+_run_size = wire.PUB0_HEAD.size
 _pub_head_size = wire.PUB_HEAD.size
 
 
@@ -210,11 +211,11 @@ class Router(Lifecycle, Subscribing):
         if counts is None:
             counts = self.routed[worker] = [0, 0]
         counts[1] += 1
-        topic = header[_count_size:]
+        topic = header[_run_size:]
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
-        count = _unpack_count(header)[0]
+        count, conn = _unpack_run(header)
         for dest in targets.raw:
             if not dest.count:
                 self.raw_dirty.append(dest)
@@ -228,7 +229,7 @@ class Router(Lifecycle, Subscribing):
                 _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
                 payload = packets[start + body_at:stop]
                 for session, matched in targets.special:
-                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, None)
+                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn))
                 for group in targets.groups:
                     self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop

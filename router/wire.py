@@ -25,7 +25,7 @@ GONE = 8  # GONE_HEAD (conn, publish_will)
 STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
 CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
 SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
-PUB0 = 9  # COUNT + topic; payload: that many plain QoS 0 PUBLISH packets to that topic (first byte 0x30) exactly as received
+PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 # router -> worker
 SESSION = 20  # orjson [conn, session_present]
@@ -65,6 +65,7 @@ GONE_HEAD = struct.Struct("<IB")
 CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
+PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
 ROUTED_HEAD = struct.Struct("<II")  # QoS 1/2 PUBs, PUB and PUB0 records
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
 SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)

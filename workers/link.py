@@ -12,7 +12,7 @@ from router import wire
 
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack
-_pack_count = wire.COUNT.pack
+_pack_run = wire.PUB0_HEAD.pack
 # plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
@@ -68,10 +68,11 @@ class RouterLink:
         else:
             self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
 
-    def pub0(self, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
-        """A raw run of plain QoS 0 PUBLISH packets (`v5`: a 5.0 client's, with empty property blocks)."""
+    def pub0(self, conn: int, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
+        """A raw run of plain QoS 0 PUBLISH packets of `conn` (`v5`: a 5.0 client's, with empty property
+        blocks)."""
         self.unrouted += 1
-        self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_count(count) + topic, packets)
+        self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_run(count, conn) + topic, packets)
 
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))

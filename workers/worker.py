@@ -234,7 +234,7 @@ class Worker:
         to the local subscribers when only they want it (as `publish`), else to the router."""
         subs = self.routes.targets(topic) if self.local_path(conn) else None
         if subs is None:
-            self.link.pub0(topic, count, packets, as_v5)
+            self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
             return
         self.local_received += count
         if subs:
