@@ -297,6 +297,7 @@ class Connection(asyncio.Protocol):
     def session_ready(self, present: bool) -> None:
         """The router has the session: CONNACK, then whatever it resends follows."""
         self.state = CONNECTED
+        self.worker.connected[self.level] += 1
         if self.v5 is None:
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:
@@ -459,6 +460,7 @@ class Connection(asyncio.Protocol):
             self.worker.dropped += 1
         if not queue:
             queue = self.queue = deque()
+            self.worker.queuing.add(self)
         queue.append(item)  # type: ignore[union-attr]
 
     def pump(self) -> None:
@@ -476,6 +478,7 @@ class Connection(asyncio.Protocol):
             queue.popleft()  # type: ignore[union-attr]
         if not queue:
             self.queue = ()
+            self.worker.queuing.discard(self)
 
     def acknowledge(self, packet_id: int, qos: int, code: int) -> None:
         """PUBACK (QoS 1) or PUBREC (QoS 2) for a PUBLISH of the client; 5.0 also hears a refusal's
@@ -516,6 +519,8 @@ class Connection(asyncio.Protocol):
         if self.state == CLOSED:
             return
         registered = self.state == CONNECTING or self.state == CONNECTED
+        if self.state == CONNECTED:
+            self.worker.connected[self.level] -= 1
         if code and self.v5 is not None and self.state == CONNECTED:
             self.write(v5.encode_disconnect(code, {props.REASON_STRING: reason}))
         self.state = CLOSED
@@ -529,5 +534,6 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.buf = b""
         self.queue = ()
+        self.worker.queuing.discard(self)
         self.inflight.clear()
         self.will = self.subs = self.checker = self.sender = self.v5 = None

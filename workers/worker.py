@@ -90,6 +90,9 @@ class Worker:
         self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
         self.next_conn = 1
         self.dirty: list[Connection] = []
+        # kept as they change, so that the once-a-second report does not walk every connection
+        self.connected = dict.fromkeys(PROTOCOLS, 0)  # CONNECT level -> connections past their CONNACK
+        self.queuing: set[Connection] = set()  # connections with messages waiting in their queue
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.routes = LocalRoutes(worker_id)
@@ -507,12 +510,8 @@ class Worker:
             self.shedding = shedding
             log.warning("worker %d %s QoS 0 deliveries (RSS %d MB, memory_limit %d MB)", self.worker_id,
                         "sheds" if shedding else "no longer sheds", rss >> 20, self.memory_limit >> 20)
-        queued = 0
-        protocols = dict.fromkeys(PROTOCOLS.values(), 0)  # counted here from each level: no counter per connection
-        for conn in self.conns.values():
-            queued += len(conn.queue)
-            if conn.state == CONNECTED:
-                protocols[PROTOCOLS[conn.level]] += 1
+        queued = sum(len(conn.queue) for conn in self.queuing)
+        protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
         self.link.batch.add_json(wire.STATS, {
             "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
             "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
