@@ -79,7 +79,8 @@ class Lifecycle:
          will_extra) = orjson.loads(header)
         # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
         # both are clean session; 5.0: session expiry 0, and clean start).
-        # resume: the connection registers again after a router restart; the number is the first packet id
+        # resume: the worker has sent the CONNACK itself (a new clean session's connection, or one that
+        # registers again after a router restart); the number is the first packet id
         # past those its worker still has in flight (0 for a new connection). expiry: seconds the session
         # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
         # 5.0 will's [delay, properties as hex, message expiry interval]
@@ -111,7 +112,7 @@ class Lifecycle:
         if session.subs:
             self.cache.clear()
         out = self.out(worker)
-        if not resume:  # a resumed connection (after a router restart) has had its CONNACK
+        if not resume:  # else the client has had its CONNACK
             out.hold()
             out.add_json(wire.SESSION, [conn, present])
         if present:

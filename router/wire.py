@@ -15,7 +15,7 @@ import orjson
 
 # worker -> router
 HELLO = 1  # orjson [worker_id, pid]
-CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0 or next pid), fresh]; payload: will payload
+CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0, or next pid: the worker sent the CONNACK itself, answer no SESSION), fresh]; payload: will payload
 SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
 PUB = 5  # PUB_HEAD (conn, packet_id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples
+from bench import brokers, cli, compare, durability, floor, mqload, presets, profile, protocols, report, runner, samples
 from bench.plan import Options, assign, with_defaults
 from tests.mqtt import RawClient
 
@@ -112,6 +112,15 @@ def test_profile_summary_merges_lines_of_a_function() -> None:
     assert summary["samples"] == 10
     assert summary["self"] == [("flush (c.py)", 80.0), ("main (w.py)", 20.0)]
     assert summary["inclusive"] == [("main (w.py)", 100.0), ("flush (c.py)", 80.0)]
+
+
+def test_floor_measures_a_bare_uvloop_connection(capsys) -> None:
+    """bench.floor holds real connections and says what each costs (a transport is far above a socket)."""
+    assert floor.main(["-n", "300"]) == 0
+    transport = int(re.search(r"(\d+) bytes of RSS each", capsys.readouterr().out).group(1))  # type: ignore[union-attr]
+    assert floor.main(["-n", "300", "--plain"]) == 0
+    assert "accepted socket objects" in capsys.readouterr().out
+    assert transport > 0
 
 
 def test_mqload_command_lines_follow_the_presets() -> None:

@@ -277,8 +277,9 @@ class Connection(asyncio.Protocol):
 
     def register(self, resume: bool, fresh: bool = False) -> None:
         """Claim the session with the router; `fresh`: discard an earlier one (clean session, clean
-        start); `resume`: again, with a restarted router, which then also gets the subscriptions
-        (nothing is answered: the client never sees it)."""
+        start); `resume`: the client has its CONNACK already (a new clean session's connection, or
+        one registered again with a restarted router, which then also gets the subscriptions):
+        nothing is answered."""
         will = self.will
         will_extra = None  # a 5.0 will's delay, properties (as they travel) and message expiry interval
         if will is not None and will.properties:

@@ -19,7 +19,7 @@ from workers.mqtt import reasons, v4, v5
 from workers.mqtt.connect import Connect, decode_connect
 from workers.mqtt.framing import PROTOCOL_ERROR
 from workers.negotiated import Negotiated
-from workers.states import AUTHENTICATING, CHALLENGED, CONNECTING
+from workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -162,7 +162,7 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
         conn.worker.end_at(expires, conn)
     accept(conn, connect)
     conn.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
-    if conn.state == CONNECTING:
+    if conn.state == CONNECTING or conn.state == CONNECTED:  # CONNECTED: a clean session has its CONNACK
         conn.transport.resume_reading()  # type: ignore[union-attr]
         if conn.buf:
             conn.data_received(b"")
@@ -186,4 +186,10 @@ def accept(conn: Connection, connect: Connect) -> None:
     worker.wheel.add(conn)  # the keepalive deadline may come before the CONNECT timeout
     conn.state = CONNECTING
     conn.will = connect.will
-    conn.register(resume=False, fresh=connect.clean_session)
+    if connect.clean_session and not conn.persistent:
+        # a new session that ends with the connection: nothing to wait for from the router, which
+        # claims the client id (takes an earlier connection over) before any later record of ours
+        conn.register(resume=True, fresh=True)
+        conn.session_ready(False)
+    else:
+        conn.register(resume=False, fresh=connect.clean_session)
