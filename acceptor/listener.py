@@ -40,9 +40,10 @@ class Listener:
         live = [w for w in self.workers if w.channel is not None]
         held = sum(w.load for w in live)
         admit = self.admission.admit
+        accept = self.sock._accept  # type: ignore[attr-defined]
         for _ in range(ACCEPT_BURST):
             try:
-                conn, addr = self.sock.accept()
+                fd, addr = accept()  # the bare fd: no socket object to make and detach
             except BlockingIOError:
                 break
             except OSError as exc:
@@ -50,9 +51,8 @@ class Listener:
                     self._out_of_fds(exc)
                 break
             if not admit(addr[0], held):
-                conn.close()
+                os.close(fd)
                 continue
-            fd = conn.detach()
             if not live:
                 os.close(fd)  # no worker alive right now: the client retries
                 continue
