@@ -10,12 +10,11 @@ overtake its own messages still on their way through it.
 
 from __future__ import annotations
 
-from router import wire
 from router.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
-_pack_sub = wire.SUBSCRIBER.pack
 _UNKNOWN = object()
+Subscriber = tuple[int, int, int]  # conn id, granted QoS, packet id (0: the connection numbers it), as on the wire
 
 
 class LocalRoutes:
@@ -29,11 +28,11 @@ class LocalRoutes:
         self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
         self.by_conn: dict[int, list[str]] = {}  # conn id -> its filters in `local`
         self.known = False  # whether the table came since the last HELLO: until then all goes to the router
-        self.cache: dict[bytes, bytes | None] = {}
+        self.cache: dict[bytes, tuple[Subscriber, ...] | None] = {}
 
-    def targets(self, topic: bytes) -> bytes | None:
-        """The local subscribers of a message to `topic`, packed as wire.SUBSCRIBER (empty: none), or None
-        when the router must route it."""
+    def targets(self, topic: bytes) -> tuple[Subscriber, ...] | None:
+        """The local subscribers of a message to `topic` (empty: none), or None when the router must
+        route it."""
         if not self.known:
             return None
         found = self.cache.get(topic, _UNKNOWN)
@@ -42,7 +41,7 @@ class LocalRoutes:
             if self.remote.match(name):
                 found = None
             else:
-                found = b"".join([_pack_sub(conn, granted, 0) for conn, granted in self.local.match(name).items()])
+                found = tuple([(conn, granted, 0) for conn, granted in self.local.match(name).items()])
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
             self.cache[topic] = found

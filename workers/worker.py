@@ -17,6 +17,7 @@ import ssl
 import sys
 import time
 from collections import deque
+from collections.abc import Iterable
 
 import orjson
 import psutil
@@ -32,12 +33,12 @@ from workers.archive_format import archived_publish, sender
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v5
 from workers.mqtt import v4 as p
-from workers.connection import Connection, Forms, peer_name
+from workers.connection import Connection, Extra, Forms, peer_name
 from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
 from workers.negotiated import Negotiated
 from workers.link import RouterLink
-from workers.routes import LocalRoutes
+from workers.routes import LocalRoutes, Subscriber
 from workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -49,7 +50,6 @@ _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.SUBSCRIBER.iter_unpack
 _unpack_conn_pid = wire.CONN_PID.unpack_from
 _conn_pid_size = wire.CONN_PID.size
-_sub_size = wire.SUBSCRIBER.size
 
 
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
@@ -213,18 +213,20 @@ class Worker:
         """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
         and 1, not retained), else to the router; `props` and `expiry` as router/wire.py carries them."""
         name = topic.encode()
-        to_archive = self.known_topics.get(name)
-        if to_archive is None:
-            to_archive = self.remember_topic(name)
-        if to_archive:
-            self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
+        if self.archive is not None:
+            to_archive = self.known_topics.get(name)
+            if to_archive is None:
+                to_archive = self.remember_topic(name)
+            if to_archive:
+                self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
         if qos < 2 and not retain and self.local_path(conn):
             subs = self.routes.targets(name)
             if subs is not None:
                 self.local_received += 1
                 if subs:
-                    self.local_sent += len(subs) // _sub_size
-                    self._deliver(wire.deliver_head(name, qos, False, False, props, expiry) + subs, payload)
+                    self.local_sent += len(subs)
+                    self._deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
+                                          subs)
                 if qos:
                     conn.acknowledge(packet_id, qos, 0)
                 return
@@ -241,7 +243,7 @@ class Worker:
             return
         self.local_received += count
         if subs:
-            copies = count * (len(subs) // _sub_size)
+            copies = count * len(subs)
             if self.shedding:
                 self.shed += copies
                 return
@@ -283,7 +285,7 @@ class Worker:
                 if self.shedding:
                     self.shed += len(header) // wire.SUBSCRIBER.size
                     continue
-                self._deliver_raw(header, payload, kind == wire.DELIVER_RAW_V5)
+                self._deliver_raw(_iter_subs(header), payload, kind == wire.DELIVER_RAW_V5)
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
@@ -345,7 +347,7 @@ class Worker:
                    for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
         self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
 
-    def _deliver_raw(self, header: bytes, payload: bytes, as_sent_by_v5: bool) -> None:
+    def _deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, as_sent_by_v5: bool) -> None:
         """A raw run for local subscribers, written as it is to those of its version; the other
         version's form is made once, for the first subscriber that needs it."""
         conns = self.conns
@@ -353,7 +355,7 @@ class Worker:
         v5_form = payload if as_sent_by_v5 else None
         run_topic = b""
         forms: Forms = {}
-        for conn_id, _granted, _packet_id in _iter_subs(header):
+        for conn_id, _granted, _packet_id in subs:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
@@ -369,7 +371,7 @@ class Worker:
                 conn.deliver_raw5(run_topic, v5_form, forms)
 
     def _deliver(self, header: bytes, payload: bytes) -> None:
-        """One message for local subscribers: a QoS 0 PUBLISH is encoded once per version and shared."""
+        """A DELIVER record: one message for local subscribers."""
         flags, topic_len = _unpack_deliver(header)
         qos = flags & 3
         retain = bool(flags & 4)
@@ -380,10 +382,15 @@ class Worker:
         if flags & wire.HAS_EXTRA:
             props, expiry, start = wire.read_extra(header, start)
             extra = (props, expiry)
+        self._deliver_message(topic, payload, qos, retain, dup, extra, _iter_subs(header[start:]))
+
+    def _deliver_message(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, extra: Extra | None,
+                         subs: Iterable[Subscriber]) -> None:
+        """One message to local subscribers (conn, granted QoS, packet id or 0)."""
         conns = self.conns
         qos0_packets: list[bytes | None] = [None, None]  # 3.1.1 and 5.0, each encoded once and shared
         forms: Forms = {}  # the 5.0 one with each topic alias, made once too
-        for conn_id, granted, packet_id in _iter_subs(header[start:]):
+        for conn_id, granted, packet_id in subs:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
