@@ -36,6 +36,7 @@ class Lifecycle:
     listings: dict[int, ClientListing]
     cache: dict
     routes: RouteTable
+    routed: dict[bytes, list[int]]
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
         worker_id, pid = orjson.loads(header)
@@ -43,6 +44,7 @@ class Lifecycle:
         self.worker_pids[worker] = pid
         self.routes.hello(worker)
         if previous is not None and previous != pid:
+            self.routed.pop(worker, None)  # the old process's records: the new one must not count them
             lost = [key for key in self.by_conn if key[0] == worker]
             log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
             for key in lost:

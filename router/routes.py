@@ -36,7 +36,7 @@ class RouteTable:
         self.gen = 0
         self.acked: dict[bytes, int] = {}  # worker -> the last generation it applied
         self.fresh: set[bytes] = set()  # workers that said HELLO: the whole table goes to them next
-        self.deferred: dict[bytes, tuple[int, list[bytes]]] = {}  # worker -> (generation, frames waiting for it)
+        self.deferred: dict[bytes, list] = {}  # worker -> [generation, frames waiting for it]
 
     def add(self, topic_filter: str, place: bytes) -> bool:
         """One more subscription of `topic_filter` at `place`; True when the place is new for the filter."""
@@ -97,11 +97,13 @@ class RouteTable:
         if waiting is not None:
             if not self._applied(waiting[0], worker):
                 waiting[1].extend((now, later))  # sent in a later turn: after this one's commit
+                if gated:
+                    waiting[0] = self.gen  # a later SUBACK waits for the later generation
                 return b"", b""
             del self.deferred[worker]
             now = b"".join(waiting[1]) + now  # stored in an earlier turn
         if gated and not self._applied(self.gen, worker):
-            self.deferred[worker] = (self.gen, [later])
+            self.deferred[worker] = [self.gen, [later]]
             return now, b""
         return now, later
 

@@ -295,6 +295,15 @@ class Connection(asyncio.Protocol):
         if resume and self.subs:
             batch.add_json(wire.SUBSCRIBE, [self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()]])
 
+    def ask(self) -> None:
+        """A SUBSCRIBE or UNSUBSCRIBE goes to the router: counted until its answer (or the close)."""
+        self.waiting += 1
+        self.worker.unanswered += 1
+
+    def answered(self) -> None:
+        self.waiting -= 1
+        self.worker.unanswered -= 1
+
     def session_ready(self, present: bool) -> None:
         """The router has the session: CONNACK, then whatever it resends follows."""
         self.state = CONNECTED

@@ -96,6 +96,7 @@ class Worker:
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.routes = LocalRoutes(worker_id)
+        self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame, config.get("router_curve"))
@@ -188,6 +189,8 @@ class Worker:
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
         self.routes.forget(conn.conn_id)
+        self.unanswered -= conn.waiting  # their answers find no connection
+        conn.waiting = 0
         self.flush_soon()  # which reports the new load (and sends GONE)
         if tell_router:
             self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
@@ -253,9 +256,11 @@ class Worker:
     def local_path(self, conn: Connection) -> bool:
         """Whether a PUBLISH of `conn` may skip the router, if its topic allows: not while anything of
         this worker is on its way through the router (a topic that stops needing the router must
-        not overtake its own messages; PUBACKs keep their order), nor before the client's CONNACK
-        or while its own SUBSCRIBE or UNSUBSCRIBE waits (it may publish to what it subscribes to)."""
-        return not self.link.unrouted and conn.state == CONNECTED and not conn.waiting
+        not overtake its own messages; PUBACKs keep their order), nor before the client's CONNACK,
+        nor while a SUBSCRIBE or UNSUBSCRIBE of this worker waits for its answer (a client may
+        publish to what it has just subscribed to; a subscription that moves from the router's
+        place to this worker's is served here only from its SUBACK on)."""
+        return not self.link.unrouted and not self.unanswered and conn.state == CONNECTED
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
@@ -303,9 +308,10 @@ class Worker:
                 conn_id, packet_id, codes, placed = orjson.loads(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
-                    conn.waiting -= 1
+                    conn.answered()
+                    asked = conn.subs or {}  # an UNSUBSCRIBE sent after the SUBSCRIBE took it out
                     for topic_filter, qos in placed:  # which of them this worker serves itself
-                        if qos < 0:
+                        if qos < 0 or topic_filter not in asked:
                             self.routes.unsubscribe(conn_id, topic_filter)
                         else:
                             self.routes.subscribe(conn_id, topic_filter, qos)
@@ -317,7 +323,7 @@ class Worker:
                 conn_id, packet_id = _unpack_conn_pid(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
-                    conn.waiting -= 1
+                    conn.answered()
                     if conn.v5 is None:
                         conn.write(p.encode_unsuback(packet_id))
                     else:

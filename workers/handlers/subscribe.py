@@ -37,7 +37,7 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.subs is None:
         conn.subs = {}
     conn.subs.update((f, grant) for f, grant in wanted if not grants.refused(grant))
-    conn.waiting += 1
+    conn.ask()
     conn.worker.link.batch.add_json(wire.SUBSCRIBE, [conn.conn_id, packet_id, wanted])
 
 
@@ -51,5 +51,5 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
             conn.subs.pop(f, None)
     for f in filters:  # no longer served here, at once: until UNSUBACK the router may still send some
         conn.worker.routes.unsubscribe(conn.conn_id, f)
-    conn.waiting += 1
+    conn.ask()
     conn.worker.link.batch.add_json(wire.UNSUBSCRIBE, [conn.conn_id, packet_id, filters])
