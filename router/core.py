@@ -68,6 +68,7 @@ class Targets:
 
 
 MATCH_CACHE_SIZE = 100_000
+CONFIRM_INTERVAL = 0.05  # seconds a worker may wait to hear that its QoS 0 records were routed
 
 
 class Router(Lifecycle, Subscribing):
@@ -83,7 +84,9 @@ class Router(Lifecycle, Subscribing):
         self.retained = RetainedStore()
         self.worker_pids: dict[bytes, int] = {}
         self.batches: dict[bytes, wire.Batch] = {}
-        self.routed: dict[bytes, list[int]] = {}  # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records] this turn
+        # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records] not yet confirmed (ROUTED)
+        self.routed: dict[bytes, list[int]] = {}
+        self.confirmed_at: dict[bytes, float] = {}  # worker -> time.monotonic() of its last ROUTED
         self.routes = RouteTable()
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
@@ -158,11 +161,17 @@ class Router(Lifecycle, Subscribing):
         if self.raw_dirty:
             self._flush_raw()
         pack = wire.ROUTED_HEAD.pack
-        for worker, (pubs, records) in self.routed.items():
+        now = time.monotonic()
+        for worker, counts in list(self.routed.items()):
             out = self.out(worker)
-            out.hold()
-            out.add(wire.ROUTED, pack(pubs, records))
-        self.routed.clear()
+            # records alone (QoS 0) only reopen the worker's local path: they ride on a frame that
+            # goes anyway, or wait up to CONFIRM_INTERVAL, so that a worker whose messages all go
+            # elsewhere is not woken for them every turn
+            if counts[0] or out or now - self.confirmed_at.get(worker, 0.0) >= CONFIRM_INTERVAL:
+                out.hold()
+                out.add(wire.ROUTED, pack(*counts))
+                self.confirmed_at[worker] = now
+                del self.routed[worker]
         routes = self.routes
         leads = routes.leads(self.worker_pids)
         batches = self.batches
