@@ -194,10 +194,7 @@ class Router(Lifecycle, Subscribing):
     def _on_pub(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, flags = _unpack_pub(header)
         qos = flags & 3
-        counts = self.routed.get(worker)
-        if counts is None:
-            counts = self.routed[worker] = [0, 0]
-        counts[1] += 1
+        counts = self._routed_counts(worker)
         if qos:
             counts[0] += 1
             if qos == 2:
@@ -216,10 +213,7 @@ class Router(Lifecycle, Subscribing):
     def _on_pub0(self, worker: bytes, header: bytes, packets: bytes, form: int = 0) -> None:
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its
         workers; `form` 1: 5.0 packets."""
-        counts = self.routed.get(worker)
-        if counts is None:
-            counts = self.routed[worker] = [0, 0]
-        counts[1] += 1
+        self._routed_counts(worker)
         topic = header[_run_size:]
         targets = self.cache.get(topic)
         if targets is None:
@@ -257,6 +251,14 @@ class Router(Lifecycle, Subscribing):
             self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
             dest.count = 0
         self.raw_dirty.clear()
+
+    def _routed_counts(self, worker: bytes) -> list[int]:
+        """The worker's counts for its next ROUTED, with one more PUB or PUB0 record."""
+        counts = self.routed.get(worker)
+        if counts is None:
+            counts = self.routed[worker] = [0, 0]
+        counts[1] += 1
+        return counts
 
     def _on_routes_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
         self.routes.acknowledged(worker, _unpack_count(header)[0])

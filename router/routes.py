@@ -17,6 +17,8 @@ that has its SUBACK then misses nothing published after it on any worker.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import orjson
 
 from router import wire
@@ -74,17 +76,20 @@ class RouteTable:
         if self.changed:
             self.gen += 1
             places = self.places
-            entries = [[f, [p.decode() for p in places.get(f, ())]] for f in self.changed]
+            change = self._record(False, ((f, places.get(f, ())) for f in self.changed))
             self.changed.clear()
-            change = wire.record(wire.ROUTES, orjson.dumps([self.gen, False, entries]))
             leads = {worker: change for worker in workers if worker not in self.fresh}
         if self.fresh:
-            whole = wire.record(wire.ROUTES, orjson.dumps(
-                [self.gen, True, [[f, [p.decode() for p in ps]] for f, ps in self.places.items()]]))
+            whole = self._record(True, self.places.items())
             for worker in self.fresh:
                 leads[worker] = whole
             self.fresh.clear()
         return leads
+
+    def _record(self, whole: bool, entries: Iterable[tuple[str, Iterable[bytes]]]) -> bytes:
+        """A ROUTES record of this generation: each filter with its places."""
+        listed = [[f, [place.decode() for place in places]] for f, places in entries]
+        return wire.record(wire.ROUTES, orjson.dumps([self.gen, whole, listed]))
 
     def acknowledged(self, worker: bytes, gen: int) -> None:
         self.acked[worker] = gen
@@ -106,10 +111,6 @@ class RouteTable:
             self.deferred[worker] = [self.gen, [later]]
             return now, b""
         return now, later
-
-    def waiting(self) -> list[bytes]:
-        """Workers with frames kept for the others."""
-        return list(self.deferred)
 
     def _applied(self, gen: int, worker: bytes) -> bool:
         """Whether every worker but `worker` has applied generation `gen`."""
