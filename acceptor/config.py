@@ -105,6 +105,15 @@ def _router_bind(value: Any) -> str | None:
     return 'must be empty (ipc:// in run_dir) or "tcp://HOST:PORT" (an IPv4 address, [IPv6] or a name)'
 
 
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+def _node_name(value: Any) -> str | None:
+    if value == "" or _NODE_NAME.fullmatch(value):
+        return None
+    return "must be empty or up to 63 letters, digits, '.', '_' or '-' (a letter or digit first)"
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 SCHEMA: dict[str, dict[str, Option]] = {
@@ -139,6 +148,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
                               "or tcp://HOST:PORT, encrypted and authenticated with CURVE"),
         "router_curve_dir": Option(str, "", doc="server.key_secret and client.key_secret for a tcp:// "
                                    "router_bind (empty: new keys at each start)"),
+        "role": Option(str, "all", _one_of("all", "router", "node"), "all: one host runs everything; router: the "
+                       "router alone, binding router_bind; node: listeners and workers joining the router at `router`"),
+        "router": Option(str, "", _router_bind, "role node: the router's tcp://HOST:PORT (its router_bind)"),
+        "node_name": Option(str, "", _node_name, "role node: this node's name, unique among the router's nodes "
+                            "(empty: the host name)"),
+        "link_timeout": Option(float, 5.0, _range(0.5, 3600), "seconds without a word from a worker (its heartbeat "
+                               "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
         "persistence": Option(bool, True, doc="keep the store on disk (false: everything in memory only)"),
         "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),

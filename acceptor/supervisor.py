@@ -125,8 +125,6 @@ class Supervisor:
         if self.stopping:
             return
         self._spawn(child)
-        if child.worker_id is None:
-            self._tell_workers(bytes([handoff.ROUTER_RESTARTED]))
 
     def reload(self, config: dict) -> None:
         """SIGHUP: children started from now on get `config`; the running ones re-read it."""
@@ -155,14 +153,6 @@ class Supervisor:
             self.loop.remove_reader(child.channel.fileno())
             child.channel.close()
             child.channel = None
-
-    def _tell_workers(self, message: bytes) -> None:
-        for child in self.workers:
-            if child.channel is not None:
-                try:
-                    child.channel.send(message)
-                except OSError:
-                    pass  # a worker that cannot hear it is dying; its restart starts clean
 
     def stop(self, timeout: float) -> None:
         """SIGTERM every child, wait up to `timeout` seconds, SIGKILL what is left."""

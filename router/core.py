@@ -17,6 +17,7 @@ from router import store as db
 from router import wire
 from router.grants import Matched
 from router.retain import RetainedStore
+from router.links import Links
 from router.routes import RouteTable
 from router.deadlines import Deadlines
 from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
@@ -74,7 +75,7 @@ CONFIRM_INTERVAL = 0.05  # seconds a worker may wait to hear that its QoS 0 reco
 class Router(Lifecycle, Subscribing):
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
     def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
-                 expiration: float = 0.0, share_strategy: str = "round_robin") -> None:
+                 expiration: float = 0.0, share_strategy: str = "round_robin", link_timeout: float = 5.0) -> None:
         self.sessions: dict[str, Session] = {}
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
         self.deadlines = Deadlines()  # delayed wills and sessions with their own expiry interval
@@ -88,6 +89,7 @@ class Router(Lifecycle, Subscribing):
         self.routed: dict[bytes, list[int]] = {}
         self.confirmed_at: dict[bytes, float] = {}  # worker -> time.monotonic() of its last ROUTED
         self.routes = RouteTable()
+        self.links = Links(link_timeout)
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
         self.pending_limit = max_inflight + max_queued

@@ -15,6 +15,7 @@ import orjson
 from router import store as db
 from router import wire
 from router.deadlines import Deadlines
+from router.links import Links
 from router.listing import ClientDisconnect, ClientListing
 from router.routes import RouteTable
 from router.sessions import DEFAULT_EXPIRY, NEVER, Session, Will
@@ -37,18 +38,43 @@ class Lifecycle:
     cache: dict
     routes: RouteTable
     routed: dict[bytes, list[int]]
+    batches: dict[bytes, wire.Batch]
+    links: Links
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        worker_id, pid = orjson.loads(header)
-        previous = self.worker_pids.get(worker)
-        self.worker_pids[worker] = pid
+        """A worker opens a join (new, restarted, or after its link lost frames): its sessions that
+        are not live any more end with their wills; the live ones end quietly here and are registered
+        again by the records that follow (the same path as after a router restart)."""
+        hello = orjson.loads(header)
+        link = self.links.links[worker]
+        link.worker_id, link.node, link.pid = hello["worker"], hello["node"], hello["pid"]
+        if self.worker_pids.get(worker, hello["pid"]) != hello["pid"]:
+            log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), self.worker_pids[worker], hello["pid"])
+        self.worker_pids[worker] = hello["pid"]
         self.routes.hello(worker)
-        if previous is not None and previous != pid:
-            self.routed.pop(worker, None)  # the old process's records: the new one must not count them
-            lost = [key for key in self.by_conn if key[0] == worker]
-            log.warning("worker %s restarted (pid %s -> %s): %d sessions lost their connection", worker_id, previous, pid, len(lost))
-            for key in lost:
-                self._disconnect(self.by_conn[key], publish_will=True)
+        self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
+        live = set(hello["live"])
+        ended = [s for (w, conn), s in list(self.by_conn.items()) if w == worker and conn not in live]
+        if ended:
+            log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
+        for session in ended:
+            self._disconnect(session, publish_will=True)
+        for key in [key for key in self.by_conn if key[0] == worker]:
+            self._disconnect(self.by_conn[key], publish_will=False)
+
+    def worker_lost(self, worker: bytes) -> None:
+        """A worker silent past the link timeout (a dead node, a cut link): its clients are gone as
+        far as the router knows: wills out, persistent sessions kept. If it comes back it is told to
+        join again (router/links.py) and registers the connections it still holds."""
+        sessions = [s for (w, _), s in list(self.by_conn.items()) if w == worker]
+        log.warning("worker %s silent for %.0f s: taken for dead, %d sessions disconnected",
+                    worker.decode(), self.links.timeout, len(sessions))
+        for session in sessions:
+            self._disconnect(session, publish_will=True)
+        self.worker_pids.pop(worker, None)
+        self.routed.pop(worker, None)
+        self.batches.pop(worker, None)
+        self.routes.forget(worker)
 
     def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
         answer = orjson.loads(header)

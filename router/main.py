@@ -14,6 +14,7 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
+from router import wire
 from router.core import Router
 from router.listing import ClientListing, Request
 from router.metrics import TurnMetrics, serve_metrics
@@ -56,7 +57,8 @@ def serve(config: dict) -> None:
     store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
-                    config["shared_subscription_strategy"])
+                    config["shared_subscription_strategy"], config["link_timeout"])
+    links = router.links
     log.info("router listening on %s", config["router_endpoint"])
     expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval
@@ -71,7 +73,7 @@ def serve(config: dict) -> None:
     def send(worker: bytes, frame: bytes) -> None:
         if frame:
             try:
-                sock.send_multipart((worker, frame), zmq.NOBLOCK)
+                sock.send_multipart((worker, links.tag(worker), frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
                 log.warning("cannot reach worker %r: %s", worker, exc)
 
@@ -79,6 +81,7 @@ def serve(config: dict) -> None:
     poller.register(sock, zmq.POLLIN)
     recv = sock.recv_multipart
     handle = router.handle_frame
+    accept = links.accept
     while not stopping:
         try:
             ready = poller.poll(1000)
@@ -89,12 +92,18 @@ def serve(config: dict) -> None:
             started = time.perf_counter()
             for drained in range(DRAIN_LIMIT):
                 try:
-                    worker, frame = recv(zmq.NOBLOCK, copy=True)
+                    worker, tag, frame = recv(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
                     break
-                handle(worker, frame)
+                except ValueError:  # not two frames: not one of our workers (the CURVE key let it in)
+                    continue
+                if accept(worker, tag):
+                    handle(worker, frame)
             else:
                 drained = DRAIN_LIMIT
+        for worker, join in links.rejoins:
+            router.out(worker).add(wire.REJOIN, wire.COUNT.pack(join))
+        links.rejoins.clear()
         while not listings.empty():
             request = listings.get_nowait()
             if isinstance(request, ClientListing):
@@ -115,6 +124,11 @@ def serve(config: dict) -> None:
             router.expire(time.time())
         if now >= next_refresh:
             next_refresh = now + 1.0
+            if drained < DRAIN_LIMIT:  # all that came is taken: silence is the workers', not ours
+                for worker in links.silent(now):
+                    router.worker_lost(worker)
+            for worker in links.joined():
+                router.out(worker).add(wire.BEAT, b"")
             router.due(time.time())
             stats.refresh(time.time())
             if sys_interval and now >= next_sys:

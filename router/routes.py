@@ -70,6 +70,12 @@ class RouteTable:
         self.acked[worker] = 0
         self.deferred.pop(worker, None)
 
+    def forget(self, worker: bytes) -> None:
+        """A worker taken for dead: nobody waits for it any more, and nothing waits to go to it."""
+        self.acked.pop(worker, None)
+        self.deferred.pop(worker, None)
+        self.fresh.discard(worker)
+
     def leads(self, workers: dict[bytes, int]) -> dict[bytes, bytes]:
         """This turn's ROUTES record for each worker that needs one: the changes, or the whole table."""
         leads: dict[bytes, bytes] = {}

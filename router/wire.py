@@ -1,4 +1,7 @@
-"""The messages workers and the router exchange: one ZeroMQ frame per peer per loop turn.
+"""The messages workers and the router exchange: one ZeroMQ message per peer per loop turn.
+
+A message is two frames: the `LINK` tag (join, seq) that lets each end notice a lost or restarted
+peer (router/links.py), then the records.
 
 A frame is a run of records. Each record is `<BII` (kind, header length, payload length), then the
 header, then the payload bytes copied raw. Hot records (PUB, DELIVER, ROUTED, ACK, REL, GONE, KICK)
@@ -14,7 +17,7 @@ from typing import Any, Iterator
 import orjson
 
 # worker -> router
-HELLO = 1  # orjson [worker_id, pid]
+HELLO = 1  # orjson {"worker": n, "node": name, "pid", "live": [conn, ...]}: opens a join (seq 0); the live connections are registered again right after it
 CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0, or next pid: the worker sent the CONNACK itself, answer no SESSION), fresh]; payload: will payload
 SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
@@ -39,6 +42,8 @@ LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
 CLOSE = 29  # CONN: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
+REJOIN = 32  # COUNT (join): the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
+BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
 ROUTES = 31  # orjson [generation, whole, [[filter, [place, ...]], ...]]: who serves each filter (router/routes.py); answer ROUTES_ACK
 # worker -> router
 ROUTES_ACK = 14  # COUNT: the worker has applied the ROUTES of this generation
@@ -57,6 +62,7 @@ ROUTER_PIDS_FROM = 32768
 HAS_EXTRA = 0x10  # in the flags of PUB and DELIVER
 EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 
+LINK = struct.Struct("<IQ")  # join, seq
 RECORD = struct.Struct("<BII")
 PUB_HEAD = struct.Struct("<IHB")  # flags: qos | retain << 2 | HAS_EXTRA
 ACK_HEAD = struct.Struct("<IHB")
@@ -128,6 +134,11 @@ class Batch:
         parts.clear()
         self.held = self.gated = -1
         return now, later, gated >= 0
+
+
+def identity(node: str, worker_id: int) -> bytes:
+    """A worker's identity on the router link, unique across nodes (all-in-one: `w0`, `w1`, ...)."""
+    return (f"{node}/w{worker_id}" if node else f"w{worker_id}").encode()
 
 
 def record(kind: int, header: bytes) -> bytes:

@@ -2,7 +2,6 @@
 
 Messages (one datagram each):
   acceptor -> worker  b"F" + one listener-kind byte per fd (LISTENER_*: how to speak on it), with the fds;
-                      b"R": the router restarted
   worker -> acceptor  b"L" + <II: connections held, sockets received since the worker started
                       (the acceptor adds the sockets it handed that the worker has not yet seen)
 """
@@ -14,7 +13,6 @@ import socket
 import struct
 
 FDS = ord("F")
-ROUTER_RESTARTED = ord("R")
 LOAD = ord("L")
 
 MAX_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)

@@ -1,4 +1,5 @@
-"""The worker's ZeroMQ link to the router: a DEALER whose records are batched per loop turn."""
+"""The worker's ZeroMQ link to the router: a DEALER whose records are batched per loop turn, each
+batch tagged with the join it belongs to and its number in it (router/links.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from router import wire
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack
 _pack_run = wire.PUB0_HEAD.pack
+_pack_link = wire.LINK.pack
+_unpack_link = wire.LINK.unpack
 # plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
@@ -20,14 +23,17 @@ _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 class RouterLink:
     """Collects the records of one loop turn in `batch`; `send()` ships them as one frame."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, worker_id: int,
-                 on_frame: Callable[[bytes], None], curve: dict[str, str] | None = None) -> None:
-        """`curve`: the keys of a tcp:// link (router_bind), which the acceptor hands its children."""
+    def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, identity: bytes,
+                 on_frame: Callable[[bytes], None], on_gap: Callable[[], None],
+                 curve: dict[str, str] | None = None) -> None:
+        """`curve`: the keys of a tcp:// link (router_bind), which the acceptor hands its children.
+        `on_gap`: called after a frame when frames from the router went missing before it."""
         self.loop = loop
         self.on_frame = on_frame
+        self.on_gap = on_gap
         self.ctx = zmq.Context(io_threads=1)
         sock = self.sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
+        sock.setsockopt(zmq.IDENTITY, identity)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)  # at shutdown the router is stopping too: nothing to wait for
@@ -39,22 +45,44 @@ class RouterLink:
         sock.connect(endpoint)
         self.batch = wire.Batch()
         self.unrouted = 0  # PUB and PUB0 records the router has not yet confirmed (ROUTED)
+        self.join = 0  # this worker's joins with the router: each starts with HELLO
+        self.seq = 0  # frames sent in this join
+        self.next_in = 0  # the router's next frame in this join
+        self.current = False  # whether the frame being handled answers this join (else its ROUTED is stale)
         self.fd = sock.getsockopt(zmq.FD)
         loop.add_reader(self.fd, self.drain)
-        self.batch.add_json(wire.HELLO, [worker_id, os.getpid()])
+
+    def open(self, hello: dict) -> None:
+        """Start a new join: what is batched goes out in the old one (the router drops it if it does
+        not know that join), then HELLO leads the new one. Nothing of the old join is confirmed any
+        more: the caller sends again what it still needs confirmed."""
+        self.send()
+        self.join += 1
+        self.seq = self.next_in = self.unrouted = 0
+        self.batch.add_json(wire.HELLO, hello)
 
     def drain(self) -> None:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
         nothing is left)."""
         sock = self.sock
         while sock.getsockopt(_EVENTS) & _POLLIN:
-            self.on_frame(sock.recv(_NOBLOCK, copy=True))
+            parts = sock.recv_multipart(_NOBLOCK, copy=True)
+            join, seq = _unpack_link(parts[0])
+            gap = False
+            if join == self.join:
+                gap = seq != self.next_in
+                self.next_in = seq + 1
+            self.current = join == self.join and not gap
+            self.on_frame(parts[1])
+            if gap:
+                self.on_gap()
 
     def send(self) -> None:
         """The batch to the router; nothing once the link is closed (a flush the loop had scheduled
         may still run after `Worker.stop` closed it)."""
         if self.batch and not self.sock.closed:
-            self.sock.send(self.batch.take(), _NOBLOCK)
+            self.sock.send_multipart((_pack_link(self.join, self.seq), self.batch.take()), _NOBLOCK)
+            self.seq += 1
             # a send can consume the fd's edge: look for input that arrived meanwhile
             if self.sock.getsockopt(_EVENTS) & _POLLIN:
                 self.loop.call_soon(self.drain)

@@ -22,8 +22,8 @@ class LocalRoutes:
 
     __slots__ = ("own", "remote", "local", "by_conn", "known", "cache")
 
-    def __init__(self, worker_id: int) -> None:
-        self.own = "w%d" % worker_id  # this worker's place (its identity on the router link)
+    def __init__(self, identity: bytes) -> None:
+        self.own = identity.decode()  # this worker's place (its identity on the router link)
         self.remote = SubscriptionTrie()  # filters with a place other than this worker
         self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
         self.by_conn: dict[int, list[str]] = {}  # conn id -> its filters in `local`

@@ -95,11 +95,15 @@ class Worker:
         self.queuing: set[Connection] = set()  # connections with messages waiting in their queue
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
-        self.routes = LocalRoutes(worker_id)
+        self.node: str = config["node_name"]
+        self.identity = wire.identity(self.node, worker_id)
+        self.routes = LocalRoutes(self.identity)
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
-        self.link = RouterLink(loop, config["router_endpoint"], worker_id, self.on_frame, config.get("router_curve"))
+        self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
+                               lambda: self._rejoin("frames from the router were lost"), config.get("router_curve"))
+        self.link.open(self._hello([]))
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -294,7 +298,8 @@ class Worker:
             elif kind == wire.DELIVER:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
-                self._routed(*wire.ROUTED_HEAD.unpack(header))
+                if self.link.current:  # else it confirms records of an earlier join, sent again since
+                    self._routed(*wire.ROUTED_HEAD.unpack(header))
             elif kind == wire.ROUTES:
                 gen, whole, entries = orjson.loads(header)
                 self.routes.apply(whole, entries)
@@ -339,6 +344,9 @@ class Worker:
                 conn = conns.get(wire.CONN.unpack(header)[0])
                 if conn is not None:
                     conn.close("disconnected by an administrator", code=reasons.ADMINISTRATIVE_ACTION)
+            elif kind == wire.REJOIN:
+                if wire.COUNT.unpack(header)[0] == self.link.join:  # else this join has begun since
+                    self._rejoin("the router did not take its frames")
             elif kind == wire.KICK:
                 conn = conns.get(wire.CONN.unpack(header)[0])
                 if conn is not None:
@@ -456,32 +464,34 @@ class Worker:
                     self.adopt(fd, kind)
                 if lost:
                     self._refuse(lost)
-            elif msg[0] == handoff.ROUTER_RESTARTED:
-                self._router_restarted()
         self._report_load()
 
-    def _router_restarted(self) -> None:
-        """A new router knows only what its store kept: register every live session with it again,
-        then send again the QoS 1/2 PUBLISHes it had not confirmed (at least once: never lost)."""
-        self.link.drain()  # answers the old router sent before it died come first
-        batch = self.link.batch
-        batch.add_json(wire.HELLO, [self.worker_id, os.getpid()])
-        resumed = 0
+    def _hello(self, live: list[int]) -> dict:
+        return {"worker": self.worker_id, "node": self.node, "pid": os.getpid(), "live": live}
+
+    def _rejoin(self, why: str) -> None:
+        """The router does not take this join any more (it restarted, frames were lost on the link,
+        or it took this worker for dead): register every live session with it again, then send again
+        the QoS 1/2 PUBLISHes it had not confirmed (at least once: never lost). A connection still
+        waiting for an answer is closed: the answer may never come."""
+        live = []
         for conn in list(self.conns.values()):
             if conn.state == CONNECTED and not conn.waiting:
-                conn.register(resume=True)
-                resumed += 1
+                live.append(conn)
             elif conn.state == CONNECTING or conn.state == CONNECTED:
-                conn.kicked = True  # the new router never heard of it: nothing to tell it
-                conn.close("router restarted while it was answering this client")
+                conn.kicked = True  # nothing to tell the router: its HELLO leaves it out
+                conn.close("the link to the router was renewed while it was answering this client")
+        self.link.open(self._hello([conn.conn_id for conn in live]))
+        for conn in live:
+            conn.register(resume=True)
         self.routes.forget_table()
-        self.link.unrouted = 0  # the old router's confirmations will not come: count what goes to the new one
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
                 self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry)
         self.awaiting = awaiting
-        log.warning("router restarted: %d sessions registered again, %d publishes sent again", resumed, len(awaiting))
+        log.warning("joined the router again (%s): %d sessions registered again, %d publishes sent again",
+                    why, len(live), len(awaiting))
         self.flush_soon()
 
     def _report_load(self) -> None:
