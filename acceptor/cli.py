@@ -22,6 +22,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connections", type=int, metavar="N",
                        help="connections the broker holds at most; without --workers, enough workers start to hold them "
                             "under the open-file limit (default 0: no limit)")
+    serve.add_argument("--role", choices=("all", "router", "node"),
+                       help="all: everything on this host (default); router: the router alone, for nodes on "
+                            "other hosts; node: listeners and workers that join the router at --router")
+    serve.add_argument("--router", metavar="tcp://HOST:PORT", help="role node: the router's router_bind")
+    serve.add_argument("--router-bind", metavar="tcp://HOST:PORT", help="where the router listens for workers and nodes")
+    serve.add_argument("--router-curve-dir", metavar="DIR", help="the CURVE keys router and nodes share (deploy/nodes.md)")
+    serve.add_argument("--node-name", metavar="NAME", help="role node: its name among the router's nodes (default: host name)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",

@@ -318,9 +318,21 @@ def _check_tls(config: dict[str, Any]) -> None:
 
 
 def _check_router_link(config: dict[str, Any]) -> None:
-    """Read the CURVE key files once, so that a missing or bad one stops startup, not the router."""
+    """The link and the role must fit each other; the CURVE key files are read once, so that a
+    missing or bad one stops startup, not the router."""
+    role = config["role"]
+    if role == "router" and not config["router_bind"]:
+        raise ConfigError("role router: needs router_bind = \"tcp://HOST:PORT\" (where the nodes join it)")
+    if role == "node" and not config["router"]:
+        raise ConfigError("role node: needs router = \"tcp://HOST:PORT\" (the router's router_bind)")
+    if role != "node" and config["router"]:
+        raise ConfigError("router: only for role node (this host runs the router itself)")
+    if role == "node" and config["router_bind"]:
+        raise ConfigError("router_bind: not for role node (the router binds it; set router)")
+    if role != "all" and not config["router_curve_dir"]:
+        raise ConfigError(f"role {role}: needs router_curve_dir with the keys the router and its nodes share")
     if config["router_curve_dir"]:
-        if not config["router_bind"]:
+        if not config["router_bind"] and not config["router"]:
             raise ConfigError("router_curve_dir: needs a tcp:// router_bind (the ipc:// link has no keys)")
         curve_keys(config["router_curve_dir"])
 
@@ -393,7 +405,7 @@ def security_line(config: dict[str, Any]) -> str:
 
 def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
-    if logins(config) or config["allow_anonymous"]:
+    if logins(config) or config["allow_anonymous"] or config["role"] == "router":  # a router has no listeners
         return
     for _scheme, host, _port in listeners(config):
         if not is_loopback(host):

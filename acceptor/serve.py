@@ -28,10 +28,11 @@ KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": hand
          "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
 
 
-def default_workers(max_connections: int, per_worker: int) -> int:
-    """One per core less one for the router, at least one, and at least as many as it takes to hold
-    `max_connections` when each worker holds `per_worker`."""
-    return max((os.cpu_count() or 2) - 1, 1, -(-max_connections // per_worker))  # -(-a // b): a / b rounded up
+def default_workers(max_connections: int, per_worker: int, role: str) -> int:
+    """One per core (less one for the router where it runs too), at least one, and at least as many
+    as it takes to hold `max_connections` when each worker holds `per_worker`."""
+    cores = (os.cpu_count() or 2) - (role == "all")
+    return max(cores, 1, -(-max_connections // per_worker))  # -(-a // b): a / b rounded up
 
 
 def check_store(data_dir: str, sync: str) -> None:
@@ -63,12 +64,18 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(config: dict, load: Callable[[], dict]) -> int:
-    """Run the broker until SIGTERM/SIGINT; the exit status. `load` reads the config again (SIGHUP)."""
+    """Run this host's part of the broker (its `role`) until SIGTERM/SIGINT; the exit status. `load`
+    reads the config again (SIGHUP)."""
+    role = config["role"]
     per_worker = connections_per_worker(raise_fd_limit())
-    if not config["workers"]:
-        config["workers"] = default_workers(config["max_connections"], per_worker)
+    if role == "router":
+        config["workers"] = 0
+    elif not config["workers"]:
+        config["workers"] = default_workers(config["max_connections"], per_worker, role)
+    if role == "node" and not config["node_name"]:
+        config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
     socks: list[tuple[str, socket.socket]] = []
-    for scheme, host, port in listeners(config):
+    for scheme, host, port in listeners(config) if role != "router" else []:
         try:
             socks.append((scheme, bind(host, port)))
         except OSError as exc:
@@ -80,7 +87,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         except OSError as exc:
             print(f"plexmq: cannot bind router_bind {config['router_bind']}: {exc.strerror or exc}", file=sys.stderr)
             return 1
-    if config["persistence"]:
+    if config["persistence"] and role != "node":
         config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
             check_store(config["data_dir"], config["sync"])
@@ -88,7 +95,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
             return 1
     archive = config["archive"]
-    if archive["enabled"]:
+    if archive["enabled"] and role != "router":
         archive["dir"] = os.path.abspath(archive["dir"])
         try:
             os.makedirs(archive["dir"], exist_ok=True)
@@ -101,8 +108,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
-    if config["router_bind"]:  # the children learn the keys from their config, never from a log
-        config["router_endpoint"] = config["router_bind"]
+    if config["router_bind"] or config["router"]:  # the children learn the keys from their config, never from a log
+        config["router_endpoint"] = config["router_bind"] or config["router"]
         config["router_curve"] = curve_keys(config["router_curve_dir"])
     else:
         config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
@@ -114,7 +121,12 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
         else:
             log.info("plexmq listening on %s:%d (%s)", host, port, scheme)
-    log.info("%s", security_line(config))
+    if role == "router":
+        log.info("plexmq router on %s: nodes join it there", config["router_bind"])
+    else:
+        log.info("%s", security_line(config))
+    if role == "node":
+        log.info("node %s joins the router at %s", config["node_name"], config["router"])
     needed = -(-config["max_connections"] // per_worker)
     if needed > config["workers"]:
         log.warning("%d workers hold at most %d connections (%d each under the open-file limit): max_connections "

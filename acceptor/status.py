@@ -48,6 +48,15 @@ def table(now: Samples, before: Samples | None, seconds: float) -> str:
                  f"sessions {now.get(('plexmq_sessions', ()), 0):,.0f}   "
                  f"subscriptions {now.get(('plexmq_subscriptions', ()), 0):,.0f}   "
                  f"in {rate('plexmq_messages_received_total')}   out {rate('plexmq_messages_sent_total')}")
+    nodes = {dict(labels)["node"]: (dict(labels)["address"], value) for (metric, labels), value in now.items()
+             if metric == "plexmq_node_up"}
+    if nodes:  # a router with nodes on other hosts
+        workers = _by_label(now, "plexmq_node_workers", "node")
+        node_clients = _by_label(now, "plexmq_node_clients", "node")
+        lines.append(f"{'node':<16} {'address':<20} {'link':<5} {'workers':>7} {'clients':>8}")
+        for name, (address, up) in sorted(nodes.items()):
+            lines.append(f"{name:<16} {address:<20} {'up' if up else 'lost':<5} {workers.get(name, 0):>7.0f} "
+                         f"{node_clients.get(name, 0):>8.0f}")
     return "\n".join(lines)
 
 

@@ -73,13 +73,13 @@ class Supervisor:
         self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
         self.loop = loop
         self.on_give_up = on_give_up
-        self.router = Child("router", None)
         self.workers = [Child(f"worker {i}", i) for i in range(config["workers"])]
+        # a node's router runs on another host
+        self.children = self.workers if config["role"] == "node" else [Child("router", None), *self.workers]
         self.stopping = False
 
     def start(self) -> None:
-        self._spawn(self.router)
-        for child in self.workers:
+        for child in self.children:
             self._spawn(child)
 
     def _spawn(self, child: Child) -> None:
@@ -99,7 +99,7 @@ class Supervisor:
 
     def reap(self) -> None:
         """Restart every child that has died (called on SIGCHLD)."""
-        for child in [self.router, *self.workers]:
+        for child in self.children:
             if child.proc is None or child.proc.poll() is None:
                 continue
             reason = describe_exit(child.proc.returncode)
@@ -129,7 +129,7 @@ class Supervisor:
     def reload(self, config: dict) -> None:
         """SIGHUP: children started from now on get `config`; the running ones re-read it."""
         self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
-        for child in [self.router, *self.workers]:
+        for child in self.children:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGHUP)
 
@@ -157,7 +157,7 @@ class Supervisor:
     def stop(self, timeout: float) -> None:
         """SIGTERM every child, wait up to `timeout` seconds, SIGKILL what is left."""
         self.stopping = True
-        children = [c.proc for c in [self.router, *self.workers] if c.proc is not None]
+        children = [c.proc for c in self.children if c.proc is not None]
         for proc in children:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -98,7 +98,7 @@ class Router(Lifecycle, Subscribing):
         self.store = store
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.seq = 1  # orders the stored messages
-        self.reports: dict[int, dict] = {}  # worker id -> its last STATS (with "at": when it came)
+        self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         self.received = 0
         self.delivered = 0

@@ -33,7 +33,7 @@ class Lifecycle:
     store: Store | None
     expiration: float
     worker_pids: dict[bytes, int]
-    reports: dict[int, dict]
+    reports: dict[str, dict]
     listings: dict[int, ClientListing]
     cache: dict
     routes: RouteTable
@@ -47,7 +47,7 @@ class Lifecycle:
         again by the records that follow (the same path as after a router restart)."""
         hello = orjson.loads(header)
         link = self.links.links[worker]
-        link.worker_id, link.node, link.pid = hello["worker"], hello["node"], hello["pid"]
+        link.worker_id, link.node, link.address, link.pid = hello["worker"], hello["node"], hello["address"], hello["pid"]
         if self.worker_pids.get(worker, hello["pid"]) != hello["pid"]:
             log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), self.worker_pids[worker], hello["pid"])
         self.worker_pids[worker] = hello["pid"]
@@ -72,6 +72,8 @@ class Lifecycle:
         for session in sessions:
             self._disconnect(session, publish_will=True)
         self.worker_pids.pop(worker, None)
+        link = self.links.links[worker]
+        self.reports.pop(wire.label(link.node, link.worker_id), None)  # it holds no clients as far as anyone knows
         self.routed.pop(worker, None)
         self.batches.pop(worker, None)
         self.routes.forget(worker)

@@ -26,7 +26,7 @@ class ClientListing:
         if not workers:
             self.done.set()
 
-    def answer(self, worker: int, clients: list[list]) -> None:
+    def answer(self, worker: str, clients: list[list]) -> None:
         self.clients.extend([c[0], worker, *c[1:]] for c in clients)
         self._waiting -= 1
         if self._waiting <= 0:

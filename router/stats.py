@@ -40,11 +40,12 @@ class Stats:
     def refresh(self, now: float) -> None:
         """Take every number once (main thread), and the load averages with them."""
         router = self.router
-        workers = {worker_id: dict(report) for worker_id, report in router.reports.items()}
+        workers = {label: dict(report) for label, report in sorted(router.reports.items(), key=_in_order)}
         totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
         sessions = router.sessions.values()
         self.snapshot = {
             "workers": workers,
+            "nodes": self._nodes(workers),
             "clients": sum(w["clients"] for w in workers.values()),
             "protocols": {name: sum(w["protocols"][name] for w in workers.values()) for name in PROTOCOLS.values()},
             "offline": sum(1 for s in sessions if s.worker is None),
@@ -59,6 +60,23 @@ class Stats:
             **totals,
         }
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])  # type: ignore[arg-type]
+
+    def _nodes(self, workers: dict[str, dict]) -> dict[str, dict]:
+        """Each node that has joined (role node; none all-in-one): its address, workers, clients and
+        link state ("up" while any of its workers is joined, else "lost")."""
+        nodes: dict[str, dict] = {}
+        for link in self.router.links.links.values():
+            if not link.node:
+                continue
+            node = nodes.setdefault(link.node, {"address": link.address, "workers": 0, "clients": 0, "state": "lost"})
+            if link.join:
+                node["workers"] += 1
+                node["state"] = "up"
+                node["address"] = link.address
+        for report in workers.values():
+            if report.get("node") in nodes:
+                nodes[report["node"]]["clients"] += report["clients"]
+        return dict(sorted(nodes.items()))
 
     def _update_loads(self, now: float, received: int, sent: int) -> None:
         """Exponentially averaged messages per minute over 1, 5 and 15 minutes."""
@@ -93,21 +111,36 @@ class Stats:
                 values[f"load/messages/{name}/{window}min"] = f"{value:.2f}"
         for topic, value in values.items():
             yield f"$SYS/broker/{topic}", str(value).encode()
-        for worker_id, report in sorted(snap["workers"].items()):  # type: ignore[attr-defined]
-            yield f"$SYS/broker/workers/{worker_id}/clients/connected", str(report["clients"]).encode()
-            yield f"$SYS/broker/workers/{worker_id}/cpu", f"{report['cpu']:.1f}".encode()
-            yield f"$SYS/broker/workers/{worker_id}/rss", str(report["rss"]).encode()
+        for label, report in snap["workers"].items():  # type: ignore[attr-defined]
+            yield f"$SYS/broker/workers/{label}/clients/connected", str(report["clients"]).encode()
+            yield f"$SYS/broker/workers/{label}/cpu", f"{report['cpu']:.1f}".encode()
+            yield f"$SYS/broker/workers/{label}/rss", str(report["rss"]).encode()
+        for name, node in snap["nodes"].items():  # type: ignore[attr-defined]
+            for key in ("address", "state", "workers"):
+                yield f"$SYS/broker/nodes/{name}/{key}", str(node[key]).encode()
+            yield f"$SYS/broker/nodes/{name}/clients/connected", str(node["clients"]).encode()
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus view of the same numbers (prometheus_client calls it on each scrape)."""
         snap = self.snapshot
         if not snap:
             return
-        workers: dict[int, dict] = snap["workers"]  # type: ignore[assignment]
+        workers: dict[str, dict] = snap["workers"]  # type: ignore[assignment]
         clients = GaugeMetricFamily("plexmq_clients_connected", "Clients connected", labels=["worker"])
-        for worker_id, report in sorted(workers.items()):
-            clients.add_metric([str(worker_id)], report["clients"])
+        for label, report in workers.items():
+            clients.add_metric([label], report["clients"])
         yield clients
+        nodes: dict[str, dict] = snap["nodes"]  # type: ignore[assignment]
+        if nodes:
+            up = GaugeMetricFamily("plexmq_node_up", "Whether a node's link is up (1) or lost (0)",
+                                   labels=["node", "address"])
+            node_workers = GaugeMetricFamily("plexmq_node_workers", "Workers of a node joined to the router", labels=["node"])
+            node_clients = GaugeMetricFamily("plexmq_node_clients", "Clients connected to a node", labels=["node"])
+            for name, node in nodes.items():
+                up.add_metric([name, node["address"]], node["state"] == "up")
+                node_workers.add_metric([name], node["workers"])
+                node_clients.add_metric([name], node["clients"])
+            yield from (up, node_workers, node_clients)
         protocols = GaugeMetricFamily("plexmq_clients_protocol", "Connected clients (CONNACK sent), by MQTT version",
                                       labels=["protocol"])
         for protocol, count in snap["protocols"].items():  # type: ignore[attr-defined]
@@ -141,9 +174,9 @@ class Stats:
                 rss.add_metric([name, str(proc.pid)], proc.memory_info().rss)
             except psutil.Error:
                 continue
-        for worker_id, report in sorted(workers.items()):
-            cpu.add_metric([f"worker-{worker_id}", str(report["pid"])], report["cpu"])
-            rss.add_metric([f"worker-{worker_id}", str(report["pid"])], report["rss"])
+        for label, report in workers.items():
+            cpu.add_metric([f"worker-{label}", str(report["pid"])], report["cpu"])
+            rss.add_metric([f"worker-{label}", str(report["pid"])], report["rss"])
         yield cpu
         yield rss
 
@@ -152,6 +185,12 @@ class Stats:
         now = time.monotonic()
         workers = self.snapshot.get("workers") or {}
         return bool(workers) and all(now - w["at"] < 5.0 for w in workers.values())  # type: ignore[union-attr]
+
+
+def _in_order(item: tuple[str, dict]) -> tuple[str, int]:
+    """Workers by node, then by number (`10` after `9`)."""
+    node, _, number = item[0].rpartition("/")
+    return node, int(number)
 
 
 def process_usage(proc: psutil.Process) -> tuple[float, int]:

@@ -25,8 +25,8 @@ PUB = 5  # PUB_HEAD (conn, packet_id, flags) [+ EXTRA + properties when flags & 
 ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
 REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # GONE_HEAD (conn, publish_will)
-STATS = 10  # orjson {"id", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
-CLIENTS = 11  # orjson {"id": request, "worker": n, "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
+STATS = 10  # orjson {"id": label(), "node", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
+CLIENTS = 11  # orjson {"id": request, "worker": label(), "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
 SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
 PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
@@ -139,6 +139,11 @@ class Batch:
 def identity(node: str, worker_id: int) -> bytes:
     """A worker's identity on the router link, unique across nodes (all-in-one: `w0`, `w1`, ...)."""
     return (f"{node}/w{worker_id}" if node else f"w{worker_id}").encode()
+
+
+def label(node: str, worker_id: int) -> str:
+    """How a worker is named in $SYS, /metrics and the listings (all-in-one: `0`, `1`, ...)."""
+    return f"{node}/{worker_id}" if node else str(worker_id)
 
 
 def record(kind: int, header: bytes) -> bytes:

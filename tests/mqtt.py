@@ -19,8 +19,8 @@ from workers.mqtt import v5
 class RawClient:
     """Speaks bytes to the broker and reads whole packets back (framing from the project's codec)."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
 
     @property

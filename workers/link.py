@@ -4,7 +4,7 @@ batch tagged with the join it belongs to and its number in it (router/links.py).
 from __future__ import annotations
 
 import asyncio
-import os
+import socket
 from typing import Callable
 
 import zmq
@@ -18,6 +18,22 @@ _pack_link = wire.LINK.pack
 _unpack_link = wire.LINK.unpack
 # plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+
+
+def local_address(endpoint: str) -> str:
+    """The address this host reaches a tcp:// router from (what the router's listings show for a
+    node); "" for the local ipc:// link. A UDP connect sends nothing: it only picks the route."""
+    if not endpoint.startswith("tcp://"):
+        return ""
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    host = host.strip("[]")
+    try:
+        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))
+            return probe.getsockname()[0]
+    except OSError:
+        return ""
 
 
 class RouterLink:

@@ -37,7 +37,7 @@ from workers.connection import Connection, Extra, Forms, peer_name
 from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
 from workers.negotiated import Negotiated
-from workers.link import RouterLink
+from workers.link import RouterLink, local_address
 from workers.routes import LocalRoutes, Subscriber
 from workers.websocket import WebSocket
 
@@ -97,6 +97,8 @@ class Worker:
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.node: str = config["node_name"]
         self.identity = wire.identity(self.node, worker_id)
+        self.address = local_address(config["router_endpoint"])
+        self.label = wire.label(self.node, worker_id)
         self.routes = LocalRoutes(self.identity)
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
@@ -359,7 +361,7 @@ class Worker:
         text = request["filter"]
         clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
                    for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
-        self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.worker_id, "clients": clients})
+        self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.label, "clients": clients})
 
     def _deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, as_sent_by_v5: bool) -> None:
         """A raw run for local subscribers, written as it is to those of its version; the other
@@ -467,7 +469,7 @@ class Worker:
         self._report_load()
 
     def _hello(self, live: list[int]) -> dict:
-        return {"worker": self.worker_id, "node": self.node, "pid": os.getpid(), "live": live}
+        return {"worker": self.worker_id, "node": self.node, "address": self.address, "pid": os.getpid(), "live": live}
 
     def _rejoin(self, why: str) -> None:
         """The router does not take this join any more (it restarted, frames were lost on the link,
@@ -536,7 +538,7 @@ class Worker:
         queued = sum(len(conn.queue) for conn in self.queuing)
         protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
         self.link.batch.add_json(wire.STATS, {
-            "id": self.worker_id, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
+            "id": self.label, "node": self.node, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
             "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
             "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss,
             "local_received": self.local_received, "local_sent": self.local_sent})
