@@ -49,6 +49,7 @@ TOOLS = {
     "status": ("acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
     "clients": ("acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
     "reload": ("acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
+    "keys": ("acceptor.keys", "create the CURVE keys a router and its nodes share (plexmq keys DIR)"),
     "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 

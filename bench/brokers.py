@@ -31,7 +31,7 @@ CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x00\x00\x00"  # CONNECT, clean sess
 @dataclass
 class BrokerSpec:
     name: str  # the column title: plexmq, mosquitto, mosquitto-nodelay, plexmq-w2, ...
-    kind: str  # "plexmq" or "mosquitto"
+    kind: str  # "plexmq", "nodes" (a router and two nodes: bench/topology.py) or "mosquitto"
     workers: int = 1
     nodelay: bool = False
     max_queued: int = 1000
@@ -56,6 +56,7 @@ class RunningBroker:
         """Start it (on `port`, or a free one) and, with `wait`, return once it answers a CONNECT."""
         self.spec = spec
         self.port = port or free_port()
+        self.ports = [self.port]  # every port clients may connect to (one per node)
         self.log_path = os.path.join(log_dir, f"{spec.name}-{self.port}.log")
         self.own_data_dir: str | None = None
         if spec.kind == "plexmq":
@@ -66,6 +67,10 @@ class RunningBroker:
                 extra += ["--data-dir", self.own_data_dir]
             cmd = [sys.executable, "-m", "acceptor", "serve", "--port", str(self.port),
                    "--workers", str(spec.workers), *extra]
+        elif spec.kind == "nodes":
+            self.ports.append(free_port())
+            cmd = [sys.executable, "-m", "bench.topology", "--ports", ",".join(map(str, self.ports)),
+                   "--workers", str(spec.workers), *(f"--node-arg={arg}" for arg in spec.extra)]
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:
@@ -79,7 +84,7 @@ class RunningBroker:
                                          preexec_fn=_raise_nofile)  # noqa: PLW1509 (no threads here)
         if wait:
             self._wait_ready(30)
-            time.sleep(0.5 if spec.kind == "plexmq" else 0.2)  # let every worker register with the router
+            time.sleep(0.2 if spec.kind == "mosquitto" else 0.5)  # let every worker register with the router
 
     @property
     def pid(self) -> int:
@@ -145,6 +150,7 @@ def measure(spec: BrokerSpec, opts: Options, log_dir: str | None = None) -> dict
     broker = RunningBroker(spec, log_dir)
     try:
         opts.port = broker.port
+        opts.ports = broker.ports if len(broker.ports) > 1 else []
         opts.broker_pid = broker.pid
         result = runner.run(opts)
         if not broker.alive():

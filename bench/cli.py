@@ -37,6 +37,9 @@ def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
         parser.add_argument("scenario", choices=(*SCENARIOS, *presets.PRESETS), metavar="SCENARIO")
         parser.add_argument("-H", "--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
         parser.add_argument("-p", "--port", type=int, default=1883, help="broker port (default 1883)")
+        parser.add_argument("--ports", type=lambda text: [int(p) for p in text.split(",")], default=[],
+                            metavar="P1,P2", help="spread the clients over these ports (nodes of one router): "
+                                                  "publisher i on the (i mod n)-th, subscriber i on the next")
         parser.add_argument("--broker-pid", type=int, help="sum CPU and RSS over this process and its children")
     parser.add_argument("--protocol", type=int, choices=LEVELS, default=4,
                         help="MQTT protocol level of every client: 4 = 3.1.1 (default), 5 = 5.0")

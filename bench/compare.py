@@ -23,11 +23,13 @@ PER_WORKER = 18_000  # connections a plexmq worker takes under the 20,000 open-f
 
 
 def spec(name: str, workers: int, max_queued: int, extra: list[str]) -> BrokerSpec:
+    if name == "plexmq-nodes":  # the same worker count, over two nodes of one router (bench/topology.py)
+        return BrokerSpec(name, "nodes", workers=max(workers // 2, 1), max_queued=max_queued, extra=extra)
     if name.startswith("plexmq"):
         return BrokerSpec(name, "plexmq", workers=workers, max_queued=max_queued, extra=extra)
     if name in ("mosquitto", "mosquitto-nodelay"):
         return BrokerSpec(name, "mosquitto", nodelay=name.endswith("nodelay"), max_queued=max_queued)
-    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}")
+    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}, plexmq-nodes")
 
 
 def plexmq_workers(scen: str, connections: int, default: int) -> int:
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[scen][name] = {"skipped": f"failed: {exc}"}
                 print(f"   failed: {exc}", file=sys.stderr)
                 continue
-            r["broker_workers"] = s.workers if s.kind == "plexmq" else None
+            r["broker_workers"] = None if s.kind == "mosquitto" else s.workers * (2 if s.kind == "nodes" else 1)
             results[scen][name] = r
             if not ns.quiet:
                 print(report.table(r), file=sys.stderr)

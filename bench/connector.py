@@ -55,7 +55,7 @@ class Raw:
             if conn.sources:  # bind first; the kernel picks the port per 4-tuple at connect
                 sock.setsockopt(socket.SOL_IP, limits.IP_BIND_ADDRESS_NO_PORT, 1)
                 sock.bind((conn.sources[self.gid % len(conn.sources)], 0))
-            err = sock.connect_ex(conn.address)
+            err = sock.connect_ex(conn.address_of(self))
         except OSError as exc:
             conn.agent.connect_error(exc)
             self.fail(errno.errorcode.get(exc.errno or 0, type(exc).__name__))
@@ -196,6 +196,7 @@ class Connector:
         self.loop = agent.loop
         self.raws = raws
         self.address = (agent.opts.host, agent.opts.port)
+        self.ports = agent.opts.ports
         self.rate = rate
         self.max_pending = max(1, max_pending)
         self.timeout = timeout
@@ -208,6 +209,14 @@ class Connector:
         self.t0 = 0.0
         self._keepalive = agent.opts.keepalive
         self.level = agent.opts.protocol
+
+    def address_of(self, raw: Raw) -> tuple[str, int]:
+        """Where `raw` connects: the broker, or with several ports (nodes) the one its index picks."""
+        ports = self.ports
+        if not ports:
+            return self.address
+        shift = raw.client is not None and raw.client.role == "s"
+        return self.address[0], ports[(raw.index + shift) % len(ports)]
 
     def connect_packet(self, raw: Raw) -> bytes:
         opts = self.agent.opts

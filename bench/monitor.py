@@ -15,9 +15,10 @@ def process_name(proc: psutil.Process) -> str:
         cmd = proc.cmdline()
     except psutil.Error:
         return "?"
-    if "router" in cmd:
+    module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
+    if module == "router":
         return "router"
-    if "workers" in cmd:
+    if module == "workers":
         i = cmd.index("workers")
         return f"worker-{cmd[i + 1]}" if i + 1 < len(cmd) else "worker"
     if any("acceptor" in part for part in cmd):

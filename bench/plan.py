@@ -19,6 +19,9 @@ class Options:
     scenario: str
     host: str = "127.0.0.1"
     port: int = 1883
+    # more than one: spread the clients over these ports (nodes of one router): publisher i on the
+    # (i mod n)-th, subscriber i on the next, so that p2p pairs cross nodes
+    ports: list[int] = field(default_factory=list)
     protocol: int = 4  # MQTT protocol level of every client: 4 = 3.1.1, 5 = 5.0
     clients: int = 0  # conn: connections; p2p: pairs
     pubs: int = 0

@@ -80,10 +80,10 @@ def unit() -> configparser.ConfigParser:
     return parser
 
 
-def unit_values(section: str, key: str) -> list[str]:
+def unit_values(section: str, key: str, path: Path = UNIT) -> list[str]:
     """Every value of a key that systemd allows to repeat (configparser keeps only the last)."""
     values, current = [], ""
-    for line in UNIT.read_text().splitlines():
+    for line in path.read_text().splitlines():
         header = SECTION.match(line)
         if header:
             current = header.group(1)
@@ -150,3 +150,33 @@ def test_the_compose_file_has_the_broker_and_a_spark_cluster_and_its_config_load
     inline.write_text(compose["configs"]["plexmq-config"]["content"])
     loaded = cfg.load(str(inline), {})
     assert loaded["archive"]["enabled"] and loaded["archive"]["dir"] == archive
+
+
+@pytest.mark.parametrize("role", ["router", "node"])
+def test_the_role_drop_ins_replace_the_command_with_their_role(role: str) -> None:
+    """An empty ExecStart= first, or systemd would refuse a second command for a simple service."""
+    drop_in = DEPLOY / f"plexmq-{role}.conf"
+    assert unit_values("Service", "ExecStart", drop_in) == [
+        "", f"/usr/local/bin/plexmq serve --config /etc/plexmq/plexmq.toml --role {role}"]
+    assert f"deploy/plexmq-{role}.conf" in drop_in.read_text() and "plexmq.service.d" in drop_in.read_text()
+
+
+def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    compose = yaml.safe_load((DEPLOY / "compose-nodes.yaml").read_text())
+    services = compose["services"]
+    assert {"keys", "router", "node1", "node2"} <= set(services)
+    keys = tmp_path / "keys"
+    assert subprocess.run([sys.executable, "-m", "acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
+    assert services["keys"]["command"] == ["keys", "/var/lib/plexmq-keys"]
+    loaded = {}
+    for name in ("router-config", "node-config"):
+        text = compose["configs"][name]["content"].replace("/var/lib/plexmq-keys", str(keys))
+        (tmp_path / f"{name}.toml").write_text(text)
+        loaded[name] = cfg.load(str(tmp_path / f"{name}.toml"), {})
+    router, node = loaded["router-config"], loaded["node-config"]
+    assert router["role"] == "router" and node["role"] == "node"
+    assert node["router"] == f"tcp://router:{router['router_bind'].rsplit(':', 1)[1]}", "the nodes join the router's port"
+    for service in ("router", "node1", "node2"):
+        assert "plexmq-keys:/var/lib/plexmq-keys:ro" in services[service]["volumes"], service
+    assert {services[n]["ports"][0].split(":")[1] for n in ("node1", "node2")} == {"1883", "1884"}

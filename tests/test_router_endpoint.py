@@ -271,3 +271,38 @@ def test_the_ipc_default_has_no_keys_and_a_private_directory(broker: Broker) -> 
     assert config["router_endpoint"].startswith("ipc://")
     run_dir = os.path.dirname(config["router_endpoint"].removeprefix("ipc://"))
     assert stat.S_IMODE(os.stat(run_dir).st_mode) == 0o700
+
+
+# -- roles ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lines, names", [
+    ('role = "router"\nrouter_curve_dir = "{keys}"\n', "router_bind"),
+    ('role = "router"\nrouter_bind = "tcp://127.0.0.1:5555"\n', "router_curve_dir"),
+    ('role = "node"\nrouter_curve_dir = "{keys}"\n', "router ="),
+    ('role = "node"\nrouter = "tcp://127.0.0.1:5555"\n', "router_curve_dir"),
+    ('role = "node"\nrouter = "tcp://127.0.0.1:5555"\nrouter_bind = "tcp://127.0.0.1:5556"\nrouter_curve_dir = "{keys}"\n',
+     "router_bind"),
+    ('router = "tcp://127.0.0.1:5555"\n', "role node"),
+    ('role = "edge"\n', "role"),
+    ('role = "node"\nrouter = "tcp://127.0.0.1:5555"\nrouter_curve_dir = "{keys}"\nnode_name = "a b"\n', "node_name"),
+])
+def test_a_role_whose_link_does_not_fit_stops_startup_with_one_line(tmp_path: Path, lines: str, names: str) -> None:
+    keys = key_dir(tmp_path)
+    message = one_error_line(run("serve", "--config", str(write(tmp_path, "port = 0\nmetrics_port = -1\n"
+                                                                 + lines.format(keys=keys)))))
+    assert names in message, message
+
+
+def test_plexmq_keys_makes_private_pairs_once_that_a_role_can_load(tmp_path: Path) -> None:
+    where = tmp_path / "keys"
+    first = run("keys", str(where))
+    assert first.returncode == 0 and "created the server and client key pairs" in first.stdout, first.stderr
+    assert stat.S_IMODE(os.stat(where).st_mode) == 0o700
+    secrets = {name: (where / f"{name}.key_secret").read_bytes() for name in ("server", "client")}
+    assert all(stat.S_IMODE(os.stat(where / f"{name}.key_secret").st_mode) == 0o600 for name in secrets)
+    again = run("keys", str(where))
+    assert again.returncode == 0 and "there already" in again.stdout
+    assert {name: (where / f"{name}.key_secret").read_bytes() for name in secrets} == secrets, "keys were replaced"
+    node = cfg.load(str(write(tmp_path, f'role = "node"\nrouter = "tcp://10.0.0.1:7883"\nrouter_curve_dir = "{where}"\n')), {})
+    assert node["role"] == "node" and cfg.curve_keys(node["router_curve_dir"])["client_public"]

@@ -65,6 +65,8 @@ class RouterLink:
         self.seq = 0  # frames sent in this join
         self.next_in = 0  # the router's next frame in this join
         self.current = False  # whether the frame being handled answers this join (else its ROUTED is stale)
+        self.answered = False  # whether the router has answered this join (accepted its HELLO)
+        self.opened_at = 0.0  # loop.time() of this join's HELLO
         self.fd = sock.getsockopt(zmq.FD)
         loop.add_reader(self.fd, self.drain)
 
@@ -75,6 +77,8 @@ class RouterLink:
         self.send()
         self.join += 1
         self.seq = self.next_in = self.unrouted = 0
+        self.answered = False
+        self.opened_at = self.loop.time()
         self.batch.add_json(wire.HELLO, hello)
 
     def drain(self) -> None:
@@ -88,6 +92,7 @@ class RouterLink:
             if join == self.join:
                 gap = seq != self.next_in
                 self.next_in = seq + 1
+                self.answered = True
             self.current = join == self.join and not gap
             self.on_frame(parts[1])
             if gap:

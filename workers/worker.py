@@ -44,6 +44,7 @@ from workers.websocket import WebSocket
 log = logging.getLogger("plexmq.worker")
 
 KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
+UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
@@ -105,6 +106,8 @@ class Worker:
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
                                lambda: self._rejoin("frames from the router were lost"), config.get("router_curve"))
+        self.endpoint: str = config["router_endpoint"]
+        self.warned_join = False
         self.link.open(self._hello([]))
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
@@ -484,6 +487,7 @@ class Worker:
                 conn.kicked = True  # nothing to tell the router: its HELLO leaves it out
                 conn.close("the link to the router was renewed while it was answering this client")
         self.link.open(self._hello([conn.conn_id for conn in live]))
+        self.warned_join = False
         for conn in live:
             conn.register(resume=True)
         self.routes.forget_table()
@@ -523,6 +527,11 @@ class Worker:
             heapq.heappop(ending)[2].close("token expired", code=reasons.NOT_AUTHORIZED)  # a closed one ignores it
         self._report_load()
         self._report_stats()
+        link = self.link
+        if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not self.warned_join:
+            self.warned_join = True  # once per join: the operator has the reason
+            log.warning("no answer from the router at %s for %.0f s: is it up, reachable, and are this node's "
+                        "keys (router_curve_dir) the router's?", self.endpoint, now - link.opened_at)
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
         self.loop.call_at(math.floor(self.loop.time()) + 1.0, self._tick)  # just after the next whole second
