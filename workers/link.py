@@ -102,7 +102,11 @@ class RouterLink:
         """The batch to the router; nothing once the link is closed (a flush the loop had scheduled
         may still run after `Worker.stop` closed it)."""
         if self.batch and not self.sock.closed:
-            self.sock.send_multipart((_pack_link(self.join, self.seq), self.batch.take()), _NOBLOCK)
+            try:
+                self.sock.send_multipart((_pack_link(self.join, self.seq), self.batch.take()), _NOBLOCK)
+            except zmq.Again:
+                pass  # no connection takes it (the router refused our key, or is down): a lost frame,
+                # which the router sees as a gap, or as a join it never heard of, and answers with REJOIN
             self.seq += 1
             # a send can consume the fd's edge: look for input that arrived meanwhile
             if self.sock.getsockopt(_EVENTS) & _POLLIN:
