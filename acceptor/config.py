@@ -153,7 +153,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "router": Option(str, "", _router_bind, "role node: the router's tcp://HOST:PORT (its router_bind)"),
         "node_name": Option(str, "", _node_name, "role node: this node's name, unique among the router's nodes "
                             "(empty: the host name)"),
-        "link_timeout": Option(float, 5.0, _range(0.5, 3600), "seconds without a word from a worker (its heartbeat "
+        "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
                                "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
         "persistence": Option(bool, True, doc="keep the store on disk (false: everything in memory only)"),

@@ -47,7 +47,7 @@ class Lifecycle:
         again by the records that follow (the same path as after a router restart)."""
         hello = orjson.loads(header)
         link = self.links.links[worker]
-        link.worker_id, link.node, link.address, link.pid = hello["worker"], hello["node"], hello["address"], hello["pid"]
+        link.worker_id, link.node, link.address = hello["worker"], hello["node"], hello["address"]
         if self.worker_pids.get(worker, hello["pid"]) != hello["pid"]:
             log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), self.worker_pids[worker], hello["pid"])
         self.worker_pids[worker] = hello["pid"]
@@ -62,12 +62,18 @@ class Lifecycle:
         for key in [key for key in self.by_conn if key[0] == worker]:
             self._disconnect(self.by_conn[key], publish_will=False)
 
+    def link_broken(self, worker: bytes) -> None:
+        """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
+        for its ROUTES_ACK, and the counts of its old join are void."""
+        self.routes.forget(worker)
+        self.routed.pop(worker, None)
+
     def worker_lost(self, worker: bytes) -> None:
         """A worker silent past the link timeout (a dead node, a cut link): its clients are gone as
         far as the router knows: wills out, persistent sessions kept. If it comes back it is told to
         join again (router/links.py) and registers the connections it still holds."""
         sessions = [s for (w, _), s in list(self.by_conn.items()) if w == worker]
-        log.warning("worker %s silent for %.0f s: taken for dead, %d sessions disconnected",
+        log.warning("worker %s silent past link_timeout (%g s): taken for dead, %d sessions disconnected",
                     worker.decode(), self.links.timeout, len(sessions))
         for session in sessions:
             self._disconnect(session, publish_will=True)
@@ -115,6 +121,11 @@ class Lifecycle:
         # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
         # 5.0 will's [delay, properties as hex, message expiry interval]
         old = self.sessions.get(client_id)
+        if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
+            # a connection registered again (its worker joined again) whose session another connection
+            # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
+            self.out(worker).add(wire.KICK, wire.CONN.pack(conn))
+            return
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
             self._disconnect(old, publish_will=True)
@@ -146,6 +157,13 @@ class Lifecycle:
             out.hold()
             out.add_json(wire.SESSION, [conn, present])
         if present:
+            if resume and session.incoming:
+                # registered again: QoS 2 releases (REL) its worker sent while the router refused its
+                # frames are lost, and a live connection never sends a PUBLISH again after its PUBREC,
+                # so no id is left waiting for a release (else the next message with it is dropped)
+                session.incoming = ()
+                if self.store is not None and not session.clean:
+                    self.store.record(db.INCOMING_DELETE, (client_id,))
             self._resend(session, out)
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:

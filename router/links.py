@@ -5,8 +5,9 @@ whatever was in flight on the old connection is gone without a word. So every fr
 `wire.LINK` tag, (join, seq): a worker numbers its joins (each starts with a HELLO, seq 0) and the
 frames of each join. The router takes a frame only from the join it has accepted, in sequence; any
 other frame (a worker this router never heard say HELLO, one that lost frames, one taken for dead) is
-dropped and answered once with REJOIN, and the worker registers its live connections again and
-resends what the router has not confirmed, exactly as after a router restart (docs/architecture.md §6).
+dropped and answered with REJOIN (again each second while it lasts: a REJOIN can be lost too), and the
+worker registers its live connections again and resends what the router has not confirmed, exactly as
+after a router restart (docs/architecture.md §3, §5).
 The router numbers its frames to each worker the same way, so a worker notices lost answers too.
 """
 
@@ -20,22 +21,25 @@ _pack_link = wire.LINK.pack
 _unpack_link = wire.LINK.unpack
 
 
+REJOIN_EVERY = 1.0  # seconds between REJOINs to a worker whose frames are refused
+
+
 class Link:
     """One worker's link as the router sees it."""
 
-    __slots__ = ("join", "next_in", "next_out", "heard", "asked", "node", "address", "pid", "worker_id", "state")
+    __slots__ = ("join", "alive", "next_in", "next_out", "heard", "gap_at", "asked", "node", "address", "worker_id")
 
     def __init__(self) -> None:
         self.join = 0  # the join accepted (0: none: its frames are dropped)
+        self.alive = False  # whether the router holds this worker's sessions as connected (until worker_lost)
         self.next_in = 0
         self.next_out = 0
         self.heard = time.monotonic()
-        self.asked = -1  # the join last answered with REJOIN (one answer per join)
+        self.gap_at = 0.0  # time.monotonic() when frames went missing (while it has not joined again)
+        self.asked = 0.0  # time.monotonic() of the last REJOIN
         self.node = ""
         self.address = ""
-        self.pid = 0
         self.worker_id = 0
-        self.state = "up"  # "up", or "lost": silent past the timeout, or dropping frames until HELLO
 
 
 class Links:
@@ -45,24 +49,28 @@ class Links:
         self.timeout = timeout  # seconds of silence after which a worker is taken for dead
         self.links: dict[bytes, Link] = {}
         self.rejoins: list[tuple[bytes, int]] = []  # (worker, join) to answer with REJOIN
+        self.gaps: list[bytes] = []  # workers that lost frames this turn: nobody may wait for them now
 
     def accept(self, worker: bytes, tag: bytes) -> bool:
         """Whether to take this frame of `worker` (seq 0 opens a join: its first record is HELLO)."""
-        join, seq = _unpack_link(tag)
         link = self.links.get(worker)
         if link is None:
             link = self.links[worker] = Link()
-        link.heard = time.monotonic()
+        now = link.heard = time.monotonic()
+        if len(tag) != wire.LINK.size:
+            return False  # not one of our workers (its CURVE key let it in): nothing to answer
+        join, seq = _unpack_link(tag)
         if seq == 0:
-            link.join, link.next_in, link.next_out, link.state = join, 1, 0, "up"
+            link.join, link.alive, link.next_in, link.next_out, link.asked, link.gap_at = join, True, 1, 0, 0.0, 0.0
             return True
         if join == link.join and seq == link.next_in:
             link.next_in += 1
             return True
         if link.join and join == link.join:  # a gap: frames were lost on the way
-            link.join, link.state = 0, "lost"
-        if link.asked != join:
-            link.asked = join
+            link.join, link.gap_at = 0, now
+            self.gaps.append(worker)
+        if now - link.asked >= REJOIN_EVERY:
+            link.asked = now
             self.rejoins.append((worker, join))
         return False
 
@@ -79,9 +87,11 @@ class Links:
         return [worker for worker, link in self.links.items() if link.join]
 
     def silent(self, now: float) -> list[bytes]:
-        """Joined workers not heard from for `timeout` seconds: from now on their frames are refused."""
-        lost = [worker for worker, link in self.links.items() if link.join and now - link.heard > self.timeout]
-        for worker in lost:
-            link = self.links[worker]
-            link.join, link.state = 0, "lost"
+        """Workers whose sessions the router holds as connected but that have not been heard from for
+        `timeout` seconds (or, after a gap, have not joined again since): taken for dead from now on."""
+        lost = []
+        for worker, link in self.links.items():
+            if link.alive and now - (link.gap_at if link.gap_at and not link.join else link.heard) > self.timeout:
+                link.join, link.alive = 0, False
+                lost.append(worker)
         return lost

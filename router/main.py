@@ -95,7 +95,7 @@ def serve(config: dict) -> None:
                     worker, tag, frame = recv(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
                     break
-                except ValueError:  # not two frames: not one of our workers (the CURVE key let it in)
+                except ValueError:  # not [identity, tag, records]: not one of our workers (its CURVE key let it in)
                     continue
                 if accept(worker, tag):
                     handle(worker, frame)
@@ -104,6 +104,9 @@ def serve(config: dict) -> None:
         for worker, join in links.rejoins:
             router.out(worker).add(wire.REJOIN, wire.COUNT.pack(join))
         links.rejoins.clear()
+        for worker in links.gaps:
+            router.link_broken(worker)
+        links.gaps.clear()
         while not listings.empty():
             request = listings.get_nowait()
             if isinstance(request, ClientListing):

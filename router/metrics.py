@@ -82,7 +82,7 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Reques
         if environ.get("PATH_INFO") == "/health":
             ok = stats.healthy()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"ok\n" if ok else b"a worker has not reported for 5 s\n"]
+            return [b"ok\n" if ok else b"a worker has not reported within link_timeout\n"]
         return metrics(environ, start_response)
 
     def disconnect(environ: dict, start_response: Callable) -> Iterable[bytes]:

@@ -181,10 +181,10 @@ class Stats:
         yield rss
 
     def healthy(self) -> bool:
-        """Every worker reported within the last 5 seconds (read from the snapshot: any thread)."""
-        now = time.monotonic()
+        """Every worker reported within link_timeout (read from the snapshot: any thread)."""
+        now, limit = time.monotonic(), self.router.links.timeout
         workers = self.snapshot.get("workers") or {}
-        return bool(workers) and all(now - w["at"] < 5.0 for w in workers.values())  # type: ignore[union-attr]
+        return bool(workers) and all(now - w["at"] < limit for w in workers.values())  # type: ignore[union-attr]
 
 
 def _in_order(item: tuple[str, dict]) -> tuple[str, int]:

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import orjson
 
 # worker -> router
-HELLO = 1  # orjson {"worker": n, "node": name, "pid", "live": [conn, ...]}: opens a join (seq 0); the live connections are registered again right after it
+HELLO = 1  # orjson {"worker": n, "node": name, "address", "pid", "live": [conn, ...]}: opens a join (seq 0); the live connections are registered again right after it
 CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0, or next pid: the worker sent the CONNACK itself, answer no SESSION), fresh]; payload: will payload
 SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
 UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]

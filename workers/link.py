@@ -71,10 +71,10 @@ class RouterLink:
         loop.add_reader(self.fd, self.drain)
 
     def open(self, hello: dict) -> None:
-        """Start a new join: what is batched goes out in the old one (the router drops it if it does
-        not know that join), then HELLO leads the new one. Nothing of the old join is confirmed any
-        more: the caller sends again what it still needs confirmed."""
-        self.send()
+        """Start a new join, led by HELLO. What is batched is dropped with the old join (its PUBs
+        would be routed twice: the caller sends again what it still needs confirmed), as the router
+        drops what it refused of it (docs/architecture.md §3 says what that costs)."""
+        self.batch.take()
         self.join += 1
         self.seq = self.next_in = self.unrouted = 0
         self.answered = False
