@@ -119,6 +119,15 @@ def stream(c: RawClient, topic: str, n: int, kill_at: int, kill: Callable[[], No
     return acked
 
 
+def across(net: Net, name: str) -> tuple[str, str, Reader, RawClient]:
+    """(client id, topic, its reader, a publisher on n1) of a persistent QoS 1 subscriber on n2 read in
+    the background: the stream the kill tests cut."""
+    cid, topic = f"nodes-{name}-{uid()}", f"nodes/{name}/{uid()}"
+    sub = net.host("n2").client(cid, clean=False)
+    assert subscribe(sub, 1, [(topic, 1)]) == [1]
+    return cid, topic, Reader(sub), net.host("n1").client()
+
+
 def check_all_acked_came(acked: set[int], *got: list[Pub]) -> None:
     seqs = {int(m.payload) for pubs in got for m in pubs}
     missing = sorted(acked - seqs)
@@ -275,12 +284,8 @@ def test_a_client_id_connecting_on_another_node_takes_the_session_over(shared_ne
 def test_sigkill_of_a_node_loses_no_acknowledged_message_of_its_persistent_subscriber(net: Net) -> None:
     """The subscriber's node dies while QoS 1 streams to it from n1: the router takes n2 for lost
     within link_timeout, and the subscriber, back on n1, gets every acknowledged message."""
-    cid, topic, n = f"nodes-kill-{uid()}", f"nodes/kill/{uid()}", 3000
-    n1, n2 = net.host("n1"), net.host("n2")
-    sub = n2.client(cid, clean=False)
-    assert subscribe(sub, 1, [(topic, 1)]) == [1]
-    reader = Reader(sub)
-    pub = n1.client()
+    n, n1, n2 = 3000, net.host("n1"), net.host("n2")
+    cid, topic, reader, pub = across(net, "kill")
     killed_at = 0.0
 
     def kill() -> None:
@@ -312,12 +317,8 @@ def test_sigkill_of_the_router_loses_no_acknowledged_message(net: Net) -> None:
     Observed: publisher and subscriber stay connected throughout (their nodes live on); the node's
     worker sends again what the dead router had not confirmed, so every message is acknowledged in the
     end without the publisher sending anything twice."""
-    cid, topic, n = f"nodes-rk-{uid()}", f"nodes/rk/{uid()}", 3000
-    n1, n2 = net.host("n1"), net.host("n2")
-    sub = n2.client(cid, clean=False)
-    assert subscribe(sub, 1, [(topic, 1)]) == [1]
-    reader = Reader(sub)
-    pub = n1.client()
+    n, n1, n2 = 3000, net.host("n1"), net.host("n2")
+    cid, topic, reader, pub = across(net, "rk")
     old = net.router.child("router")
     assert old is not None, f"no router process under the router host's acceptor: {net.router.processes()}"
 
@@ -336,8 +337,8 @@ def test_sigkill_of_the_router_loses_no_acknowledged_message(net: Net) -> None:
     assert not missing, f"never acknowledged after the restart: {missing[:10]} ({len(missing)})"
     wait_for(lambda: {int(m.payload) for m in reader.pubs} >= acked, 15,
              "every acknowledged message to reach the subscriber")
-    check_all_acked_came(acked, reader.stop(), sync(sub))
-    bye(sub, pub)
+    check_all_acked_came(acked, reader.stop(), sync(reader.c))
+    bye(reader.c, pub)
 
 
 # -- 5. a cut link -----------------------------------------------------------------------------------
