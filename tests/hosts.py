@@ -229,7 +229,7 @@ class Net:
         r = self.router
         r.start("--role", "router", "--router-bind", self.router_url, "--router-curve-dir", str(self.keys),
                 "--data-dir", str(self.tmp_path / "router-data"), "--metrics-port", str(METRICS_PORT),
-                config=f'metrics_host = "{r.front_ip}"\n')  # no command line option for it
+                config=f'metrics_host = "{r.front_ip}"\nsys_interval = 1\n')  # no command line option for it
         self.metrics_url = f"http://{r.front_ip}:{METRICS_PORT}"
         wait_for(lambda: self._router_ready(r), START_LIMIT, "the router to listen and serve metrics")
         return r
@@ -245,13 +245,13 @@ class Net:
             return False
         return True
 
-    def start_node(self, name: str, keys: Path | None = None, join: bool = True) -> Host:
-        """A node joining the router (with `keys`, default the router's); with `join`, wait until the
-        router's metrics show it up with all its workers."""
+    def start_node(self, name: str, keys: Path | None = None, join: bool = True, config: str = "") -> Host:
+        """A node joining the router (with `keys`, default the router's; `config`: more TOML lines); with
+        `join`, wait until the router's metrics show it up with all its workers."""
         n = self.host(name)
         n.start("--role", "node", "--router", self.router_url, "--router-curve-dir", str(keys or self.keys),
                 "--node-name", name, "--host", n.front_ip, "--port", str(MQTT_PORT), "--workers", str(self.workers),
-                "--metrics-port", "-1", "--data-dir", str(self.tmp_path / f"{name}-data"))
+                "--metrics-port", "-1", "--data-dir", str(self.tmp_path / f"{name}-data"), config=config)
         wait_for(lambda: n.check_running() or "plexmq listening on" in n.since_start(), START_LIMIT,
                  f"{name} to listen")
         if join:

@@ -246,7 +246,34 @@ def test_status_and_clients_show_both_nodes_and_the_clients_node(shared_net: Net
     rows = wait_for(nodes, 10, "plexmq status to show both nodes up with a client each")
     assert {name: row[:3] for name, row in rows.items()} == {  # type: ignore[union-attr]
         name: (shared_net.host(name).back_ip, "up", "1") for name in ("n1", "n2")}
+    # $SYS (retained, refreshed every second on this router) names them too
+    assert subscribe(a, 1, [("$SYS/broker/nodes/+/state", 0), ("$SYS/broker/nodes/+/address", 0)]) == [0, 0]
+    seen = {(m.topic, m.payload) for m in receive(a, count=4)}
+    assert seen >= {(f"$SYS/broker/nodes/{name}/{key}", value.encode()) for name in ("n1", "n2")
+                    for key, value in (("state", "up"), ("address", shared_net.host(name).back_ip))}, seen
     bye(a, b)
+
+
+def test_the_acl_of_a_node_applies_to_its_clients(shared_net: Net, tmp_path: Path) -> None:
+    """Logins and the ACL are the nodes' (deploy/nodes.md): anonymous clients of n5 may read acl/# and
+    write nothing; a message from n1 reaches them, theirs reach nobody, other filters are refused."""
+    acl = tmp_path / "acl"
+    acl.write_text("topic read nodes/acl/#\n")
+    n5 = shared_net.start_node("n5", config=f'acl_file = "{acl}"\n')
+    try:
+        topic = f"nodes/acl/{uid()}"
+        reader = n5.client()
+        assert subscribe(reader, 1, [(topic, 1), ("nodes/other/#", 1)]) == [1, 0x80]
+        watcher, pub = shared_net.host("n1").client(), shared_net.host("n1").client()
+        assert subscribe(watcher, 1, [(topic, 1)]) == [1]
+        publish(reader, topic, b"denied on n5", 1)  # acknowledged (3.1.1 has no refusal) and dropped
+        publish(pub, topic, b"from n1", 1)
+        assert [m.payload for m in receive(reader, count=1)] == [b"from n1"]
+        assert [m.payload for m in receive(watcher, count=1)] == [b"from n1"]
+        assert sync(watcher) == [] and sync(reader) == []
+        bye(reader, watcher, pub)
+    finally:
+        n5.stop()
 
 
 # -- 2. a session taken over from another node -------------------------------------------------------
