@@ -79,7 +79,10 @@ class Lifecycle:
             self._disconnect(session, publish_will=True)
         self.worker_pids.pop(worker, None)
         link = self.links.links[worker]
-        self.reports.pop(wire.label(link.node, link.worker_id), None)  # it holds no clients as far as anyone knows
+        label = wire.label(link.node, link.worker_id)
+        self.reports.pop(label, None)  # it holds no clients as far as anyone knows
+        for listing in self.listings.values():  # `plexmq clients` need not wait for its answer
+            listing.answer(label, [])
         self.routed.pop(worker, None)
         self.batches.pop(worker, None)
         self.routes.forget(worker)

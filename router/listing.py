@@ -19,6 +19,7 @@ class ClientListing:
         self.filter = text
         self.clients: list[list] = []
         self.done = threading.Event()
+        self.answered: set[str] = set()  # worker labels
         self._waiting = 0
 
     def expect(self, workers: int) -> None:
@@ -27,6 +28,9 @@ class ClientListing:
             self.done.set()
 
     def answer(self, worker: str, clients: list[list]) -> None:
+        if worker in self.answered:
+            return
+        self.answered.add(worker)
         self.clients.extend([c[0], worker, *c[1:]] for c in clients)
         self._waiting -= 1
         if self._waiting <= 0:

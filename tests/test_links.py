@@ -110,14 +110,13 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
     config = tmp_path / "plexmq.toml"
     config.write_text(f"link_timeout = {TIMEOUT}\n")
     b = start_broker("--workers", "2", "--config", str(config))
-    endpoint = re.search(r"router listening on (\S+)", b.output())
-    assert endpoint is not None, b.output()
+    endpoint = wait_for(lambda: re.search(r"router listening on (\S+)", b.output()), 10, "the router's endpoint in its log")
     ctx = zmq.Context()
     peer = ctx.socket(zmq.DEALER)
     try:
         peer.setsockopt(zmq.IDENTITY, b"w9")
         peer.setsockopt(zmq.LINGER, 0)
-        peer.connect(endpoint.group(1))
+        peer.connect(endpoint.group(1))  # type: ignore[union-attr]
         hello = wire.Batch()
         hello.add_json(wire.HELLO, {"worker": 9, "node": "", "address": "", "pid": 1, "live": []})
         peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))
