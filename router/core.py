@@ -118,6 +118,7 @@ class Router(Lifecycle, Subscribing):
             wire.STATS: self._on_stats,
             wire.CLIENTS: self._on_clients,
             wire.ROUTES_ACK: self._on_routes_ack,
+            wire.BYE: self._on_bye,
         }
         if store is not None:
             self._restore(store)

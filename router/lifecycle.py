@@ -68,13 +68,18 @@ class Lifecycle:
         self.routes.forget(worker)
         self.routed.pop(worker, None)
 
-    def worker_lost(self, worker: bytes) -> None:
-        """A worker silent past the link timeout (a dead node, a cut link): its clients are gone as
-        far as the router knows: wills out, persistent sessions kept. If it comes back it is told to
-        join again (router/links.py) and registers the connections it still holds."""
+    def _on_bye(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        self.links.drop(worker)
+        self.worker_lost(worker, "stopped")
+
+    def worker_lost(self, worker: bytes, why: str = "") -> None:
+        """A worker silent past the link timeout (a dead node, a cut link), or a node's worker that
+        said it stops: its clients are gone as far as the router knows: wills out, persistent sessions
+        kept. If it comes back it is told to join again (router/links.py) and registers the
+        connections it still holds."""
         sessions = [s for (w, _), s in list(self.by_conn.items()) if w == worker]
-        log.warning("worker %s silent past link_timeout (%g s): taken for dead, %d sessions disconnected",
-                    worker.decode(), self.links.timeout, len(sessions))
+        log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
+                    why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
         for session in sessions:
             self._disconnect(session, publish_will=True)
         self.worker_pids.pop(worker, None)

@@ -86,12 +86,17 @@ class Links:
     def joined(self) -> list[bytes]:
         return [worker for worker, link in self.links.items() if link.join]
 
+    def drop(self, worker: bytes) -> None:
+        """From now on the worker's frames are refused and its sessions are not the router's to end."""
+        link = self.links[worker]
+        link.join, link.alive = 0, False
+
     def silent(self, now: float) -> list[bytes]:
         """Workers whose sessions the router holds as connected but that have not been heard from for
         `timeout` seconds (or, after a gap, have not joined again since): taken for dead from now on."""
         lost = []
         for worker, link in self.links.items():
             if link.alive and now - (link.gap_at if link.gap_at and not link.join else link.heard) > self.timeout:
-                link.join, link.alive = 0, False
+                self.drop(worker)
                 lost.append(worker)
         return lost

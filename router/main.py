@@ -70,12 +70,20 @@ def serve(config: dict) -> None:
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 
+    unreachable: set[bytes] = set()  # workers a send failed to: said once, until one succeeds
+
     def send(worker: bytes, frame: bytes) -> None:
         if frame:
             try:
                 sock.send_multipart((worker, links.tag(worker), frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
-                log.warning("cannot reach worker %r: %s", worker, exc)
+                if worker not in unreachable:
+                    unreachable.add(worker)
+                    log.warning("cannot reach worker %s: %s (its frames are lost until it joins again)",
+                                worker.decode(errors="replace"), exc)
+                return
+            if unreachable:
+                unreachable.discard(worker)
 
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)

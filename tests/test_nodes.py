@@ -254,6 +254,23 @@ def test_status_and_clients_show_both_nodes_and_the_clients_node(shared_net: Net
     bye(a, b)
 
 
+def test_a_node_stopped_gracefully_has_the_router_publish_its_clients_wills_at_once(shared_net: Net) -> None:
+    """SIGTERM to a node: its worker says BYE before it goes, so the router takes it for dead then
+    (not link_timeout later) and publishes the wills of its clients."""
+    n6 = shared_net.start_node("n6")
+    topic = f"nodes/bye/{uid()}"
+    watcher = shared_net.host("n1").client()
+    assert subscribe(watcher, 1, [(topic, 1)]) == [1]
+    doomed = n6.raw()
+    assert doomed.connect(f"bye-{uid()}", will=p.Will(topic, b"node stopped", 1, False)) == (False, 0)
+    n6.stop()
+    doomed.read_until_closed()
+    assert [m.payload for m in receive(watcher, count=1)] == [b"node stopped"]
+    assert "worker n6/w0 stopped: taken for dead" in shared_net.router.output(), shared_net.router.output()[-2000:]
+    assert sync(watcher) == [], "the will was published twice"
+    bye(watcher)
+
+
 def test_the_acl_of_a_node_applies_to_its_clients(shared_net: Net, tmp_path: Path) -> None:
     """Logins and the ACL are the nodes' (deploy/nodes.md): anonymous clients of n5 may read acl/# and
     write nothing; a message from n1 reaches them, theirs reach nobody, other filters are refused."""

@@ -130,7 +130,8 @@ class RouterLink:
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """`linger_ms`: how long what is still queued may take to leave (0: dropped)."""
         self.loop.remove_reader(self.fd)
-        self.sock.close()
+        self.sock.close(linger=linger_ms)
         self.ctx.term()

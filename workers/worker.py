@@ -44,6 +44,7 @@ from workers.websocket import WebSocket
 log = logging.getLogger("plexmq.worker")
 
 KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
+BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
@@ -596,8 +597,10 @@ class Worker:
         for conn in list(self.conns.values()):
             conn.kicked = True
             conn.close("broker shutting down", code=reasons.SERVER_SHUTTING_DOWN)
+        if self.node:  # the router lives on: it publishes the wills now rather than after link_timeout
+            self.link.batch.add(wire.BYE, b"")
         self.flush()
-        self.link.close()
+        self.link.close(linger_ms=BYE_LINGER_MS if self.node else 0)
         self.auth.close()
         if self.archive is not None:
             self.archive.close()
