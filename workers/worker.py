@@ -531,8 +531,9 @@ class Worker:
         link = self.link
         if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not self.warned_join:
             self.warned_join = True  # once per join: the operator has the reason
-            log.warning("no answer from the router at %s for %.0f s: is it up, reachable, and are this node's "
-                        "keys (router_curve_dir) the router's?", self.endpoint, now - link.opened_at)
+            log.warning("no answer from the router at %s for %.0f s: is it up and reachable, are this node's keys "
+                        "(router_curve_dir) the router's, and is its node_name (%s) unique among the router's nodes?",
+                        self.endpoint, now - link.opened_at, self.node or "-")
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
         self.loop.call_at(math.floor(self.loop.time()) + 1.0, self._tick)  # just after the next whole second
