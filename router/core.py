@@ -83,7 +83,6 @@ class Router(Lifecycle, Subscribing):
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
-        self.worker_pids: dict[bytes, int] = {}
         self.batches: dict[bytes, wire.Batch] = {}
         # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records] not yet confirmed (ROUTED)
         self.routed: dict[bytes, list[int]] = {}
@@ -176,7 +175,7 @@ class Router(Lifecycle, Subscribing):
                 self.confirmed_at[worker] = now
                 del self.routed[worker]
         routes = self.routes
-        leads = routes.leads(self.worker_pids)
+        leads = routes.leads(self.links.alive())
         batches = self.batches
         frames = []
         for worker in batches.keys() | leads.keys() | routes.deferred.keys():

@@ -32,7 +32,6 @@ class Lifecycle:
     deadlines: Deadlines
     store: Store | None
     expiration: float
-    worker_pids: dict[bytes, int]
     reports: dict[str, dict]
     listings: dict[int, ClientListing]
     cache: dict
@@ -47,20 +46,21 @@ class Lifecycle:
         again by the records that follow (the same path as after a router restart)."""
         hello = orjson.loads(header)
         link = self.links.links[worker]
-        link.worker_id, link.node, link.address = hello["worker"], hello["node"], hello["address"]
-        if self.worker_pids.get(worker, hello["pid"]) != hello["pid"]:
-            log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), self.worker_pids[worker], hello["pid"])
-        self.worker_pids[worker] = hello["pid"]
+        if link.pid and link.pid != hello["pid"]:
+            log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello["pid"])
+        link.worker_id, link.node, link.address, link.pid = hello["worker"], hello["node"], hello["address"], hello["pid"]
         self.routes.hello(worker)
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
         live = set(hello["live"])
-        ended = [s for (w, conn), s in list(self.by_conn.items()) if w == worker and conn not in live]
+        sessions = self._sessions_on(worker)
+        ended = [session for session in sessions if session.conn not in live]
         if ended:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
-        for session in ended:
-            self._disconnect(session, publish_will=True)
-        for key in [key for key in self.by_conn if key[0] == worker]:
-            self._disconnect(self.by_conn[key], publish_will=False)
+        for session in sessions:
+            self._disconnect(session, publish_will=session.conn not in live)
+
+    def _sessions_on(self, worker: bytes) -> list[Session]:
+        return [session for (w, _conn), session in self.by_conn.items() if w == worker]
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
@@ -77,20 +77,18 @@ class Lifecycle:
         said it stops: its clients are gone as far as the router knows: wills out, persistent sessions
         kept. If it comes back it is told to join again (router/links.py) and registers the
         connections it still holds."""
-        sessions = [s for (w, _), s in list(self.by_conn.items()) if w == worker]
+        sessions = self._sessions_on(worker)
         log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
         for session in sessions:
             self._disconnect(session, publish_will=True)
-        self.worker_pids.pop(worker, None)
         link = self.links.links[worker]
         label = wire.label(link.node, link.worker_id)
         self.reports.pop(label, None)  # it holds no clients as far as anyone knows
         for listing in self.listings.values():  # `plexmq clients` need not wait for its answer
             listing.answer(label, [])
-        self.routed.pop(worker, None)
         self.batches.pop(worker, None)
-        self.routes.forget(worker)
+        self.link_broken(worker)
 
     def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
         answer = orjson.loads(header)
@@ -101,8 +99,9 @@ class Lifecycle:
     def list_clients(self, listing: ClientListing) -> None:
         """Ask every worker for its clients; `listing` completes when all have answered."""
         self.listings[listing.id] = listing
-        listing.expect(len(self.worker_pids))
-        for worker in self.worker_pids:
+        workers = self.links.alive()
+        listing.expect(len(workers))
+        for worker in workers:
             self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
 
     def disconnect_client(self, request: ClientDisconnect) -> None:

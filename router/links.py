@@ -27,7 +27,8 @@ REJOIN_EVERY = 1.0  # seconds between REJOINs to a worker whose frames are refus
 class Link:
     """One worker's link as the router sees it."""
 
-    __slots__ = ("join", "alive", "next_in", "next_out", "heard", "gap_at", "asked", "node", "address", "worker_id")
+    __slots__ = ("join", "alive", "next_in", "next_out", "heard", "gap_at", "asked", "node", "address", "worker_id",
+                 "pid")
 
     def __init__(self) -> None:
         self.join = 0  # the join accepted (0: none: its frames are dropped)
@@ -40,6 +41,7 @@ class Link:
         self.node = ""
         self.address = ""
         self.worker_id = 0
+        self.pid = 0  # of its process, as its last HELLO said
 
 
 class Links:
@@ -85,6 +87,11 @@ class Links:
 
     def joined(self) -> list[bytes]:
         return [worker for worker, link in self.links.items() if link.join]
+
+    def alive(self) -> list[bytes]:
+        """The workers whose sessions the router holds as connected: the ones the route table and
+        client listings count on."""
+        return [worker for worker, link in self.links.items() if link.alive]
 
     def drop(self, worker: bytes) -> None:
         """From now on the worker's frames are refused and its sessions are not the router's to end."""

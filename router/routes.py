@@ -76,7 +76,7 @@ class RouteTable:
         self.deferred.pop(worker, None)
         self.fresh.discard(worker)
 
-    def leads(self, workers: dict[bytes, int]) -> dict[bytes, bytes]:
+    def leads(self, workers: Iterable[bytes]) -> dict[bytes, bytes]:
         """This turn's ROUTES record for each worker that needs one: the changes, or the whole table."""
         leads: dict[bytes, bytes] = {}
         if self.changed:

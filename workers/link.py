@@ -67,6 +67,8 @@ class RouterLink:
         self.current = False  # whether the frame being handled answers this join (else its ROUTED is stale)
         self.answered = False  # whether the router has answered this join (accepted its HELLO)
         self.opened_at = 0.0  # loop.time() of this join's HELLO
+        self.warned = False  # whether the worker has said that this join goes unanswered
+        self.endpoint = endpoint
         self.fd = sock.getsockopt(zmq.FD)
         loop.add_reader(self.fd, self.drain)
 
@@ -77,7 +79,7 @@ class RouterLink:
         self.batch.take()
         self.join += 1
         self.seq = self.next_in = self.unrouted = 0
-        self.answered = False
+        self.answered = self.warned = False
         self.opened_at = self.loop.time()
         self.batch.add_json(wire.HELLO, hello)
 

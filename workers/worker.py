@@ -107,8 +107,6 @@ class Worker:
         self.wheel = TimerWheel(loop.time())
         self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
                                lambda: self._rejoin("frames from the router were lost"), config.get("router_curve"))
-        self.endpoint: str = config["router_endpoint"]
-        self.warned_join = False
         self.link.open(self._hello([]))
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
@@ -488,7 +486,6 @@ class Worker:
                 conn.kicked = True  # nothing to tell the router: its HELLO leaves it out
                 conn.close("the link to the router was renewed while it was answering this client")
         self.link.open(self._hello([conn.conn_id for conn in live]))
-        self.warned_join = False
         for conn in live:
             conn.register(resume=True)
         self.routes.forget_table()
@@ -529,11 +526,11 @@ class Worker:
         self._report_load()
         self._report_stats()
         link = self.link
-        if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not self.warned_join:
-            self.warned_join = True  # once per join: the operator has the reason
+        if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not link.warned:
+            link.warned = True  # once per join: the operator has the reason
             log.warning("no answer from the router at %s for %.0f s: is it up and reachable, are this node's keys "
                         "(router_curve_dir) the router's, and is its node_name (%s) unique among the router's nodes?",
-                        self.endpoint, now - link.opened_at, self.node or "-")
+                        link.endpoint, now - link.opened_at, self.node or "-")
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
         self.loop.call_at(math.floor(self.loop.time()) + 1.0, self._tick)  # just after the next whole second
