@@ -1,9 +1,10 @@
-"""`python -m bench.floor`: what one idle TCP connection costs a uvloop process before any MQTT state,
-the floor under the worker's share of idle100k's KB per connection.
+"""`python -m bench.floor`: what one idle TCP connection costs a worker before any MQTT state, the
+floor under the worker's share of idle100k's KB per connection.
 
-A server adopts N accepted sockets as a worker does (`socket.socket(fileno=...)`, then
-`loop.connect_accepted_socket` with a one-slot protocol) and reports its RSS growth per connection;
-`--plain` keeps only the accepted socket objects, for comparison. The clients are a child process.
+A server adopts N accepted sockets as a worker does (`socket.socket(fileno=...)`, then its Poller,
+workers/sockets.py, with a one-slot protocol) and reports its RSS growth per connection; `--uvloop`
+adopts them with `loop.connect_accepted_socket` instead (what the worker did before, and still does
+for TLS), `--plain` keeps only the accepted socket objects. The clients are a child process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 import psutil
 import uvloop
 
+from workers.sockets import Poller
+
 
 class _Idle(asyncio.Protocol):
     __slots__ = ("transport",)
@@ -35,7 +38,7 @@ def _clients(port: int, count: int) -> None:
         time.sleep(60)
 
 
-async def _serve(count: int, plain: bool) -> float:
+async def _serve(count: int, how: str) -> float:
     loop = asyncio.get_running_loop()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -47,6 +50,7 @@ async def _serve(count: int, plain: bool) -> float:
         os._exit(0)
     try:
         kept: list[object] = []
+        poller = Poller(loop)
         process = psutil.Process()
         base = 0
         for _ in range(count):
@@ -54,13 +58,16 @@ async def _serve(count: int, plain: bool) -> float:
             if not base:
                 gc.collect()
                 base = process.memory_info().rss
-            if plain:
+            if how == "plain":
                 kept.append(sock)
                 continue
             adopted = socket.socket(fileno=sock.detach())
             adopted.setblocking(False)
             protocol = _Idle()
-            await loop.connect_accepted_socket(lambda: protocol, adopted)
+            if how == "uvloop":
+                await loop.connect_accepted_socket(lambda: protocol, adopted)
+            else:
+                poller.serve(adopted, protocol)
             kept.append(protocol)
         gc.collect()
         return (process.memory_info().rss - base) / count
@@ -72,15 +79,20 @@ async def _serve(count: int, plain: bool) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--connections", type=int, default=8000)
-    parser.add_argument("--plain", action="store_true", help="keep the accepted sockets only, no transport")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--uvloop", dest="how", action="store_const", const="uvloop", default="poller",
+                     help="a uvloop transport per socket (the worker's TLS sockets)")
+    how.add_argument("--plain", dest="how", action="store_const", const="plain",
+                     help="keep the accepted sockets only, no transport")
     args = parser.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = args.connections * 2 + 64  # both ends live in this process group's limit each
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # no global policy change
-        per_conn = runner.run(_serve(args.connections, args.plain))
-    what = "accepted socket objects" if args.plain else "uvloop transport + one-slot protocol"
+        per_conn = runner.run(_serve(args.connections, args.how))
+    what = {"plain": "accepted socket objects", "uvloop": "uvloop transport + one-slot protocol",
+            "poller": "the worker's Poller + one-slot protocol"}[args.how]
     print(f"{args.connections} connections, {what}: {per_conn:.0f} bytes of RSS each")
     return 0
 

@@ -39,6 +39,7 @@ from workers.keepalive import TimerWheel
 from workers.negotiated import Negotiated
 from workers.link import RouterLink, local_address
 from workers.routes import LocalRoutes, Subscriber
+from workers.sockets import Poller
 from workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -105,6 +106,7 @@ class Worker:
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
+        self.poller = Poller(loop)  # plain TCP and WebSocket sockets; TLS ones get uvloop's transport
         self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
                                lambda: self._rejoin("frames from the router were lost"), config.get("router_curve"))
         self.link.open(self._hello([]))
@@ -167,14 +169,14 @@ class Worker:
         context, websocket = self.listeners[kind]
         protocol = WebSocket(conn) if websocket else conn
         if context is None:
-            serving = self.loop.connect_accepted_socket(lambda: protocol, sock)
-        else:
-            try:
-                conn.peer = peer_name(sock.getpeername())  # for the log line of a failed handshake
-            except OSError:
-                pass  # the client is gone already: the handshake fails and says so
-            serving = self.loop.connect_accepted_socket(lambda: protocol, sock, ssl=context,
-                                                        ssl_handshake_timeout=self.connect_timeout)
+            self.poller.serve(sock, protocol)
+            return
+        try:
+            conn.peer = peer_name(sock.getpeername())  # for the log line of a failed handshake
+        except OSError:
+            pass  # the client is gone already: the handshake fails and says so
+        serving = self.loop.connect_accepted_socket(lambda: protocol, sock, ssl=context,
+                                                    ssl_handshake_timeout=self.connect_timeout)
         asyncio.ensure_future(serving).add_done_callback(lambda task: self._served(conn, task))
 
     def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, asyncio.BaseProtocol]]) -> None:

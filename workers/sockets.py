@@ -1,0 +1,257 @@
+"""Plain TCP connections served from one epoll set per worker instead of a uvloop transport each.
+
+Why: a uvloop transport costs ~1.4 KB of RSS per idle connection and a coroutine and a task per
+adopted socket; here a connection costs its socket object, one slotted `SocketTransport` and a dict
+slot (~0.4 KB with a one-slot protocol: `python -m bench.floor`), and adopting it is a plain call.
+The epoll set's own fd is one reader of the uvloop loop, so timers, ZeroMQ and TLS transports run
+beside it as before.
+
+Level-triggered: a socket with more to read than one `recv` takes, or ready beyond one batch, comes
+round again on the next loop turn, so one busy client cannot hold the loop. The transport speaks the
+asyncio `Transport` interface the Connection and the WebSocket adapter use (write, writelines, close,
+pause/resume_reading, get_extra_info) and calls back its protocol as asyncio does, connection_lost
+always on a later turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import select
+import socket
+from typing import Any, Iterable
+
+READ_SIZE = 65536  # one recv per ready socket and turn; glibc keeps this size off mmap
+BATCH = 1024  # ready sockets served per loop turn
+HIGH_WATER = 64 * 1024  # asyncio's default write buffer limits: pause_writing above, resume at or below
+LOW_WATER = 16 * 1024
+IN, OUT, ERRORS = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
+_AGAIN = (BlockingIOError, InterruptedError)
+
+
+class Poller:
+    """A worker's plain sockets: fd -> transport, and the epoll set the loop watches for them."""
+
+    __slots__ = ("loop", "epoll", "sockets")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.epoll = select.epoll()
+        self.sockets: dict[int, SocketTransport] = {}
+        loop.add_reader(self.epoll.fileno(), self._ready)
+
+    def serve(self, sock: socket.socket, protocol: asyncio.Protocol) -> SocketTransport:
+        """Watch the non-blocking `sock` for `protocol`; connection_made is called before this returns."""
+        transport = SocketTransport(self, sock, protocol)
+        self.sockets[transport.fd] = transport
+        self.epoll.register(transport.fd, IN)
+        protocol.connection_made(transport)
+        return transport
+
+    def _ready(self) -> None:
+        sockets = self.sockets
+        for fd, events in self.epoll.poll(0, BATCH):
+            transport = sockets.get(fd)
+            if transport is None:
+                continue  # closed by an earlier socket of this batch
+            if events & OUT:
+                transport.write_ready()
+            if events & IN and transport.reading:
+                transport.read_ready()
+            elif events & ERRORS and transport.sock is not None:
+                transport.broken()
+
+
+class SocketTransport(asyncio.Transport):
+    """One plain TCP connection of a Poller; buffers what the socket does not take at once."""
+
+    __slots__ = ("poller", "sock", "fd", "protocol", "pending", "size", "reading", "closing", "writing_paused")
+
+    def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:  # no Transport.__init__: no extra dict
+        self.poller = poller
+        self.sock: socket.socket | None = sock  # None once closed
+        self.fd = sock.fileno()
+        self.protocol = protocol
+        self.pending: list[bytes | memoryview] = []  # unsent output, in order
+        self.size = 0  # bytes in pending
+        self.reading = True
+        self.closing = False
+        self.writing_paused = False
+
+    # -- the loop's side -------------------------------------------------------------------------------
+
+    def read_ready(self) -> None:
+        try:
+            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]
+        except _AGAIN:
+            return
+        except OSError as exc:
+            return self._finish(exc)
+        if not data:
+            return self._eof()
+        try:
+            self.protocol.data_received(data)
+        except Exception as exc:  # a bug: say so with its traceback, and lose this connection only
+            self._fail(exc, "protocol.data_received() failed")
+
+    def write_ready(self) -> None:
+        pending = self.pending
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        try:
+            sent = self.sock.send(data)  # type: ignore[union-attr]
+        except _AGAIN:
+            return
+        except OSError as exc:
+            return self._finish(exc)
+        if sent == len(data):
+            pending.clear()
+            self.size = 0
+            if self.closing:
+                return self._finish(None)
+            self._watch()
+        else:
+            pending[:] = [memoryview(data)[sent:]]
+            self.size = len(data) - sent
+        if self.writing_paused and self.size <= LOW_WATER:
+            self.writing_paused = False
+            self.protocol.resume_writing()
+
+    def broken(self) -> None:
+        """Hang-up or error with nothing to read (or reading paused): the peer is gone."""
+        code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or errno.ECONNRESET  # type: ignore[union-attr]
+        self._finish(OSError(code, os.strerror(code)))
+
+    # -- the protocol's side ---------------------------------------------------------------------------
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self.closing or not data:
+            return
+        if self.pending:
+            self.pending.append(bytes(data) if isinstance(data, bytearray) else data)
+            self.size += len(data)
+        else:
+            try:
+                sent = self.sock.send(data)  # type: ignore[union-attr]
+            except _AGAIN:
+                sent = 0
+            except OSError as exc:
+                return self._finish(exc)
+            if sent == len(data):
+                return
+            self.pending.append(memoryview(bytes(data) if isinstance(data, bytearray) else data)[sent:])
+            self.size = len(data) - sent
+            self._watch()
+        self._check_high_water()
+
+    def writelines(self, parts: Iterable[bytes | bytearray | memoryview]) -> None:
+        """One sendmsg (writev) for all parts, copying none unless the socket does not take them all."""
+        if self.closing:
+            return
+        parts = [bytes(part) if isinstance(part, bytearray) else part for part in parts if part]
+        if self.pending:
+            self.pending.extend(parts)
+            self.size += sum(map(len, parts))
+            return self._check_high_water()
+        try:
+            sent = self.sock.sendmsg(parts)  # type: ignore[union-attr]
+        except _AGAIN:
+            sent = 0
+        except OSError as exc:
+            return self._finish(exc)
+        for part in parts:
+            if sent >= len(part):
+                sent -= len(part)
+                continue
+            self.pending.append(memoryview(part)[sent:])
+            self.size += len(part) - sent
+            sent = 0
+        if self.pending:
+            self._watch()
+            self._check_high_water()
+
+    def close(self) -> None:
+        """Stop reading; the socket closes once what is buffered has been sent."""
+        if self.closing:
+            return
+        self.closing = True
+        self.reading = False
+        if self.pending:
+            self._watch()
+        else:
+            self._finish(None)
+
+    def abort(self) -> None:
+        self.closing = True
+        self._finish(None)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        if self.reading:
+            self.reading = False
+            self._watch()
+
+    def resume_reading(self) -> None:
+        if not self.reading and not self.closing:
+            self.reading = True
+            self._watch()
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def get_write_buffer_size(self) -> int:
+        return self.size
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        sock = self.sock
+        if sock is None:
+            return default
+        try:
+            if name == "peername":
+                return sock.getpeername()
+            if name == "sockname":
+                return sock.getsockname()
+        except OSError:
+            return default
+        return sock if name == "socket" else default
+
+    # -- inside ----------------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Tell epoll what this socket waits for now."""
+        if self.sock is not None:
+            self.poller.epoll.modify(self.fd, (IN if self.reading else 0) | (OUT if self.pending else 0))
+
+    def _check_high_water(self) -> None:
+        if not self.writing_paused and self.size > HIGH_WATER:
+            self.writing_paused = True
+            self.protocol.pause_writing()
+
+    def _eof(self) -> None:
+        self.reading = False
+        if self.protocol.eof_received():
+            self._watch()  # the protocol keeps writing
+        else:
+            self.close()
+
+    def _fail(self, exc: Exception, message: str) -> None:
+        self.poller.loop.call_exception_handler({"message": message, "exception": exc, "transport": self,
+                                                 "protocol": self.protocol})
+        self._finish(exc)
+
+    def _finish(self, exc: Exception | None) -> None:
+        """Close the socket now; the protocol hears of it on the next turn."""
+        sock = self.sock
+        if sock is None:
+            return
+        self.sock = None
+        self.closing = True
+        self.pending.clear()
+        self.size = 0
+        poller = self.poller
+        del poller.sockets[self.fd]
+        poller.epoll.unregister(self.fd)
+        sock.close()
+        poller.loop.call_soon(self.protocol.connection_lost, exc)
