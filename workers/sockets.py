@@ -42,11 +42,15 @@ class Poller:
         loop.add_reader(self.epoll.fileno(), self._ready)
 
     def serve(self, sock: socket.socket, protocol: asyncio.Protocol) -> SocketTransport:
-        """Watch the non-blocking `sock` for `protocol`; connection_made is called before this returns."""
+        """Watch the non-blocking `sock` for `protocol`; connection_made is called before this returns,
+        and so is data_received when the client's first packet is there already (as a CONNECT sent
+        right after the TCP handshake usually is by the time a worker adopts its socket)."""
         transport = SocketTransport(self, sock, protocol)
         self.sockets[transport.fd] = transport
         self.epoll.register(transport.fd, IN)
         protocol.connection_made(transport)
+        if transport.reading:
+            transport.read_ready()
         return transport
 
     def _ready(self) -> None:

@@ -45,6 +45,7 @@ from workers.websocket import WebSocket
 log = logging.getLogger("plexmq.worker")
 
 KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
+LOAD_REPORT_INTERVAL = 0.005  # seconds between two load reports to the acceptor, at least
 BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
 
@@ -122,6 +123,8 @@ class Worker:
         self.refused_logged_at = 0.0
         self.received = 0  # sockets the acceptor has passed us, refused ones included
         self.reported_load = (-1, -1)
+        self.reported_at = -LOAD_REPORT_INTERVAL
+        self.report_pending = False
         self.stopped = False
         loop.add_reader(channel.fileno(), self._channel_readable)
         loop.call_at(math.floor(loop.time()) + 1.0, self._tick)
@@ -145,7 +148,7 @@ class Worker:
         for conn in dirty:
             conn.flush()
         self.link.send()
-        self._report_load()  # the acceptor balances and caps on it: tell it as soon as it changes
+        self._report_load()  # the acceptor balances and caps on it: tell it soon after it changes
         if self.archive is not None:
             self.archive.flush()
 
@@ -160,7 +163,6 @@ class Worker:
             return
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # writes are already batched per turn
         conn_id = self.next_conn
         self.next_conn += 1
         conn = Connection(self, conn_id, self.loop.time() + self.connect_timeout)
@@ -501,15 +503,31 @@ class Worker:
         self.flush_soon()
 
     def _report_load(self) -> None:
+        """Tell the acceptor a changed load, at most once per LOAD_REPORT_INTERVAL: in a connect storm
+        it changes every turn, and each report wakes the acceptor. Meanwhile the acceptor counts the
+        sockets it handed that the worker has not yet seen, so it never admits too many."""
+        if self.report_pending or (len(self.conns), self.received) == self.reported_load:
+            return
+        wait = self.reported_at + LOAD_REPORT_INTERVAL - self.loop.time()
+        if wait > 0:
+            self.report_pending = True
+            self.loop.call_later(wait, self._send_load)
+        else:
+            self._send_load()
+
+    def _send_load(self) -> None:
+        self.report_pending = False
         load = (len(self.conns), self.received)
-        if load != self.reported_load:
-            self.reported_load = load
-            try:
-                self.channel.send(b"L" + handoff.LOAD_REPORT.pack(*load))
-            except BlockingIOError:
-                self.reported_load = (-1, -1)  # try again on the next tick
-            except OSError:
-                pass  # the acceptor is gone: the channel's EOF stops this worker
+        if load == self.reported_load:
+            return
+        self.reported_load = load
+        self.reported_at = self.loop.time()
+        try:
+            self.channel.send(b"L" + handoff.LOAD_REPORT.pack(*load))
+        except BlockingIOError:
+            self.reported_load = (-1, -1)  # try again on the next tick
+        except OSError:
+            pass  # the acceptor is gone: the channel's EOF stops this worker
 
     def end_at(self, when: float, conn: Connection) -> None:
         """Close `conn` at `when` (time.time(): its token expires), checked by the once-a-second sweep."""
