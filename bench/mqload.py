@@ -22,6 +22,7 @@ import time
 from bench import brokers, compare, limits, presets
 from bench.monitor import BrokerMonitor
 from bench.plan import Options
+from bench.report import per_connect_us
 
 DEFAULT_BINARY = os.environ.get("MQLOAD", str(brokers.ROOT.parent / "shared" / "tools" / "mqload" / "mqload"))
 PROGRESS_S = 0.1  # mqload's progress interval: how late the start of its run phase is seen
@@ -48,14 +49,20 @@ def parse(line: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in line.split()[1:] if "=" in field)
 
 
-def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int, int], opts: Options) -> dict:
+def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int, int], opts: Options,
+           connecting: tuple[float, float] | None = None) -> dict:
     """mqload's result under the keys of bench.report, so compare's table shows it; `rss` is the broker's
-    (idle, held) resident memory over all its processes."""
+    (idle, held) resident memory over all its processes; `connecting` its CPU seconds and the wall
+    seconds from mqload's start until it said the connect phase was over (a conn scenario's only: in
+    the others that time holds subscribing too)."""
     def num(key: str) -> float:
         return float(raw.get(key, 0) or 0)
 
     scaled = cpu_s * opts.duration / wall if cpu_s is not None and wall else None  # the whole window's CPU
     connected = int(num("conns"))
+    connect_pct = connect_rate = None
+    if connecting is not None and opts.scenario == "conn" and connecting[1] > 0:
+        connect_pct, connect_rate = connecting[0] / connecting[1] * 100, connected / connecting[1]
     return {"scenario": opts.scenario, "connected": connected, "connect_failed": int(num("conn_fail") + num("failed")),
             "connect_rate": round(num("connect_rate")),
             "rss_per_conn_kb": round((rss[1] - rss[0]) / connected / 1024, 2) if connected and rss[1] else None,
@@ -66,6 +73,9 @@ def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int
             "latency_ms": {k: num(f"{k.replace('.', '')}_us") / 1000 for k in ("p50", "p90", "p99", "p99.9", "max")},
             "broker_cpu_s": round(scaled, 3) if scaled is not None else None,
             "broker_cpu_pct": round(cpu_s / wall * 100, 1) if cpu_s is not None and wall else None,
+            "broker_connect_cpu_pct": round(connect_pct, 1) if connect_pct is not None else None,
+            "broker_connect_us": per_connect_us(connect_pct, connect_rate or 0),
+            "generator_connect_cpu_pct": num("self_cpu_connect_pct") if "self_cpu_connect_pct" in raw else None,
             "mqload": raw}
 
 
@@ -75,19 +85,21 @@ def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str) 
     try:
         monitor = BrokerMonitor(broker.pid)
         cmd = [binary, *arguments(opts, broker.port)]
+        connect_cpu0, launched = monitor.cpu_seconds(), time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = threading.Event()
         threading.Thread(target=_watch, args=(proc.stderr, running), daemon=True).start()
-        rss_idle, rss_held, cpu_s, wall = monitor.rss(), 0, None, 0.0
+        rss_idle, rss_held, cpu_s, wall, connecting = monitor.rss(), 0, None, 0.0, None
         if running.wait(opts.connect_timeout + 120):  # connected: mqload publishes (or holds) `duration` s
             cpu0, t0 = monitor.cpu_seconds(), time.monotonic()
+            connecting = (cpu0 - connect_cpu0, t0 - launched)
             time.sleep(max(opts.duration - PROGRESS_S, 0.1))
             cpu_s, wall, rss_held = monitor.cpu_seconds() - cpu0, time.monotonic() - t0, monitor.rss()
         out, _ = proc.communicate()
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         if not lines:
             raise RuntimeError(f"mqload exited with {proc.returncode} and no RESULT: {' '.join(cmd)}")
-        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts)
+        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts, connecting)
         result.update(mqload_cmd=" ".join(cmd), mqload_exit=proc.returncode, broker_cmd=" ".join(broker.cmd))
         return result
     finally:

@@ -16,7 +16,7 @@ KEYS = (  # the JSON document always has these
     "sent", "acked", "received", "expected", "lost", "duplicated", "reordered", "foreign", "e2e_resets",
     "msgs_in_per_s", "msgs_out_per_s", "latency_ms", "pings", "pongs", "errors", "protocol_errors",
     "broker_cpu_pct", "broker_cpu_s", "broker_rss_mb", "broker_rss_idle_mb", "rss_per_conn_kb", "broker_procs",
-    "generator_cpu_pct", "broker_connect_cpu_pct", "generator_connect_cpu_pct", "notes", "ok")
+    "generator_cpu_pct", "broker_connect_cpu_pct", "broker_connect_us", "generator_connect_cpu_pct", "notes", "ok")
 
 
 def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict], *, notes: list[str], run_id: int,
@@ -78,6 +78,7 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
         "broker_procs": len({r["pid"] for r in broker_rows}) if monitored else None,
         "generator_cpu_pct": round(generator_cpu_pct, 1) if generator_cpu_pct is not None else None,
         "broker_connect_cpu_pct": _round(broker_connect_cpu_pct),
+        "broker_connect_us": per_connect_us(broker_connect_cpu_pct, connected / connect_s if connect_s else 0),
         "generator_connect_cpu_pct": _round(generator_connect_cpu_pct),
         "fd_limit": fd_limit,
         "notes": all_notes,
@@ -89,6 +90,11 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
     result["ok"] = (result["connect_failed"] == 0 and result["dropped"] == 0 and result["protocol_errors"] == 0
                     and (opts.qos == 0 or result["lost"] == 0))
     return result
+
+
+def per_connect_us(cpu_pct: float | None, connect_rate: float) -> float | None:
+    """Broker CPU microseconds per connection made, from its CPU % (of one core) while connecting."""
+    return None if cpu_pct is None or not connect_rate else round(cpu_pct / 100 / connect_rate * 1e6, 1)
 
 
 def _round(value: float | None) -> float | None:

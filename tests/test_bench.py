@@ -149,6 +149,15 @@ def test_mqload_run_reads_the_broker_cpu_over_its_window(capsys) -> None:
     assert status == 0 and result["mqload_exit"] == 0, result
     assert result["msgs_out_per_s"] > 0 and result["lost"] == 0 and result["broker_cpu_s"] > 0
     assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
+    assert result["broker_connect_us"] is None  # its connect window holds subscribing: not a connect's cost
+
+
+def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
+    assert report.per_connect_us(110.0, 10_000) == 110.0  # 1.1 cores at 10k conn/s: 110 µs each
+    assert report.per_connect_us(None, 10_000) is None and report.per_connect_us(50.0, 0) is None
+    raw = {"conns": "1000", "connect_rate": "20000", "connect_s": "0.05"}
+    conn = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
+    assert conn["broker_connect_cpu_pct"] == 110.0 and conn["broker_connect_us"] == 110.0  # 0.11 s for 1,000
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
