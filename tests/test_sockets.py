@@ -53,7 +53,7 @@ def run(test) -> None:
         runner.run(asyncio.wait_for(test(), 30))
 
 
-async def pair(protocol: asyncio.Protocol) -> tuple[Poller, socket.socket]:
+async def pair(protocol: asyncio.Protocol, **poller_options: float) -> tuple[Poller, socket.socket]:
     """A Poller serving one end of a loopback TCP connection with `protocol`; the other end, blocking."""
     loop = asyncio.get_running_loop()
     listener = socket.create_server(("127.0.0.1", 0))
@@ -63,7 +63,7 @@ async def pair(protocol: asyncio.Protocol) -> tuple[Poller, socket.socket]:
     served, _ = listener.accept()
     listener.close()
     served.setblocking(False)
-    poller = Poller(loop)
+    poller = Poller(loop, **poller_options)
     poller.serve(served, protocol)
     return poller, peer
 
@@ -193,4 +193,64 @@ def test_extra_info_names_the_ends(name: str) -> None:
         other = peer.getsockname() if name == "peername" else peer.getpeername()
         assert transport.get_extra_info(name) == other
         assert transport.get_extra_info("peercert", "none") == "none"
+    run(test)
+
+
+def test_a_reset_with_output_buffered_is_connection_lost_only() -> None:
+    """A slow subscriber that resets: epoll says writable, readable and hung up at once; the failed send
+    ends the connection and nothing else runs on it (the loop's exception handler hears nothing)."""
+    async def test() -> None:
+        reported: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+        protocol = Recorder()
+        poller, peer = await pair(protocol)
+        transport = protocol.transport
+        assert transport is not None
+        transport.write(bytes(16 << 20))  # most of it stays buffered, reading stays on
+        assert transport.get_write_buffer_size() > 0 and transport.is_reading()
+        peer.sendall(b"x")  # something to read as well
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        peer.close()
+        await protocol.lost.wait()
+        await asyncio.sleep(0)  # a failing turn of the Poller would have reported by now
+        assert isinstance(protocol.lost_with[0], ConnectionResetError) and not reported
+        assert not poller.sockets and not transport.is_reading()
+    run(test)
+
+
+def test_a_closed_connection_whose_peer_never_reads_is_aborted_after_the_close_timeout() -> None:
+    async def test() -> None:
+        protocol = Recorder()
+        poller, peer = await pair(protocol, close_timeout=0.3)
+        transport = protocol.transport
+        assert transport is not None
+        transport.write(bytes(16 << 20))
+        transport.close()
+        assert poller.sockets  # still sending what it can
+        await protocol.lost.wait()
+        assert protocol.lost_with == [None] and not poller.sockets
+        peer.close()
+    run(test)
+
+
+@pytest.mark.parametrize("callback", ["eof_received", "pause_writing"])
+def test_a_protocol_callback_that_raises_is_reported_and_loses_its_connection(callback: str) -> None:
+    def fail(*_args: object) -> None:
+        raise ValueError("a bug")
+
+    async def test() -> None:
+        reported: list[dict] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+        protocol = Recorder()
+        setattr(protocol, callback, fail)
+        _poller, peer = await pair(protocol)
+        transport = protocol.transport
+        assert transport is not None
+        if callback == "eof_received":
+            peer.shutdown(socket.SHUT_WR)
+        else:
+            transport.write(bytes(16 << 20))
+        await protocol.lost.wait()
+        assert isinstance(protocol.lost_with[0], ValueError)
+        assert [context["message"] for context in reported] == [f"protocol.{callback}() failed"]
     run(test)

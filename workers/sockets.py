@@ -24,6 +24,8 @@ from typing import Any, Iterable
 
 READ_SIZE = 65536  # one recv per ready socket and turn; glibc keeps this size off mmap
 BATCH = 1024  # ready sockets served per loop turn
+CLOSE_TIMEOUT = 10.0  # seconds a closed connection may take to send what it had buffered
+MAX_PARTS = 512  # buffers per sendmsg, under the kernel's IOV_MAX (1024)
 HIGH_WATER = 64 * 1024  # asyncio's default write buffer limits: pause_writing above, resume at or below
 LOW_WATER = 16 * 1024
 IN, OUT, ERRORS = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
@@ -33,10 +35,11 @@ _AGAIN = (BlockingIOError, InterruptedError)
 class Poller:
     """A worker's plain sockets: fd -> transport, and the epoll set the loop watches for them."""
 
-    __slots__ = ("loop", "epoll", "sockets")
+    __slots__ = ("loop", "epoll", "sockets", "close_timeout")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, close_timeout: float = CLOSE_TIMEOUT) -> None:
         self.loop = loop
+        self.close_timeout = close_timeout
         self.epoll = select.epoll()
         self.sockets: dict[int, SocketTransport] = {}
         loop.add_reader(self.epoll.fileno(), self._ready)
@@ -61,6 +64,8 @@ class Poller:
                 continue  # closed by an earlier socket of this batch
             if events & OUT:
                 transport.write_ready()
+                if transport.sock is None:
+                    continue  # the send failed: a reset, say
             if events & IN and transport.reading:
                 transport.read_ready()
             elif events & ERRORS and transport.sock is not None:
@@ -100,26 +105,31 @@ class SocketTransport(asyncio.Transport):
             self._fail(exc, "protocol.data_received() failed")
 
     def write_ready(self) -> None:
+        """Send what is buffered, as much as the socket takes (one sendmsg: no copy of the buffer)."""
         pending = self.pending
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
         try:
-            sent = self.sock.send(data)  # type: ignore[union-attr]
+            sent = self.sock.sendmsg(pending[:MAX_PARTS])  # type: ignore[union-attr]
         except _AGAIN:
             return
         except OSError as exc:
             return self._finish(exc)
-        if sent == len(data):
-            pending.clear()
-            self.size = 0
+        self.size -= sent
+        done = 0
+        for part in pending:
+            if sent < len(part):
+                break
+            sent -= len(part)
+            done += 1
+        del pending[:done]
+        if sent:
+            pending[0] = memoryview(pending[0])[sent:]
+        if not pending:
             if self.closing:
                 return self._finish(None)
             self._watch()
-        else:
-            pending[:] = [memoryview(data)[sent:]]
-            self.size = len(data) - sent
         if self.writing_paused and self.size <= LOW_WATER:
             self.writing_paused = False
-            self.protocol.resume_writing()
+            self._call("resume_writing")
 
     def broken(self) -> None:
         """Hang-up or error with nothing to read (or reading paused): the peer is gone."""
@@ -158,7 +168,7 @@ class SocketTransport(asyncio.Transport):
             self.size += sum(map(len, parts))
             return self._check_high_water()
         try:
-            sent = self.sock.sendmsg(parts)  # type: ignore[union-attr]
+            sent = self.sock.sendmsg(parts[:MAX_PARTS])  # type: ignore[union-attr]
         except _AGAIN:
             sent = 0
         except OSError as exc:
@@ -175,13 +185,15 @@ class SocketTransport(asyncio.Transport):
             self._check_high_water()
 
     def close(self) -> None:
-        """Stop reading; the socket closes once what is buffered has been sent."""
+        """Stop reading; the socket closes once what is buffered has been sent, or after the Poller's
+        close_timeout all the same (a client that never reads must not hold its descriptor)."""
         if self.closing:
             return
         self.closing = True
         self.reading = False
         if self.pending:
             self._watch()
+            self.poller.loop.call_later(self.poller.close_timeout, self.abort)
         else:
             self._finish(None)
 
@@ -231,14 +243,24 @@ class SocketTransport(asyncio.Transport):
     def _check_high_water(self) -> None:
         if not self.writing_paused and self.size > HIGH_WATER:
             self.writing_paused = True
-            self.protocol.pause_writing()
+            self._call("pause_writing")
 
     def _eof(self) -> None:
         self.reading = False
-        if self.protocol.eof_received():
-            self._watch()  # the protocol keeps writing
-        else:
-            self.close()
+        self._watch()
+        try:
+            keep_open = self.protocol.eof_received()
+        except Exception as exc:
+            return self._fail(exc, "protocol.eof_received() failed")
+        if not keep_open:
+            self.close()  # else the protocol keeps writing
+
+    def _call(self, callback: str) -> None:
+        """The protocol's pause_writing or resume_writing: one that raises loses its connection."""
+        try:
+            getattr(self.protocol, callback)()
+        except Exception as exc:
+            self._fail(exc, f"protocol.{callback}() failed")
 
     def _fail(self, exc: Exception, message: str) -> None:
         self.poller.loop.call_exception_handler({"message": message, "exception": exc, "transport": self,
@@ -252,6 +274,7 @@ class SocketTransport(asyncio.Transport):
             return
         self.sock = None
         self.closing = True
+        self.reading = False
         self.pending.clear()
         self.size = 0
         poller = self.poller
