@@ -533,13 +533,14 @@ class Connection(asyncio.Protocol):
             self.worker.connected[self.level] -= 1
         if code and self.v5 is not None and self.state == CONNECTED:
             self.write(v5.encode_disconnect(code, {props.REASON_STRING: reason}))
+        # said before the socket closes: whoever sees it closed finds the reason in the log already
+        log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
         self.state = CLOSED
         self.fast = False
         self.flush()
         if self.transport is not None:
             self.transport.close()
         self.worker.forget(self, registered and not self.kicked, not self.disconnected)
-        log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
         # the keepalive wheel holds the object until its slot comes round: keep only a husk
         self.transport = None
         self.buf = b""
