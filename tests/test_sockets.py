@@ -53,8 +53,9 @@ def run(test) -> None:
         runner.run(asyncio.wait_for(test(), 30))
 
 
-async def pair(protocol: asyncio.Protocol, **poller_options: float) -> tuple[Poller, socket.socket]:
-    """A Poller serving one end of a loopback TCP connection with `protocol`; the other end, blocking."""
+async def pair(protocol: Recorder, **poller_options: float) -> tuple[Poller, socket.socket, SocketTransport]:
+    """A Poller serving one end of a loopback TCP connection with `protocol`; the other end, blocking;
+    the served end's transport."""
     loop = asyncio.get_running_loop()
     listener = socket.create_server(("127.0.0.1", 0))
     peer = socket.socket()
@@ -64,8 +65,9 @@ async def pair(protocol: asyncio.Protocol, **poller_options: float) -> tuple[Pol
     listener.close()
     served.setblocking(False)
     poller = Poller(loop, **poller_options)
-    poller.serve(served, protocol)
-    return poller, peer
+    transport = poller.serve(served, protocol)
+    assert protocol.transport is transport
+    return poller, peer, transport
 
 
 async def receive_all(peer: socket.socket, size: int) -> bytes:
@@ -84,10 +86,8 @@ async def receive_all(peer: socket.socket, size: int) -> bytes:
 def test_a_peer_that_stops_reading_pauses_writing_and_gets_everything_in_order() -> None:
     async def test() -> None:
         protocol = Recorder()
-        poller, peer = await pair(protocol)
+        poller, peer, transport = await pair(protocol)
         chunks = [struct.pack("!I", i) * 4096 for i in range(200)]  # 3.2 MB, far beyond the socket buffers
-        transport = protocol.transport
-        assert transport is not None
         for chunk in chunks[:100]:
             transport.write(chunk)
         transport.writelines(chunks[100:])
@@ -106,9 +106,7 @@ def test_a_peer_that_stops_reading_pauses_writing_and_gets_everything_in_order()
 def test_close_sends_what_is_buffered_then_ends_the_connection() -> None:
     async def test() -> None:
         protocol = Recorder()
-        _poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        _poller, peer, transport = await pair(protocol)
         payload = bytes(range(256)) * 8192  # 2 MB: most of it waits in the transport
         transport.write(payload)
         transport.close()
@@ -123,7 +121,7 @@ def test_close_sends_what_is_buffered_then_ends_the_connection() -> None:
 def test_data_in_order_and_eof_ends_the_connection() -> None:
     async def test() -> None:
         protocol = Recorder()
-        _poller, peer = await pair(protocol)
+        _poller, peer, transport = await pair(protocol)
         sent = b"".join(struct.pack("!I", i) for i in range(100_000))
         await asyncio.to_thread(peer.sendall, sent)
         peer.shutdown(socket.SHUT_WR)
@@ -135,9 +133,7 @@ def test_data_in_order_and_eof_ends_the_connection() -> None:
 def test_paused_reading_holds_data_back_until_resumed() -> None:
     async def test() -> None:
         protocol = Recorder()
-        _poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        _poller, peer, transport = await pair(protocol)
         transport.pause_reading()
         assert not transport.is_reading()
         peer.sendall(b"held")
@@ -153,9 +149,7 @@ def test_paused_reading_holds_data_back_until_resumed() -> None:
 def test_a_peer_reset_is_connection_lost_with_its_error() -> None:
     async def test() -> None:
         protocol = Recorder()
-        _poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        _poller, peer, transport = await pair(protocol)
         transport.pause_reading()  # not reading: the hang-up alone must end it
         peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         peer.close()  # RST
@@ -174,7 +168,7 @@ def test_a_protocol_that_raises_loses_its_connection_and_says_why() -> None:
         reported: list[dict] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
         protocol = Raising()
-        _poller, peer = await pair(protocol)
+        _poller, peer, transport = await pair(protocol)
         peer.sendall(b"x")
         await protocol.lost.wait()
         assert isinstance(protocol.lost_with[0], ValueError)
@@ -187,9 +181,7 @@ def test_a_protocol_that_raises_loses_its_connection_and_says_why() -> None:
 def test_extra_info_names_the_ends(name: str) -> None:
     async def test() -> None:
         protocol = Recorder()
-        _poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        _poller, peer, transport = await pair(protocol)
         other = peer.getsockname() if name == "peername" else peer.getpeername()
         assert transport.get_extra_info(name) == other
         assert transport.get_extra_info("peercert", "none") == "none"
@@ -203,9 +195,7 @@ def test_a_reset_with_output_buffered_is_connection_lost_only() -> None:
         reported: list[dict] = []
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
         protocol = Recorder()
-        poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        poller, peer, transport = await pair(protocol)
         transport.write(bytes(16 << 20))  # most of it stays buffered, reading stays on
         assert transport.get_write_buffer_size() > 0 and transport.is_reading()
         peer.sendall(b"x")  # something to read as well
@@ -221,9 +211,7 @@ def test_a_reset_with_output_buffered_is_connection_lost_only() -> None:
 def test_a_closed_connection_whose_peer_never_reads_is_aborted_after_the_close_timeout() -> None:
     async def test() -> None:
         protocol = Recorder()
-        poller, peer = await pair(protocol, close_timeout=0.3)
-        transport = protocol.transport
-        assert transport is not None
+        poller, peer, transport = await pair(protocol, close_timeout=0.3)
         transport.write(bytes(16 << 20))
         transport.close()
         assert poller.sockets  # still sending what it can
@@ -243,9 +231,7 @@ def test_a_protocol_callback_that_raises_is_reported_and_loses_its_connection(ca
         asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
         protocol = Recorder()
         setattr(protocol, callback, fail)
-        _poller, peer = await pair(protocol)
-        transport = protocol.transport
-        assert transport is not None
+        _poller, peer, transport = await pair(protocol)
         if callback == "eof_received":
             peer.shutdown(socket.SHUT_WR)
         else:

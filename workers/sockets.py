@@ -105,25 +105,9 @@ class SocketTransport(asyncio.Transport):
             self._fail(exc, "protocol.data_received() failed")
 
     def write_ready(self) -> None:
-        """Send what is buffered, as much as the socket takes (one sendmsg: no copy of the buffer)."""
-        pending = self.pending
-        try:
-            sent = self.sock.sendmsg(pending[:MAX_PARTS])  # type: ignore[union-attr]
-        except _AGAIN:
+        if not self._send_pending():
             return
-        except OSError as exc:
-            return self._finish(exc)
-        self.size -= sent
-        done = 0
-        for part in pending:
-            if sent < len(part):
-                break
-            sent -= len(part)
-            done += 1
-        del pending[:done]
-        if sent:
-            pending[0] = memoryview(pending[0])[sent:]
-        if not pending:
+        if not self.pending:
             if self.closing:
                 return self._finish(None)
             self._watch()
@@ -162,27 +146,14 @@ class SocketTransport(asyncio.Transport):
         """One sendmsg (writev) for all parts, copying none unless the socket does not take them all."""
         if self.closing:
             return
-        parts = [bytes(part) if isinstance(part, bytearray) else part for part in parts if part]
-        if self.pending:
-            self.pending.extend(parts)
-            self.size += sum(map(len, parts))
-            return self._check_high_water()
-        try:
-            sent = self.sock.sendmsg(parts[:MAX_PARTS])  # type: ignore[union-attr]
-        except _AGAIN:
-            sent = 0
-        except OSError as exc:
-            return self._finish(exc)
+        idle = not self.pending
         for part in parts:
-            if sent >= len(part):
-                sent -= len(part)
-                continue
-            self.pending.append(memoryview(part)[sent:])
-            self.size += len(part) - sent
-            sent = 0
-        if self.pending:
+            if part:
+                self.pending.append(bytes(part) if isinstance(part, bytearray) else part)
+                self.size += len(part)
+        if idle and self.pending and self._send_pending() and self.pending:
             self._watch()
-            self._check_high_water()
+        self._check_high_water()
 
     def close(self) -> None:
         """Stop reading; the socket closes once what is buffered has been sent, or after the Poller's
@@ -234,6 +205,29 @@ class SocketTransport(asyncio.Transport):
         return sock if name == "socket" else default
 
     # -- inside ----------------------------------------------------------------------------------------
+
+    def _send_pending(self) -> bool:
+        """Send what is buffered, as much as the socket takes (one sendmsg: no copy of the buffer), and
+        keep the rest; False when the socket failed (the connection is finished)."""
+        pending = self.pending
+        try:
+            sent = self.sock.sendmsg(pending[:MAX_PARTS])  # type: ignore[union-attr]
+        except _AGAIN:
+            return True
+        except OSError as exc:
+            self._finish(exc)
+            return False
+        self.size -= sent
+        done = 0
+        for part in pending:
+            if sent < len(part):
+                break
+            sent -= len(part)
+            done += 1
+        del pending[:done]
+        if sent:
+            pending[0] = memoryview(pending[0])[sent:]
+        return True
 
     def _watch(self) -> None:
         """Tell epoll what this socket waits for now."""
