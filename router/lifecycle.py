@@ -162,7 +162,7 @@ class Lifecycle:
         out = self.out(worker)
         if not resume:  # else the client has had its CONNACK
             out.hold()
-            out.add_json(wire.SESSION, [conn, present])
+            out.add_json(wire.SESSION, [conn, present, list(session.subs.items()) if present else []])
         if present:
             if resume and session.incoming:
                 # registered again: QoS 2 releases (REL) its worker sent while the router refused its

@@ -19,7 +19,7 @@ from router import VERSION
 if TYPE_CHECKING:
     from router.core import Router
 
-WORKER_COUNTERS = ("dropped", "denied", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
+WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
@@ -101,6 +101,7 @@ class Stats:
             "messages/received": snap["received"],
             "messages/sent": snap["sent"],
             "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"],  # type: ignore[operator]
+            "publish/messages/withheld": snap["withheld"],
             "subscriptions/count": snap["subscriptions"],
             "retained messages/count": snap["retained"],
         }
@@ -154,6 +155,8 @@ class Stats:
         dropped.add_metric(["acl_denied"], snap["denied"])
         dropped.add_metric(["memory_limit"], snap["shed"])
         yield dropped
+        yield CounterMetricFamily("plexmq_messages_withheld", "Deliveries the receiver's ACL read rules did not allow "
+                                  "(also counted in acl_denied)", value=snap["withheld"])
         refused = CounterMetricFamily("plexmq_connections_refused", "Connections refused, by reason", labels=["reason"])
         refused.add_metric(["out_of_file_descriptors"], snap["refused"])
         refused.add_metric(["login_failed"], snap["auth_failures"])

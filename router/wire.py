@@ -32,7 +32,7 @@ PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBL
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 BYE = 15  # nothing: a node's worker is stopping and has closed its clients: taken for dead at once (wills out)
 # router -> worker
-SESSION = 20  # orjson [conn, session_present]
+SESSION = 20  # orjson [conn, session_present, [[filter, grant], ...] of a present session (its worker judges them against the ACL)]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...], [[filter, QoS its worker serves it with, or -1: the router does], ...]]
 UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
 ROUTED = 23  # ROUTED_HEAD: this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL)

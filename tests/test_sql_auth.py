@@ -232,6 +232,38 @@ def test_acl_rows_decide_the_suback(broker: Broker) -> None:
         other.disconnect()
 
 
+def test_a_changed_acl_row_takes_effect_for_live_subscriptions(broker: Broker, mariadb: MariaDB) -> None:
+    """Read access is judged at delivery with the table as it is now: a deny row added while alice is
+    subscribed withholds that topic from her within the cache time (the workers read the table again)."""
+    feed = f"feed-{uid()}"
+
+    def rows_read(*rows: tuple[str, str, str, str]) -> list[int]:
+        changes = broker.output().count("the ACL table changed")
+        ids = []
+        for row in rows:
+            mariadb.sql("INSERT INTO plexmq_acl (kind, name, access, topic) VALUES (%s, %s, %s, %s)", *row)
+            ids.append(mariadb.sql("SELECT LAST_INSERT_ID()")[0][0])
+        wait_for(lambda: broker.output().count("the ACL table changed") > changes, CACHE + 5, "the rows to be read")
+        return ids
+
+    ids = rows_read(("user", "alice", "read", f"{feed}/#"), ("user", "bob", "write", f"{feed}/#"))
+    alice = Client(broker.port, f"sql-{uid()}", username="alice", password="wonderland")
+    bob = Client(broker.port, f"sql-{uid()}", username="bob", password="builder")
+    try:
+        assert alice.subscribe(f"{feed}/#", 1) == [1]
+        bob.publish(f"{feed}/secret", b"allowed before", 1)
+        assert alice.get().payload == b"allowed before"
+        ids += rows_read(("user", "alice", "deny", f"{feed}/secret"))
+        bob.publish(f"{feed}/secret", b"denied now", 1)
+        bob.publish(f"{feed}/news", b"still allowed", 1)
+        assert alice.get().payload == b"still allowed"
+    finally:
+        for row_id in ids:
+            mariadb.sql("DELETE FROM plexmq_acl WHERE id = %s", row_id)
+        alice.disconnect()
+        bob.disconnect()
+
+
 def test_a_bad_acl_row_refuses_logins_rather_than_being_skipped(broker: Broker, mariadb: MariaDB) -> None:
     mariadb.sql("INSERT INTO plexmq_acl (kind, name, access, topic) VALUES ('pattern', '', 'deny', 'a/#/b')")
     (row_id,) = mariadb.sql("SELECT LAST_INSERT_ID()")[0]

@@ -18,8 +18,12 @@ Patterns must not let a client name its way into another's topics: an allow patt
 value contains `+`, `#` or `/` matches nothing, and patterns with %u do not apply to a client that
 has no user name. A deny pattern is filled in as it is (a wildcard only widens what it denies).
 
-The router does not check deliveries again, so a SUBSCRIBE is allowed only when one read rule
-covers the whole filter (every topic it can match) and no deny rule can match any of its topics.
+Read access is judged for every message delivered (workers/worker.py: `Worker._withheld`), as
+mosquitto does, so a SUBSCRIBE is granted when the user may read some topic under its filter
+(`can_subscribe`: `#` with one topic denied is the commonest ACL) and only what it may read arrives
+(`can_read`). A subscription that one read rule covers whole and no deny rule can touch
+(`reads_all`) needs no check per message; the connection decides that at SUBSCRIBE and whenever its
+rules change (`Connection.judge_reads`).
 
 The same rules can live in a database table instead (workers.sqlauth): one row per `topic` or
 `pattern` line, read through AclBuilder, so both sources mean exactly the same.
@@ -36,6 +40,7 @@ READ, WRITE = 1, 2
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": 0}
 KINDS = ("anonymous", "user", "client", "pattern")  # whose rule it is: a table row's `kind`
 CACHE_SIZE = 64  # answers remembered per connection and direction; the oldest goes first
+DELIVERY_CACHE_SIZE = 1024  # topics delivered to a checked connection: a subscriber of many topics
 
 _PLACEHOLDER = re.compile(r"%[uc]")
 _UNSAFE = ("+", "#", "/")
@@ -59,6 +64,21 @@ def covers(rule: str, topic_filter: str) -> bool:
         if r != "+" and r != f_levels[i]:
             return False
     return len(r_levels) == len(f_levels)
+
+
+def meet(a: str, b: str) -> str:
+    """The filter of the topics both overlapping valid filters match (`a/+` and `+/b`: `a/b`)."""
+    a_levels = a.split("/")
+    b_levels = b.split("/")
+    levels = []
+    for i, x in enumerate(a_levels):
+        if x == "#":
+            return "/".join(levels + b_levels[i:])
+        y = b_levels[i]
+        if y == "#":
+            return "/".join(levels + a_levels[i:])
+        levels.append(y if x == "+" else x)
+    return "/".join(levels)
 
 
 def overlaps(a: str, b: str) -> bool:
@@ -112,23 +132,45 @@ class Checker:
     first use, so an idle connection pays little for its checker.
     """
 
-    __slots__ = ("deny", "read", "write", "_read_cache", "_write_cache")
+    __slots__ = ("deny", "read", "write", "_subscribe_cache", "_read_cache", "_write_cache")
 
     def __init__(self, rules: Rules) -> None:
         self.deny, self.read, self.write = rules
-        self._read_cache: dict[str, bool] | None = None
+        self._subscribe_cache: dict[str, bool] | None = None
+        self._read_cache: dict[bytes, bool] | None = None
         self._write_cache: dict[str, bool] | None = None
 
-    def can_read(self, topic_filter: str) -> bool:
-        """May the client subscribe to this filter (or receive this topic)?"""
+    def can_subscribe(self, topic_filter: str) -> bool:
+        """May the client subscribe to this filter: is some topic under it readable? (What it may
+        not read is withheld at delivery.) A read rule's part of the filter that one deny rule
+        covers whole gives nothing."""
+        cache = self._subscribe_cache
+        if cache is None:
+            cache = self._subscribe_cache = {}
+        allowed = cache.get(topic_filter)
+        if allowed is None:
+            allowed = any(overlaps(rule, topic_filter) and not self._denied(meet(rule, topic_filter))
+                          for rule in self.read)
+            _remember(cache, topic_filter, allowed, CACHE_SIZE)
+        return allowed
+
+    def reads_all(self, topic_filter: str) -> bool:
+        """Is every topic under this filter readable, whatever its name? Then what the
+        subscription brings needs no check per message."""
+        return (not any(overlaps(rule, topic_filter) for rule in self.deny)
+                and any(covers(rule, topic_filter) for rule in self.read))
+
+    def can_read(self, topic: bytes) -> bool:
+        """May a message to this topic name be delivered to the client?"""
         cache = self._read_cache
         if cache is None:
             cache = self._read_cache = {}
-        allowed = cache.get(topic_filter)
+        allowed = cache.get(topic)
         if allowed is None:
-            allowed = (not any(overlaps(rule, topic_filter) for rule in self.deny)
-                       and any(covers(rule, topic_filter) for rule in self.read))
-            _remember(cache, topic_filter, allowed)
+            name = topic.decode()
+            allowed = (not any(matches(rule, name) for rule in self.deny)
+                       and any(matches(rule, name) for rule in self.read))
+            _remember(cache, topic, allowed, DELIVERY_CACHE_SIZE)
         return allowed
 
     def can_write(self, topic: str) -> bool:
@@ -140,12 +182,16 @@ class Checker:
         if allowed is None:
             allowed = (not any(matches(rule, topic) for rule in self.deny)
                        and any(matches(rule, topic) for rule in self.write))
-            _remember(cache, topic, allowed)
+            _remember(cache, topic, allowed, CACHE_SIZE)
         return allowed
 
+    def _denied(self, topic_filter: str) -> bool:
+        """Does one deny rule reach every topic of this filter?"""
+        return any(covers(rule, topic_filter) for rule in self.deny)
 
-def _remember(cache: dict[str, bool], key: str, allowed: bool) -> None:
-    if len(cache) >= CACHE_SIZE:
+
+def _remember(cache: dict, key: str | bytes, allowed: bool, size: int) -> None:
+    if len(cache) >= size:
         del cache[next(iter(cache))]
     cache[key] = allowed
 
@@ -204,6 +250,11 @@ class AclFile:
         self.users = users
         self.clients = clients
         self.patterns = patterns  # (access, filter with %u and %c, the placeholders it uses)
+
+    def same_rules(self, other: AclFile) -> bool:
+        """Whether both give every connection the same rules (a table read again, unchanged)."""
+        return (self.anonymous, self.users, self.clients, self.patterns) == (
+            other.anonymous, other.users, other.clients, other.patterns)
 
     @classmethod
     def load(cls, path: str) -> AclFile:

@@ -52,6 +52,7 @@ class Auth:
         self.database_pool: ThreadPoolExecutor | None = None
         self._database_down = False  # an outage is logged when it starts and when it ends
         self._reading: asyncio.Future[None] | None = None  # the ACL table, read for `checker`
+        self._judged: AclFile | None = None  # the table's rules that live connections were last given
         self._key = secrets.token_bytes(32)
         self._good: dict[tuple[str, bytes], float] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures, last one)
@@ -186,6 +187,21 @@ class Auth:
             self._reading = asyncio.ensure_future(self._read_rules(database))
         acl = database.acl  # None before they were read once: nothing is allowed
         return Checker(NO_RULES) if acl is None else acl.checker(username, client_id)
+
+    def rules_changed(self) -> bool:
+        """Whether the database's ACL table has other rules than live connections were given (once a
+        second: the table is read again when older than auth_database_cache), so that a changed row
+        takes effect for them too, not only for the next login."""
+        database = self.database
+        if database is None or not database.with_acl:
+            return False
+        if not database.acl_is_fresh() and (self._reading is None or self._reading.done()):
+            self._reading = asyncio.ensure_future(self._read_rules(database))
+        acl, judged = database.acl, self._judged
+        if acl is None or acl is judged:
+            return False
+        self._judged = acl
+        return judged is None or not acl.same_rules(judged)
 
     def close(self) -> None:
         for pool in (self.pool, self.database_pool):

@@ -23,6 +23,7 @@ from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
 from workers.mqtt import reasons, v5
 from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT
+from workers.mqtt.topics import subscribed
 from workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
 
@@ -59,7 +60,7 @@ def peer_name(address: object) -> str:
 class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
-                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "cert_username",
+                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "screened", "cert_username",
                  "credit_messages", "credit_bytes", "credit_at", "level", "v5", "window")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
@@ -88,10 +89,13 @@ class Connection(asyncio.Protocol):
         self.disconnected = False  # a DISCONNECT arrived: no will
         self.kicked = False  # closed by the router (takeover): it handled the will already
         self.will: p.Will | None = None
-        self.subs: dict[str, int] | None = None  # filters asked for, to register again with a new router
+        # filters asked for or resumed with the session (filter -> grant): registered again with a new
+        # router, and judged against the ACL
+        self.subs: dict[str, int] | None = None
         self.waiting = 0  # SUBSCRIBE and UNSUBSCRIBE the router has not answered yet
         self.checker: Checker | None = None  # the ACL's answers for this client; None: no ACL
         self.fast = False  # plain QoS 0 PUBLISH runs go to the router untouched (connected, no ACL)
+        self.screened = False  # deliveries are checked against the ACL's read rules (`judge_reads`)
         # what is left of the client's buckets (client_message_rate, client_byte_rate) at credit_at
         self.credit_messages = self.credit_bytes = self.credit_at = 0.0
 
@@ -295,6 +299,19 @@ class Connection(asyncio.Protocol):
         if resume and self.subs:
             batch.add_json(wire.SUBSCRIBE, [self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()]])
 
+    def take_rules(self, checker: Checker | None) -> None:
+        """New ACL rules for this client (a reload, a changed ACL table, a re-authentication): they
+        apply to its next PUBLISH and its next delivery."""
+        self.checker = checker
+        self.fast = checker is None
+        self.judge_reads()
+
+    def judge_reads(self) -> None:
+        """Whether deliveries to this client need their topic checked: some filter of its session
+        reaches topics its rules do not let it read (decided here, not per message)."""
+        checker = self.checker
+        self.screened = checker is not None and any(not checker.reads_all(subscribed(f)) for f in self.subs or ())
+
     def ask(self) -> None:
         """A SUBSCRIBE or UNSUBSCRIBE goes to the router: counted until its answer (or the close)."""
         self.waiting += 1
@@ -304,8 +321,15 @@ class Connection(asyncio.Protocol):
         self.waiting -= 1
         self.worker.unanswered -= 1
 
-    def session_ready(self, present: bool) -> None:
-        """The router has the session: CONNACK, then whatever it resends follows."""
+    def session_ready(self, present: bool, resumed: list[tuple[str, int]]) -> None:
+        """The router has the session (`resumed`: the subscriptions it had, judged here against this
+        client's rules, which may not be those of the user that made them): CONNACK, then whatever
+        it resends follows."""
+        if resumed:
+            subs = dict(resumed)
+            subs.update(self.subs or ())
+            self.subs = subs
+            self.judge_reads()
         self.state = CONNECTED
         self.worker.connected[self.level] += 1
         if self.v5 is None:
@@ -536,7 +560,7 @@ class Connection(asyncio.Protocol):
         # said before the socket closes: whoever sees it closed finds the reason in the log already
         log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
         self.state = CLOSED
-        self.fast = False
+        self.fast = self.screened = False
         self.flush()
         if self.transport is not None:
             self.transport.close()

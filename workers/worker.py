@@ -33,6 +33,7 @@ from workers.archive_format import archived_publish, sender
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v5
 from workers.mqtt import v4 as p
+from workers.mqtt.framing import packets_in
 from workers.connection import Connection, Extra, Forms, peer_name
 from workers.states import CLOSED, CONNECTED, CONNECTING
 from workers.keepalive import TimerWheel
@@ -119,6 +120,7 @@ class Worker:
         self.archive = ArchiveWriter(archive["dir"], worker_id, archive["topics"], archive["roll_bytes"],
                                      archive["roll_seconds"]) if archive["enabled"] else None
         self.dropped = 0
+        self.withheld = 0  # deliveries the receiver's read rules did not allow
         self.refused = 0
         self.refused_logged_at = 0.0
         self.received = 0  # sockets the acceptor has passed us, refused ones included
@@ -313,10 +315,10 @@ class Worker:
                 self.routes.apply(whole, entries)
                 self.link.batch.add(wire.ROUTES_ACK, wire.COUNT.pack(gen))
             elif kind == wire.SESSION:
-                conn_id, present = orjson.loads(header)
+                conn_id, present, resumed = orjson.loads(header)
                 conn = conns.get(conn_id)
                 if conn is not None:
-                    conn.session_ready(present)
+                    conn.session_ready(present, resumed)
             elif kind == wire.SUBACK:
                 conn_id, packet_id, codes, placed = orjson.loads(header)
                 conn = conns.get(conn_id)
@@ -381,6 +383,12 @@ class Worker:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
+            if conn.screened:
+                if not run_topic:
+                    run_topic = v5.first_topic(payload)
+                if not conn.checker.can_read(run_topic):  # type: ignore[union-attr]
+                    self._withhold(conn, 0, packets_in(payload))
+                    continue
             if conn.v5 is None:
                 if v4_form is None:
                     v4_form = v5.publishes_to_v4(payload)
@@ -416,6 +424,9 @@ class Worker:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
+            if conn.screened and not conn.checker.can_read(topic):  # type: ignore[union-attr]
+                self._withhold(conn, packet_id, 1)
+                continue
             eff = granted if granted < qos else qos
             packet = None
             if eff == 0:
@@ -430,6 +441,23 @@ class Worker:
                         continue  # expired
                     packet = qos0_packets[version] = head + payload
             conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra, forms)
+
+    def _withhold(self, conn: Connection, packet_id: int, count: int) -> None:
+        """Messages the client may not read (its rules changed since it subscribed, or it resumed a
+        session another user made): dropped and counted; a persistent session's copy (the router's
+        `packet_id`) is finished with the router as if it had been sent, so it is not sent again."""
+        self.withheld += count
+        self.auth.denied += count
+        if packet_id:
+            self.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
+
+    def judge_access(self) -> None:
+        """The ACL changed (a reload, the database's table): every live connection takes its rules
+        anew, so rights taken away stop its next delivery and its next PUBLISH."""
+        auth = self.auth
+        for conn in self.conns.values():
+            if conn.state == CONNECTING or conn.state == CONNECTED:
+                conn.take_rules(auth.checker(conn.username, conn.client_id))
 
     def _routed(self, count: int, records: int) -> None:
         """The router took these QoS 1/2 PUBs (of `records` PUB and PUB0 records): now the publishers
@@ -545,6 +573,10 @@ class Worker:
             heapq.heappop(ending)[2].close("token expired", code=reasons.NOT_AUTHORIZED)  # a closed one ignores it
         self._report_load()
         self._report_stats()
+        if self.auth.rules_changed():
+            self.judge_access()
+            log.info("worker %d: the ACL table changed: its %d connections take the new rules", self.worker_id,
+                     len(self.conns))
         link = self.link
         if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not link.warned:
             link.warned = True  # once per join: the operator has the reason
@@ -567,14 +599,14 @@ class Worker:
         protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
         self.link.batch.add_json(wire.STATS, {
             "id": self.label, "node": self.node, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
-            "denied": self.auth.denied, "refused": self.refused, "auth_failures": self.auth.refused,
+            "denied": self.auth.denied, "withheld": self.withheld, "refused": self.refused, "auth_failures": self.auth.refused,
             "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss,
             "local_received": self.local_received, "local_sent": self.local_sent})
         self.flush_soon()
 
     def reload(self) -> None:
-        """SIGHUP (from the acceptor, which has written the new config): apply what can change live.
-        Live connections keep the ACL rules they logged in with; new ones get the new rules."""
+        """SIGHUP (from the acceptor, which has written the new config): apply what can change live,
+        the ACL included: live connections take the new rules at once."""
         try:
             with open(self.config_path, "rb") as f:
                 config = orjson.loads(f.read())
@@ -589,6 +621,7 @@ class Worker:
         self._set_rates(config)
         self._set_connect(config)
         self.auth.configure(config)
+        self.judge_access()
         if self.archive is not None:
             self.archive.set_filters(config["archive"]["topics"])
             self.known_topics.clear()

@@ -34,7 +34,7 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
     exchange = negotiated.exchange
     if code == reasons.RE_AUTHENTICATE and exchange is None and conn.state == CONNECTED:
         try:
-            challenge(conn, data, conn.username)  # as the same user: its ACL stays the one it logged in with
+            challenge(conn, data, conn.username)  # as the same user, whose rules are taken anew when it succeeds
         except scram.Failed as failure:
             _reauthentication_failed(conn, failure)
         return
@@ -54,6 +54,7 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
     else:
         conn.write(v5.encode_auth(reasons.SUCCESS, {props.AUTHENTICATION_METHOD: negotiated.auth_method,
                                                     props.AUTHENTICATION_DATA: server_final}))
+        conn.take_rules(conn.worker.auth.checker(conn.username, conn.client_id))  # rights may have changed since
         log.debug("client %s re-authenticated as %r", conn.client_id, conn.username)
 
 

@@ -177,8 +177,7 @@ def accept(conn: Connection, connect: Connect) -> None:
     checker = worker.auth.checker(conn.username, conn.client_id)
     if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
-    conn.checker = checker
-    conn.fast = checker is None  # plain QoS 0 runs go to the router as they are (5.0: without properties)
+    conn.take_rules(checker)  # no ACL: plain QoS 0 runs go to the router as they are (5.0: without properties)
     conn.persistent = not connect.clean_session if conn.v5 is None else conn.v5.session_expiry > 0
     keepalive = connect.keepalive if conn.v5 is None else conn.v5.server_keepalive or connect.keepalive
     conn.keepalive = keepalive
@@ -190,6 +189,6 @@ def accept(conn: Connection, connect: Connect) -> None:
         # a new session that ends with the connection: nothing to wait for from the router, which
         # claims the client id (takes an earlier connection over) before any later record of ours
         conn.register(resume=True, fresh=True)
-        conn.session_ready(False)
+        conn.session_ready(False, [])
     else:
         conn.register(resume=False, fresh=connect.clean_session)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from router import grants, wire
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
-from workers.mqtt.topics import shared, valid_subscription
+from workers.mqtt.topics import subscribed, valid_subscription
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -26,13 +26,14 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
     checker = conn.checker
     wanted = []
     for topic_filter, options in filters:
-        share = shared(topic_filter)
         if not valid_subscription(topic_filter):
             grant = reasons.TOPIC_FILTER_INVALID
-        elif checker is not None and not checker.can_read(topic_filter if share is None else share[1]):
+        elif checker is not None and not checker.can_subscribe(subscribed(topic_filter)):
             grant = reasons.NOT_AUTHORIZED  # a shared subscription: the ACL judges its filter
         else:
             grant = grants.make(options, identifier)
+            if checker is not None and not conn.screened and not checker.reads_all(subscribed(topic_filter)):
+                conn.screened = True  # it may bring topics the client must not read: checked at delivery
         wanted.append([topic_filter, grant])
     if conn.subs is None:
         conn.subs = {}

@@ -77,6 +77,15 @@ def frame(buf: bytes | bytearray, pos: int, max_size: int) -> tuple[int, int, in
     return buf[pos], i, stop
 
 
+def packets_in(buf: bytes) -> int:
+    """How many whole packets `buf` holds (a run of PUBLISHes the broker made or checked)."""
+    count = pos = 0
+    while (found := frame(buf, pos, len(buf))) is not None:
+        count += 1
+        pos = found[2]
+    return count
+
+
 def encode_remaining_length(n: int) -> bytes:
     """The variable byte integer encoding of `n` (1 to 4 bytes): remaining lengths and MQTT 5 lengths."""
     if n < 0x80:

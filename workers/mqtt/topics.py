@@ -44,6 +44,12 @@ def shared(topic_filter: str) -> tuple[str, str] | None:
     return name, inner
 
 
+def subscribed(topic_filter: str) -> str:
+    """The filter that topics are matched against: a shared subscription's own filter."""
+    share = shared(topic_filter)
+    return topic_filter if share is None else share[1]
+
+
 def valid_subscription(topic_filter: str) -> bool:
     """`valid_filter`, and for a shared subscription a share name of one level without wildcards
     followed by a valid filter [MQTT-4.8.2-1, MQTT-4.8.2-2]."""
