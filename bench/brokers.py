@@ -36,6 +36,7 @@ class BrokerSpec:
     nodelay: bool = False
     max_queued: int = 1000
     extra: list[str] = field(default_factory=list)  # more arguments for `plexmq serve`
+    acl_file: str = ""  # an ACL (mosquitto's syntax, which both read) for anonymous clients
 
 
 def free_port() -> int:
@@ -65,6 +66,11 @@ class RunningBroker:
                 # a store of its own, removed by stop(): never ./plexmq-data, never an earlier run's state
                 self.own_data_dir = os.path.join(log_dir, f"{spec.name}-{self.port}.data")
                 extra += ["--data-dir", self.own_data_dir]
+            if spec.acl_file:
+                conf = os.path.join(log_dir, f"{spec.name}-{self.port}.toml")
+                with open(conf, "w") as f:
+                    f.write(f'acl_file = "{spec.acl_file}"\nallow_anonymous = true\n')
+                extra += ["--config", conf]
             cmd = [sys.executable, "-m", "acceptor", "serve", "--port", str(self.port),
                    "--workers", str(spec.workers), *extra]
         elif spec.kind == "nodes":
@@ -74,7 +80,7 @@ class RunningBroker:
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:
-                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued))
+                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued, spec.acl_file))
             cmd = [MOSQUITTO, "-c", conf]
         self.cmd = cmd
         with open(self.log_path, "ab") as log:  # append: a restart on the same port keeps the first log
@@ -136,11 +142,13 @@ class RunningBroker:
             shutil.rmtree(self.own_data_dir, ignore_errors=True)
 
 
-def mosquitto_conf(port: int, nodelay: bool, max_queued: int) -> str:
+def mosquitto_conf(port: int, nodelay: bool, max_queued: int, acl_file: str = "") -> str:
     lines = [f"listener {port} 127.0.0.1", "allow_anonymous true", f"max_queued_messages {max_queued}",
              "persistence false", "log_dest stderr", "log_type error", "log_type warning"]
     if nodelay:
         lines.append("set_tcp_nodelay true")
+    if acl_file:
+        lines.append(f"acl_file {acl_file}")
     return "\n".join(lines) + "\n"
 
 
