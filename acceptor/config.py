@@ -68,6 +68,10 @@ def _networks(value: Any) -> str | None:
     return None
 
 
+def _nonempty(value: Any) -> str | None:
+    return None if value else "must not be empty"
+
+
 def _strings(value: Any) -> str | None:
     return None if all(isinstance(v, str) for v in value) else "must be a list of strings"
 
@@ -185,6 +189,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                                  "send as their password; empty: no tokens"),
         "jwt_audience": Option(str, "", doc="the audience a token must name (empty: not checked)"),
         "jwt_issuer": Option(str, "", doc="the issuer a token must name (empty: not checked)"),
+        "jwt_username_claim": Option(str, "sub", _nonempty, "the claim that names a token's user; a token without "
+                                     "it is refused"),
         "jwt_disconnect_on_expiry": Option(bool, False, doc="close a token's connection when the token expires"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
                                                    "loopback without authentication"),
@@ -303,7 +309,7 @@ def _check_auth_files(config: dict[str, Any]) -> None:
         if config["acl_file"]:
             AclFile.load(config["acl_file"])
         if config["jwt_jwks_file"]:
-            TokenVerifier(config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
+            TokenVerifier(config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"], config["jwt_username_claim"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

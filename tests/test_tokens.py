@@ -15,7 +15,7 @@ from tests.conftest import Broker
 from tests.test_admission import from_address
 from tests.mqtt import RawClient
 from tests.steps import uid
-from tests.test_auth import config, login
+from tests.test_auth import config, login, users
 from workers.mqtt import properties as P
 from workers.mqtt import v4 as p
 
@@ -83,6 +83,48 @@ def test_v5_clients_hear_the_token_verdict_as_reason_codes(tokens_broker: Broker
     c.close()
     c = from_address(port, "127.0.0.41")
     assert c.connect5(f"tok5-{uid()}")[1] == 0x87  # anonymous, and anonymous is not allowed
+    c.close()
+
+
+def test_a_token_must_name_its_user(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object]) -> None:
+    """A trusted token without the user claim would log in as any user name the client picks: refused
+    (issue 20). The claim is configurable."""
+    b = start_tokens_broker(tmp_path, start_broker, keys, 'jwt_username_claim = "preferred_username"\n')
+    named = token(keys["rsa"], "r1", preferred_username="device-9")
+    c, code = login(b.port, "device-9", named)
+    assert code == 0
+    c.close()
+    for i, password in enumerate([token(keys["rsa"], "r1"), token(keys["rsa"], "r1", preferred_username="")]):
+        c = from_address(b.port, f"127.0.0.{50 + i}")
+        assert c.connect(f"tok-{uid()}", username="admin", password=password)[1] == 4  # sub alone names no one here
+        c.close()
+
+
+def test_a_token_whose_algorithm_does_not_fit_its_key_is_a_bad_token(tokens_broker: Broker,
+                                                                     keys: dict[str, object]) -> None:
+    """ES256 naming the RSA key's kid: 0x04 (5.0: 0x86) after the failure delay, no ERROR in the log."""
+    for i in range(3):
+        c = from_address(tokens_broker.port, f"127.0.0.{60 + i}")
+        assert c.connect(f"tok-{uid()}", username="device-1", password=token(keys["ec"], "r1", "ES256"))[1] == 4
+        c.close()
+    c = from_address(tokens_broker.port, "127.0.0.63")
+    assert c.connect5(f"tok-{uid()}", password=token(keys["ec"], "r1", "ES256"))[1] == 0x86
+    c.close()
+    assert " ERROR " not in tokens_broker.output()
+
+
+def test_a_password_with_two_dots_is_still_a_password(tmp_path: Path, start_broker: Callable[..., Broker],
+                                                      keys: dict[str, object]) -> None:
+    users(tmp_path / "passwd", carol="a.b.c")
+    b = start_tokens_broker(tmp_path, start_broker, keys, f'password_file = "{tmp_path / "passwd"}"\n')
+    c, code = login(b.port, "carol", b"a.b.c")
+    assert code == 0
+    c.close()
+    c, code = login(b.port, "", token(keys["rsa"], "r1"))  # tokens still log in beside the file
+    assert code == 0
+    c.close()
+    c = from_address(b.port, "127.0.0.70")
+    assert c.connect(f"tok-{uid()}", username="carol", password=b"x.y.z")[1] == 4
     c.close()
 
 

@@ -65,7 +65,7 @@ class Auth:
         self.password_path: str = config["password_file"]
         self.acl_path: str = config["acl_file"]
         self.allow_anonymous: bool = config["allow_anonymous"]
-        self.jwt = (config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"])
+        self.jwt = (config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"], config["jwt_username_claim"])
         self.disconnect_on_expiry: bool = config["jwt_disconnect_on_expiry"]
         self.database_settings = (config["auth_database"], config["auth_database_cache"],
                                   config["auth_database_timeout"], config["auth_database_acl"])
@@ -127,13 +127,17 @@ class Auth:
         """(code, identity, the time.time() at which the session ends: a token's expiry with
         jwt_disconnect_on_expiry, else 0)."""
         tokens = self.tokens
-        if tokens is not None and tokens.looks_like_token(password):
-            claims = tokens.verify(password)  # type: ignore[arg-type]  # a signature check: tens of µs
-            subject = None if claims is None else str(claims.get("sub", "")) or username
-            if claims is None or username and username != subject:  # any name but the token's own
-                return BAD_CREDENTIALS, None, 0.0
-            return ACCEPTED, subject, float(claims["exp"]) if self.disconnect_on_expiry else 0.0
         passwords = self.passwords
+        if tokens is not None and tokens.looks_like_token(password):
+            verified = tokens.verify(password)  # type: ignore[arg-type]  # a signature check: tens of µs
+            if verified is not None:
+                subject, expires = verified
+                if username and username != subject:  # any name but the token's own
+                    return BAD_CREDENTIALS, None, 0.0
+                return ACCEPTED, subject, expires if self.disconnect_on_expiry else 0.0
+            if passwords is None and self.database is None:
+                return BAD_CREDENTIALS, None, 0.0
+            # not a token the keys accept: a password with two dots, checked as any other password
         if username is None:
             return (ACCEPTED if self.allow_anonymous else NOT_AUTHORIZED), None, 0.0
         secret = password or b""

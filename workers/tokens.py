@@ -19,7 +19,7 @@ class TokenError(ValueError):
 
 
 class TokenVerifier:
-    def __init__(self, path: str, audience: str, issuer: str) -> None:
+    def __init__(self, path: str, audience: str, issuer: str, username_claim: str = "sub") -> None:
         try:
             with open(path, "rb") as f:
                 keys = jwt.PyJWKSet.from_dict(json.loads(f.read()))
@@ -30,19 +30,25 @@ class TokenVerifier:
         self.keys = {key.key_id: key for key in keys.keys}
         self.audience = audience or None
         self.issuer = issuer or None
+        self.username_claim = username_claim
 
     @staticmethod
     def looks_like_token(password: bytes | None) -> bool:
         return password is not None and password.count(b".") == 2
 
-    def verify(self, token: bytes) -> dict | None:
-        """The token's claims when its signature, expiry, audience and issuer hold; else None."""
+    def verify(self, token: bytes) -> tuple[str, float] | None:
+        """(the user name the token names in its `username_claim`, its expiry) when its signature,
+        expiry, audience and issuer hold and it names a user; else None. A token must name its user:
+        one without the claim would log in as whatever user name the client chose."""
         try:
             kid = jwt.get_unverified_header(token).get("kid")
             key = self.keys.get(kid) if kid is not None else next(iter(self.keys.values()), None)
-            if key is None:
+            if key is None or key.algorithm_name not in ALGORITHMS:
                 return None
-            return jwt.decode(token, key.key, algorithms=ALGORITHMS, audience=self.audience, issuer=self.issuer,
-                              options={"require": ["exp"], "verify_aud": self.audience is not None})
+            # only the key's own algorithm: a token whose `alg` does not fit its key is a bad token
+            claims = jwt.decode(token, key.key, algorithms=[key.algorithm_name], audience=self.audience,
+                                issuer=self.issuer, options={"require": ["exp"], "verify_aud": self.audience is not None})
         except jwt.exceptions.PyJWTError:
             return None
+        name = claims.get(self.username_claim)
+        return (name, float(claims["exp"])) if isinstance(name, str) and name else None
