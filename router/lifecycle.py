@@ -18,7 +18,7 @@ from router.deadlines import Deadlines
 from router.links import Links
 from router.listing import ClientDisconnect, ClientListing
 from router.routes import RouteTable
-from router.sessions import DEFAULT_EXPIRY, NEVER, Session, Will
+from router.sessions import Session, Will
 from router.store import Store
 
 log = logging.getLogger("plexmq.router")
@@ -128,6 +128,9 @@ class Lifecycle:
         # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
         # 5.0 will's [delay, properties as hex, message expiry interval]
         old = self.sessions.get(client_id)
+        if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
+            self._settle(old, time.time())
+            old = self.sessions.get(client_id)
         if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
@@ -248,24 +251,32 @@ class Lifecycle:
                 self.store.record(db.RETAINED_DELETE, (topic,))
         if not self.expiration:
             return 0
-        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration
-                 and (s.expiry == DEFAULT_EXPIRY or s.expiry == NEVER)]
+        stale = [s for s in self.sessions.values() if s.worker is None and self._over(s, now)]
         for session in stale:
             self._end(session, now)
         return len(stale)
 
     def due(self, now: float) -> None:
-        """Once a second: publish the delayed wills that are due, and end the sessions whose own
-        expiry interval has passed."""
+        """After every turn (router/main.py): publish the delayed wills that are due, and end the
+        sessions whose own expiry interval has passed."""
         for session in self.deadlines.due(now):
-            if session.worker is not None or self.sessions.get(session.client_id) is not session:
-                continue  # back online, or gone: the reminder is stale
-            if session.will is not None and session.will_at and session.will_at <= now:
-                will, session.will, session.will_at = session.will, None, 0.0
-                self._publish_will(will)
-            ends = session.ends_at()
-            if ends and ends <= now:
-                self._end(session, now)
+            if session.worker is None and self.sessions.get(session.client_id) is session:
+                self._settle(session, now)  # else back online, or gone: the reminder is stale
+
+    def _settle(self, session: Session, now: float) -> None:
+        """An offline session at `now`: its delayed will if due, then its end if its time is up."""
+        if session.will is not None and session.will_at and session.will_at <= now:
+            will, session.will, session.will_at = session.will, None, 0.0
+            self._publish_will(will)
+        if self._over(session, now):
+            self._end(session, now)
+
+    def _over(self, session: Session, now: float) -> bool:
+        """Whether an offline session's time is up: its own expiry interval, or for one without
+        (3.1.1, and 5.0's "never") persistent_client_expiration."""
+        if ends := session.ends_at():
+            return ends <= now
+        return bool(self.expiration) and now - session.seen > self.expiration
 
     def _end(self, session: Session, now: float) -> None:
         """An offline session's time is up: its delayed will goes out now, then the session."""
