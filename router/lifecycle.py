@@ -153,8 +153,7 @@ class Lifecycle:
             self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
         session.worker = worker
         session.conn = conn
-        session.will_at = 0.0  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
-        session.will = None
+        self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
         if will_topic is not None:
             delay, props, will_expiry = will_extra or (0, "", 0)
             session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
@@ -219,8 +218,26 @@ class Lifecycle:
                 session.will = will
                 session.will_at = session.seen + will.delay
                 self.deadlines.add(session.will_at, session)
+                if self.store is not None:  # kept with the session: a restarted router sends it when due
+                    self.store.record(db.WILL_SAVE, (session.client_id, session.will_at, will.topic, will.payload,
+                                                     will.qos, will.retain, will.props, will.expiry))
             else:
                 self._publish_will(will)
+
+    def _take_will(self, session: Session) -> Will | None:
+        """Take the will away from the session (to publish it, or because its client came back), and
+        out of the store when it was waiting out its delay there."""
+        will = session.will
+        if session.will_at and self.store is not None:
+            self.store.record(db.WILL_DELETE, (session.client_id,))
+        session.will, session.will_at = None, 0.0
+        return will
+
+    def _will_due(self, session: Session) -> None:
+        """An offline session's waiting will goes out now: its delay has passed or the session ends."""
+        will = self._take_will(session)
+        if will is not None:
+            self._publish_will(will)
 
     def _publish_will(self, will: Will) -> None:
         self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
@@ -239,7 +256,8 @@ class Lifecycle:
     def _forget_stored(self, session: Session) -> None:
         if self.store is not None:
             client = (session.client_id,)
-            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
+            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE,
+                              db.WILL_DELETE):
                 self.store.record(statement, client)
 
     def expire(self, now: float) -> int:
@@ -265,9 +283,8 @@ class Lifecycle:
 
     def _settle(self, session: Session, now: float) -> None:
         """An offline session at `now`: its delayed will if due, then its end if its time is up."""
-        if session.will is not None and session.will_at and session.will_at <= now:
-            will, session.will, session.will_at = session.will, None, 0.0
-            self._publish_will(will)
+        if session.will_at and session.will_at <= now:
+            self._will_due(session)
         if self._over(session, now):
             self._end(session, now)
 
@@ -281,7 +298,5 @@ class Lifecycle:
     def _end(self, session: Session, now: float) -> None:
         """An offline session's time is up: its delayed will goes out now, then the session."""
         log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
-        if session.will is not None:
-            will, session.will, session.will_at = session.will, None, 0.0
-            self._publish_will(will)
+        self._will_due(session)
         self._discard(session)
