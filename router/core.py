@@ -123,7 +123,8 @@ class Router(Lifecycle, Subscribing):
             self._restore(store)
 
     def _restore(self, store: Store) -> None:
-        """Start from what the store kept: offline persistent sessions, their subscriptions, retained."""
+        """Start from what the store kept: offline persistent sessions, their subscriptions and delayed
+        wills, retained messages."""
         loaded = store.load()
         self.sessions = loaded.sessions
         for session in loaded.sessions.values():
@@ -132,6 +133,8 @@ class Router(Lifecycle, Subscribing):
                 self._subscribe(session, topic_filter, grant)
             if ends := session.ends_at():
                 self.deadlines.add(ends, session)
+            if session.will_at:
+                self.deadlines.add(session.will_at, session)
         self.retained.messages = loaded.retained
         self.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",

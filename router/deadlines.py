@@ -1,6 +1,7 @@
 """When something about an offline session falls due: its delayed will (MQTT 5 will delay interval)
-or its end (its own session expiry interval). A heap of times, so the router's once-a-second look
-costs nothing while nothing is due, whatever the number of sessions.
+or its end (its own session expiry interval). A heap of times, so the router's look after every
+turn costs nothing while nothing is due, whatever the number of sessions, and its poll waits no longer
+than until the first (`first`): a deadline is kept to within milliseconds, not to the next tick.
 
 An entry is only a reminder: the session may have reconnected, changed its deadline or gone since,
 so whoever pops it checks the session's state then (`Session.will_at`, `Session.ends_at`).
@@ -9,6 +10,7 @@ so whoever pops it checks the session's state then (`Session.will_at`, `Session.
 from __future__ import annotations
 
 import heapq
+import math
 from itertools import count
 from typing import TYPE_CHECKING
 
@@ -25,6 +27,11 @@ class Deadlines:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    @property
+    def first(self) -> float:
+        """The time of the earliest reminder (inf: none)."""
+        return self._heap[0][0] if self._heap else math.inf
 
     def add(self, at: float, session: Session) -> None:
         heapq.heappush(self._heap, (at, next(self._order), session))

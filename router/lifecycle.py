@@ -18,7 +18,7 @@ from router.deadlines import Deadlines
 from router.links import Links
 from router.listing import ClientDisconnect, ClientListing
 from router.routes import RouteTable
-from router.sessions import DEFAULT_EXPIRY, NEVER, Session, Will
+from router.sessions import Session, Will
 from router.store import Store
 
 log = logging.getLogger("plexmq.router")
@@ -128,6 +128,9 @@ class Lifecycle:
         # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
         # 5.0 will's [delay, properties as hex, message expiry interval]
         old = self.sessions.get(client_id)
+        if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
+            self._settle(old, time.time())
+            old = self.sessions.get(client_id)
         if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
@@ -150,8 +153,7 @@ class Lifecycle:
             self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
         session.worker = worker
         session.conn = conn
-        session.will_at = 0.0  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
-        session.will = None
+        self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
         if will_topic is not None:
             delay, props, will_expiry = will_extra or (0, "", 0)
             session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
@@ -216,8 +218,26 @@ class Lifecycle:
                 session.will = will
                 session.will_at = session.seen + will.delay
                 self.deadlines.add(session.will_at, session)
+                if self.store is not None:  # kept with the session: a restarted router sends it when due
+                    self.store.record(db.WILL_SAVE, (session.client_id, session.will_at, will.topic, will.payload,
+                                                     will.qos, will.retain, will.props, will.expiry))
             else:
                 self._publish_will(will)
+
+    def _take_will(self, session: Session) -> Will | None:
+        """Take the will away from the session (to publish it, or because its client came back), and
+        out of the store when it was waiting out its delay there."""
+        will = session.will
+        if session.will_at and self.store is not None:
+            self.store.record(db.WILL_DELETE, (session.client_id,))
+        session.will, session.will_at = None, 0.0
+        return will
+
+    def _will_due(self, session: Session) -> None:
+        """An offline session's waiting will goes out now: its delay has passed or the session ends."""
+        will = self._take_will(session)
+        if will is not None:
+            self._publish_will(will)
 
     def _publish_will(self, will: Will) -> None:
         self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
@@ -236,7 +256,8 @@ class Lifecycle:
     def _forget_stored(self, session: Session) -> None:
         if self.store is not None:
             client = (session.client_id,)
-            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE):
+            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE,
+                              db.WILL_DELETE):
                 self.store.record(statement, client)
 
     def expire(self, now: float) -> int:
@@ -248,29 +269,34 @@ class Lifecycle:
                 self.store.record(db.RETAINED_DELETE, (topic,))
         if not self.expiration:
             return 0
-        stale = [s for s in self.sessions.values() if s.worker is None and now - s.seen > self.expiration
-                 and (s.expiry == DEFAULT_EXPIRY or s.expiry == NEVER)]
+        stale = [s for s in self.sessions.values() if s.worker is None and self._over(s, now)]
         for session in stale:
             self._end(session, now)
         return len(stale)
 
     def due(self, now: float) -> None:
-        """Once a second: publish the delayed wills that are due, and end the sessions whose own
-        expiry interval has passed."""
+        """After every turn (router/main.py): publish the delayed wills that are due, and end the
+        sessions whose own expiry interval has passed."""
         for session in self.deadlines.due(now):
-            if session.worker is not None or self.sessions.get(session.client_id) is not session:
-                continue  # back online, or gone: the reminder is stale
-            if session.will is not None and session.will_at and session.will_at <= now:
-                will, session.will, session.will_at = session.will, None, 0.0
-                self._publish_will(will)
-            ends = session.ends_at()
-            if ends and ends <= now:
-                self._end(session, now)
+            if session.worker is None and self.sessions.get(session.client_id) is session:
+                self._settle(session, now)  # else back online, or gone: the reminder is stale
+
+    def _settle(self, session: Session, now: float) -> None:
+        """An offline session at `now`: its delayed will if due, then its end if its time is up."""
+        if session.will_at and session.will_at <= now:
+            self._will_due(session)
+        if self._over(session, now):
+            self._end(session, now)
+
+    def _over(self, session: Session, now: float) -> bool:
+        """Whether an offline session's time is up: its own expiry interval, or for one without
+        (3.1.1, and 5.0's "never") persistent_client_expiration."""
+        if ends := session.ends_at():
+            return ends <= now
+        return bool(self.expiration) and now - session.seen > self.expiration
 
     def _end(self, session: Session, now: float) -> None:
         """An offline session's time is up: its delayed will goes out now, then the session."""
         log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
-        if session.will is not None:
-            will, session.will, session.will_at = session.will, None, 0.0
-            self._publish_will(will)
+        self._will_due(session)
         self._discard(session)

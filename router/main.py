@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import os
 import signal
@@ -90,9 +91,10 @@ def serve(config: dict) -> None:
     recv = sock.recv_multipart
     handle = router.handle_frame
     accept = links.accept
+    deadlines = router.deadlines
     while not stopping:
-        try:
-            ready = poller.poll(1000)
+        try:  # wait no longer than the once-a-second work or the first deadline
+            ready = poller.poll(_wait_ms(next_refresh - time.monotonic(), deadlines.first - time.time()))
         except zmq.ZMQError:
             continue  # interrupted by a signal
         drained = 0
@@ -140,12 +142,14 @@ def serve(config: dict) -> None:
                     router.worker_lost(worker)
             for worker in links.joined():
                 router.out(worker).add(wire.BEAT, b"")
-            router.due(time.time())
             stats.refresh(time.time())
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
                 for topic, payload in stats.sys_messages(time.time()):
                     router.route(topic.encode(), payload, 0, True)
+        wall = time.time()
+        if wall >= deadlines.first:
+            router.due(wall)
         durable = store is not None and bool(store.ops)
         frames = router.take_frames(split=durable)
         for worker, now, _ in frames:
@@ -176,6 +180,12 @@ def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> Th
     sock.setsockopt(zmq.CURVE_SERVER, 1)
     sock.setsockopt(zmq.CURVE_SECRETKEY, keys["server_secret"].encode())
     return auth
+
+
+def _wait_ms(*seconds: float) -> int:
+    """Milliseconds the poll may wait: until the soonest of these, rounded up so that it does not
+    wake just before it and spin."""
+    return max(0, math.ceil(min(seconds) * 1000))
 
 
 def _expiry_interval(expiration: float) -> float:

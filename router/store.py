@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from router.retain import Retained
-from router.sessions import QUEUED, Pending, Session
+from router.sessions import QUEUED, Pending, Session, Will
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FILE_NAME = "plexmq.db"
 
 _TABLES = """
@@ -45,6 +45,10 @@ CREATE TABLE IF NOT EXISTS retained (
     topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
     props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS wills (
+    client_id TEXT PRIMARY KEY, due REAL NOT NULL, topic BLOB NOT NULL, payload BLOB NOT NULL,
+    qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL
+);
 """
 
 _TO_VERSION_3 = """
@@ -64,6 +68,18 @@ UPDATE meta SET value = 4 WHERE key = 'schema';
 COMMIT;
 """
 
+_TO_VERSION_5 = """
+BEGIN;
+UPDATE meta SET value = 5 WHERE key = 'schema';
+COMMIT;
+"""
+
+_MIGRATIONS = {  # a version -> the script that takes a store from it to the next
+    2: _TO_VERSION_3,  # before MQTT 5: messages and retained messages gain their properties and expiry
+    3: _TO_VERSION_4,  # sessions gain their own expiry interval
+    4: _TO_VERSION_5,  # the delayed wills of offline sessions are kept: the wills table, which _TABLES makes
+}
+
 # the statements `record` takes, by name
 SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)"
 SESSION_DELETE = "DELETE FROM sessions WHERE client_id = ?"
@@ -81,6 +97,8 @@ INCOMING_SAVE = "INSERT OR IGNORE INTO incoming VALUES (?, ?)"
 INCOMING_DELETE_ONE = "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?"
 RETAINED_SAVE = "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)"
 RETAINED_DELETE = "DELETE FROM retained WHERE topic = ?"
+WILL_SAVE = "INSERT OR REPLACE INTO wills VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+WILL_DELETE = "DELETE FROM wills WHERE client_id = ?"
 
 
 class StoreError(Exception):
@@ -119,15 +137,17 @@ class Store:
             raise StoreError(f"{self.path}: {_reason(exc)}") from None
 
     def _check_version(self) -> None:
+        """Upgrade an older store in place, one version at a time; refuse one this plexmq cannot read."""
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             self.db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        elif row[0] in (2, 3):
-            if row[0] == 2:  # before MQTT 5: messages and retained messages gain their properties and expiry
-                self.db.executescript(_TO_VERSION_3)
-            self.db.executescript(_TO_VERSION_4)  # sessions gain their own expiry interval
-        elif row[0] != SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: store schema version {row[0]}, this plexmq reads {SCHEMA_VERSION}")
+            return
+        version = row[0]
+        if version != SCHEMA_VERSION and version not in _MIGRATIONS:
+            raise StoreError(f"{self.path}: store schema version {version}, this plexmq reads {SCHEMA_VERSION}")
+        while version < SCHEMA_VERSION:
+            self.db.executescript(_MIGRATIONS[version])
+            version += 1
 
     def verify(self) -> None:
         """Check every page (startup): a damaged store must stop the broker, not start it empty."""
@@ -156,6 +176,12 @@ class Store:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
                     _restore(session, pid, Pending(topic, payload, qos, bool(retain), state, props, expiry))
+            rows = db.execute("SELECT client_id, due, topic, payload, qos, retain, props, expiry FROM wills")
+            for client_id, due, topic, payload, qos, retain, props, expiry in rows:
+                session = loaded.sessions.get(client_id)
+                if session is not None:  # a will waiting out its delay (MQTT 5)
+                    session.will = Will(topic, payload, qos, bool(retain), props, expiry)
+                    session.will_at = due
             for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming"):
                 session = loaded.sessions.get(client_id)
                 if session is not None:

@@ -859,6 +859,53 @@ def test_a_v5_sessions_own_expiry_is_kept_across_a_sigkill_and_ends_it_after_the
         c.read_until_closed()
 
 
+def test_a_delayed_will_is_kept_across_a_sigkill_of_the_router_and_sent_when_due(brokers: Brokers,
+                                                                                   tmp_path: Path) -> None:
+    """A will waiting out its delay is stored with its session: the restarted router publishes it
+    once, when it is due; the will of a client that came back meanwhile never comes, and none is
+    left in the store."""
+    data = tmp_path / "data"
+    b = brokers.start(data, workers=1)  # one worker: the watcher's SUBACK below follows the wills' GONE
+    tag = uid()
+    topic = f"dur/will/{tag}"
+    watcher = connect(b.port, f"dw-watch-{tag}", clean=False)  # persistent: it gets the will whenever it comes
+    assert subscribe(watcher, 1, [(f"{topic}/#", 1)]) == [1]
+    pub = connect(b.port)
+    due, back = f"dw-due-{tag}", f"dw-back-{tag}"
+    for client_id, delay in ((due, 3), (back, 3600)):
+        c = RawClient(b.port)
+        will = v5.Will(f"{topic}/{client_id}", b"gone", 1, False, {P.WILL_DELAY_INTERVAL: delay})
+        assert c.connect5(client_id, properties={P.SESSION_EXPIRY_INTERVAL: 3600}, will=will)[:2] == (False, 0)
+        c.send(v5.encode_disconnect(0x04))  # Disconnect with Will Message
+        c.read_until_closed()
+    lost_at = time.monotonic()
+    assert sync(watcher) == []  # a persistent session's SUBACK: after the commit that stored both wills
+    old = b.router()
+    assert old is not None
+
+    os.kill(old.pid, signal.SIGKILL)
+
+    wait_for(lambda: (r := b.router()) is not None and r.pid != old.pid, 5, "a new router")
+    # retained, so through the router: its PUBACK says that the worker has joined the new router
+    publish(pub, f"{topic}-probe", b"probe", 1, retain=True)
+    c = RawClient(b.port)
+    assert c.connect5(back, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 3600})[:2] == (True, 0)
+    c.send(v5.encode_disconnect())  # back in time: its will is never sent
+    c.read_until_closed()
+    assert [(m.topic, m.payload) for m in receive(watcher, count=1, timeout=10)] == [(f"{topic}/{due}", b"gone")]
+    assert time.monotonic() - lost_at >= 3 - 0.05, "the will came before its delay"
+    assert sync(watcher) == [], "a will came twice, or the one of the client that came back"
+    c = RawClient(b.port)
+    assert c.connect5(due, clean_start=False)[:2] == (True, 0), "the session of the will was lost"
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    for c in (watcher, pub):
+        disconnect(c)
+    brokers.terminate(b)
+    with sqlite3.connect(data / "plexmq.db") as after:
+        assert after.execute("SELECT count(*) FROM wills").fetchone() == (0,)
+
+
 def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, tmp_path: Path) -> None:
     """A data dir written before MQTT 5 (schema 2) opens: its messages and retained messages gain
     empty properties and no expiry, its sessions the broker's default expiry, and nothing is lost."""
@@ -897,6 +944,6 @@ def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, t
     disconnect(c)
     brokers.terminate(b)  # the broker holds the store exclusively: it is read back after the stop
     with sqlite3.connect(data / "plexmq.db") as after:
-        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (4,)
+        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (5,)
         # the session gained its own expiry: none (-1), so persistent_client_expiration applies
         assert after.execute("SELECT expiry FROM sessions WHERE client_id = 'old-client'").fetchone() == (-1,)

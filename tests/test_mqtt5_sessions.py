@@ -5,6 +5,8 @@ published, a marker that must come next stands in for a wait."""
 
 from __future__ import annotations
 
+import time
+
 import paho.mqtt.client as paho
 
 from tests.conftest import Broker, wait_for
@@ -55,6 +57,47 @@ def test_the_expiry_set_at_disconnect_replaces_the_one_at_connect(broker: Broker
     offline_session(broker.port, shortened, 3600, at_disconnect=1)
     expired(broker, shortened)  # offline after the other one: the other would have gone first
     assert present(broker.port, lengthened)
+
+
+STAGGER = 0.2  # seconds between the sessions of a deadline test: the router's turns meet each at another phase
+LATE = 0.5  # seconds a deadline may be late here: the issue's 100 ms, and slack for a busy 2-core CI machine
+
+
+def test_no_session_can_be_resumed_after_its_expiry_interval(broker: Broker) -> None:
+    """[MQTT-4.1.0-2] Of six sessions with expiry 1 s left offline at moments spread over a second,
+    none is present 0.5 s after its interval ended: the end is checked when the client comes back, so
+    this holds whatever the timers (they drifted 1-2 s)."""
+    left_at = {}
+    for i in range(6):
+        client_id = f"on-time-{i}-{uid()}"
+        offline_session(broker.port, client_id, 1)
+        left_at[client_id] = time.monotonic()  # the router has it offline at this moment or just after
+        time.sleep(STAGGER)  # the moments under test, spread over the router's second
+    for client_id, at in left_at.items():
+        time.sleep(max(0.0, at + 1 + LATE - time.monotonic()))  # the deadline under test
+        assert not present(broker.port, client_id), f"{client_id} resumed {time.monotonic() - at:.2f} s offline"
+
+
+def test_delayed_wills_come_on_time(broker: Broker) -> None:
+    """Wills delayed 1 s, of connections lost at moments spread over a second, each come 1 s after
+    the loss and within LATE more (the router's timers fire when due, not on a drifting tick)."""
+    topic = f"v5/on-time/{uid()}"
+    watcher, _connack = raw5(broker.port)
+    assert subscribe5(watcher, 1, [(f"{topic}/#", 0)]) == [0]
+    lost_at = {}
+    for i in range(4):
+        c = RawClient(broker.port)
+        will = v5.Will(f"{topic}/{i}", b"gone", 0, False, {P.WILL_DELAY_INTERVAL: 1})
+        assert c.connect5(f"on-time-will-{i}-{uid()}", properties={P.SESSION_EXPIRY_INTERVAL: 60}, will=will)[1] == 0
+        c.close()  # no DISCONNECT: the will is due 1 s after the broker sees the connection go
+        lost_at[f"{topic}/{i}"] = time.monotonic()
+        time.sleep(STAGGER)  # the moments under test, spread over the router's second
+    for _ in lost_at:
+        got, _pid, payload, _props, _first = recv_publish(watcher)
+        took = time.monotonic() - lost_at[got]
+        assert payload == b"gone"
+        assert 1 - 0.05 <= took <= 1 + LATE, f"the will of {got} came {took:.2f} s after its connection was lost"
+    watcher.close()
 
 
 def test_a_delayed_will_waits_and_is_not_sent_when_the_client_comes_back(broker: Broker) -> None:

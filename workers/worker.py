@@ -1,7 +1,7 @@
 """A connection worker process: adopts sockets from the acceptor, speaks MQTT, batches to the router.
 
 Everything one loop turn produces is flushed once at its end (`flush`): one write per client socket
-and one ZeroMQ frame to the router. Keepalive and CONNECT deadlines share one wheel swept each second.
+and one ZeroMQ frame to the router. Keepalive and CONNECT deadlines share one wheel swept ten times a second.
 """
 
 from __future__ import annotations
@@ -130,6 +130,7 @@ class Worker:
         self.stopped = False
         loop.add_reader(channel.fileno(), self._channel_readable)
         loop.call_at(math.floor(loop.time()) + 1.0, self._tick)
+        loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
         self.flush_soon()
 
     def now(self) -> float:
@@ -561,13 +562,19 @@ class Worker:
         """Close `conn` at `when` (time.time(): its token expires), checked by the once-a-second sweep."""
         heapq.heappush(self.ending, (when, conn.conn_id, conn))
 
-    def _tick(self) -> None:
-        now = self.loop.time()
-        for conn in self.wheel.expire(now):
+    def _sweep(self) -> None:
+        """Just after each slot of the wheel: close the connections past their CONNECT or keepalive
+        deadline [MQTT-3.1.2-24]."""
+        loop = self.loop
+        for conn in self.wheel.expire(loop.time()):
             if conn.state < CONNECTING:  # type: ignore[attr-defined]
                 conn.close(f"no CONNECT within {self.connect_timeout:g} s")  # type: ignore[attr-defined]
             else:
                 conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]
+        loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
+
+    def _tick(self) -> None:
+        now = self.loop.time()
         ending, wall = self.ending, time.time()
         while ending and ending[0][0] <= wall:
             heapq.heappop(ending)[2].close("token expired", code=reasons.NOT_AUTHORIZED)  # a closed one ignores it
