@@ -226,6 +226,29 @@ def test_acl_refusals_carry_0x87(start_broker: Callable[..., Broker], tmp_path: 
     c.close()
 
 
+def test_dollar_and_share_topics_are_refused_with_0x87_without_an_acl(broker: Broker) -> None:
+    """No client writes the broker's `$` topics without an ACL rule naming them, nor a `$share/` name
+    (which reaches nobody): PUBACK/PUBREC 0x87, QoS 0 dropped (also on the raw path), a will there 0x87."""
+    u = uid()
+    spoof, plain = f"$SYS/broker/spoof{u}", f"v5/plain{u}"
+    watcher, _ = raw5(broker.port)
+    assert subscribe5(watcher, 1, [(spoof, 1), (plain, 1)]) == [1, 1]
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_publish(spoof.encode(), b"q0", 0))
+    for pid, (topic, qos, retain) in enumerate([(spoof, 1, False), (spoof, 2, True), (f"$share/g/{plain}", 1, False)], 1):
+        c.send(v5.encode_publish(topic.encode(), b"no", qos, retain, packet_id=pid))
+        first, body = c.recv()
+        assert first == (0x40 if qos == 1 else 0x50) and v5.decode_ack(first >> 4, 0, body)[:2] == (pid, 0x87), topic
+    c.send(v5.encode_publish(plain.encode(), b"yes", 1, packet_id=9))
+    assert c.recv() == (0x40, b"\x00\x09")
+    topic, _pid, payload, _props, _first = recv_publish(watcher)  # the first it gets
+    assert (topic, payload) == (plain, b"yes")
+    willing = RawClient(broker.port)
+    assert willing.connect5(f"r5-{u}", will=v4.Will(spoof, b"gone", 0, False))[1] == 0x87
+    for client in (watcher, c):
+        client.close()
+
+
 def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
