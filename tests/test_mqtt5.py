@@ -272,6 +272,24 @@ def test_malformed_and_protocol_errors_are_told_with_their_reason(broker: Broker
     assert (code, props[P.REASON_STRING]) == (0x82, "second CONNECT")
 
 
+def test_a_response_topic_with_a_wildcard_is_a_protocol_error_and_not_forwarded(broker: Broker) -> None:
+    """[MQTT-3.3.2-14]: DISCONNECT 0x82, and the message reaches nobody."""
+    topic = f"v5/request/{uid()}"
+    watcher, _ = raw5(broker.port)
+    assert subscribe5(watcher, 1, [(topic, 1)]) == [1]
+    for response in ("replies/+", "replies/#"):
+        c, _ = raw5(broker.port)
+        c.send(v5.encode_publish(topic.encode(), b"request", 1, packet_id=1, properties={P.RESPONSE_TOPIC: response}))
+        assert disconnect_of(c)[0] == 0x82, response
+    pub, _ = raw5(broker.port)
+    pub.send(v5.encode_publish(topic.encode(), b"fine", 1, packet_id=2, properties={P.RESPONSE_TOPIC: "replies/x"}))
+    assert pub.recv() == (0x40, b"\x00\x02")
+    got, _pid, payload, props, _first = recv_publish(watcher)  # the first it gets
+    assert (got, payload, props[P.RESPONSE_TOPIC]) == (topic, b"fine", "replies/x")
+    watcher.close()
+    pub.close()
+
+
 def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
     topic = f"v5/wrongack/{uid()}"
     c, _ = raw5(broker.port)
