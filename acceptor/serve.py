@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import shutil
@@ -24,6 +25,7 @@ from workers import handoff
 log = logging.getLogger("plexmq.acceptor")
 
 LISTEN_BACKLOG = 4096
+LOCK_FILE = "plexmq.lock"  # in the data dir: holds the pid of the broker that claimed it
 KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": handoff.LISTENER_WS,
          "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
 
@@ -33,6 +35,30 @@ def default_workers(max_connections: int, per_worker: int, role: str) -> int:
     as it takes to hold `max_connections` when each worker holds `per_worker`."""
     cores = (os.cpu_count() or 2) - (role == "all")
     return max(cores, 1, -(-max_connections // per_worker))  # -(-a // b): a / b rounded up
+
+
+def claim_data_dir(data_dir: str) -> int:
+    """Lock the data dir for this broker's life (flock on `LOCK_FILE`, which then holds our pid): a
+    second broker on it would take the store from under the first, whose router would fail on
+    "database is locked" until that broker gave up. The kernel drops the lock when the process ends,
+    however it ends, so a kill -9 leaves no stale claim. The lock's descriptor; StoreError (one line
+    naming the data dir, and the holder's pid) when it cannot be claimed."""
+    try:
+        if not os.path.exists(data_dir):
+            os.makedirs(data_dir)
+        fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreError(f"{data_dir}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "not yet written"
+        os.close(fd)
+        raise StoreError(f"{data_dir}: in use by another broker (pid {holder}, which holds "
+                         f"{os.path.join(data_dir, LOCK_FILE)})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
 
 
 def check_store(data_dir: str, sync: str) -> None:
@@ -89,9 +115,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         except OSError as exc:
             print(f"plexmq: cannot bind router_bind {config['router_bind']}: {exc.strerror or exc}", file=sys.stderr)
             return 1
+    claim = -1  # the data dir's lock, held while the router may use the store
     if config["persistence"] and role != "node":
         config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
+            claim = claim_data_dir(config["data_dir"])
             check_store(config["data_dir"], config["sync"])
         except StoreError as exc:
             print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
@@ -172,6 +200,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         supervisor.stop(config["stop_timeout"])
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if claim >= 0:
+            os.close(claim)  # the router has stopped: the data dir is free
         loop.close()
     log.info("stopped")
     return status

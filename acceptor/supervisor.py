@@ -157,6 +157,8 @@ class Supervisor:
     def stop(self, timeout: float) -> None:
         """SIGTERM every child, wait up to `timeout` seconds, SIGKILL what is left."""
         self.stopping = True
+        # the router first (it leads `children`): the workers that leave during its last turn are then
+        # no news to it (router/main.py: `send`)
         children = [c.proc for c in self.children if c.proc is not None]
         for proc in children:
             if proc.poll() is None:

@@ -78,7 +78,9 @@ def serve(config: dict) -> None:
             try:
                 sock.send_multipart((worker, links.tag(worker), frame), zmq.NOBLOCK)
             except zmq.ZMQError as exc:
-                if worker not in unreachable:
+                # a stop: the acceptor signals the router first, then the workers, which may leave
+                # before this turn's last send; nothing is amiss then
+                if worker not in unreachable and not stopping:
                     unreachable.add(worker)
                     log.warning("cannot reach worker %s: %s (its frames are lost until it joins again)",
                                 worker.decode(errors="replace"), exc)

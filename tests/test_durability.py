@@ -689,6 +689,35 @@ def test_a_data_dir_that_is_a_file_stops_startup_with_one_line(tmp_path: Path) -
     assert data.read_bytes() == b"not a directory\n"
 
 
+def test_a_second_broker_on_a_data_dir_in_use_refuses_and_leaves_the_first_alone(brokers: Brokers,
+                                                                                 tmp_path: Path) -> None:
+    """The data dir is claimed at start: a second broker names the holder and stops before it opens the
+    store, the first keeps committing with the same router, and a SIGKILL leaves no stale claim."""
+    data = tmp_path / "data"
+    first = brokers.start(data)
+    router = first.router()
+    assert router is not None
+
+    out = refused_start(tmp_path, "--data-dir", str(data), "--metrics-port", "0")
+
+    assert f"pid {first.proc.pid}" in line_naming(out, data), out
+    cid = f"claim-{uid()}"
+    c = connect(first.port, cid, clean=False)  # a persistent session: its SUBACK waits for a commit
+    assert subscribe(c, 1, [(f"dur/claim/{cid}", 1)]) == [1]
+    disconnect(c)
+    pub = connect(first.port)
+    publish(pub, f"dur/claim/{cid}", b"stored", 1)  # so does this PUBACK
+    disconnect(pub)
+    assert first.router() == router, f"the first broker's router was restarted:\n{first.output()[-3000:]}"
+    assert " ERROR " not in first.output() and " CRITICAL " not in first.output(), first.output()[-3000:]
+
+    brokers.kill_whole(first)
+    b = brokers.start(data)
+    c, present = reconnect(b.port, cid)
+    assert present and [m.payload for m in sync(c)] == [b"stored"]
+    disconnect(c)
+
+
 def mode_stops_reading(tmp_path: Path) -> bool:
     """False where this user reads files whatever their mode (root, or CAP_DAC_OVERRIDE)."""
     probe = tmp_path / "probe"

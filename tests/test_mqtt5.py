@@ -226,6 +226,29 @@ def test_acl_refusals_carry_0x87(start_broker: Callable[..., Broker], tmp_path: 
     c.close()
 
 
+def test_dollar_and_share_topics_are_refused_with_0x87_without_an_acl(broker: Broker) -> None:
+    """No client writes the broker's `$` topics without an ACL rule naming them, nor a `$share/` name
+    (which reaches nobody): PUBACK/PUBREC 0x87, QoS 0 dropped (also on the raw path), a will there 0x87."""
+    u = uid()
+    spoof, plain = f"$SYS/broker/spoof{u}", f"v5/plain{u}"
+    watcher, _ = raw5(broker.port)
+    assert subscribe5(watcher, 1, [(spoof, 1), (plain, 1)]) == [1, 1]
+    c, _ = raw5(broker.port)
+    c.send(v5.encode_publish(spoof.encode(), b"q0", 0))
+    for pid, (topic, qos, retain) in enumerate([(spoof, 1, False), (spoof, 2, True), (f"$share/g/{plain}", 1, False)], 1):
+        c.send(v5.encode_publish(topic.encode(), b"no", qos, retain, packet_id=pid))
+        first, body = c.recv()
+        assert first == (0x40 if qos == 1 else 0x50) and v5.decode_ack(first >> 4, 0, body)[:2] == (pid, 0x87), topic
+    c.send(v5.encode_publish(plain.encode(), b"yes", 1, packet_id=9))
+    assert c.recv() == (0x40, b"\x00\x09")
+    topic, _pid, payload, _props, _first = recv_publish(watcher)  # the first it gets
+    assert (topic, payload) == (plain, b"yes")
+    willing = RawClient(broker.port)
+    assert willing.connect5(f"r5-{u}", will=v4.Will(spoof, b"gone", 0, False))[1] == 0x87
+    for client in (watcher, c):
+        client.close()
+
+
 def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
@@ -247,6 +270,24 @@ def test_malformed_and_protocol_errors_are_told_with_their_reason(broker: Broker
     c.send(v5.encode_connect("again", protocol_level=5))
     code, props = disconnect_of(c)
     assert (code, props[P.REASON_STRING]) == (0x82, "second CONNECT")
+
+
+def test_a_response_topic_with_a_wildcard_is_a_protocol_error_and_not_forwarded(broker: Broker) -> None:
+    """[MQTT-3.3.2-14]: DISCONNECT 0x82, and the message reaches nobody."""
+    topic = f"v5/request/{uid()}"
+    watcher, _ = raw5(broker.port)
+    assert subscribe5(watcher, 1, [(topic, 1)]) == [1]
+    for response in ("replies/+", "replies/#"):
+        c, _ = raw5(broker.port)
+        c.send(v5.encode_publish(topic.encode(), b"request", 1, packet_id=1, properties={P.RESPONSE_TOPIC: response}))
+        assert disconnect_of(c)[0] == 0x82, response
+    pub, _ = raw5(broker.port)
+    pub.send(v5.encode_publish(topic.encode(), b"fine", 1, packet_id=2, properties={P.RESPONSE_TOPIC: "replies/x"}))
+    assert pub.recv() == (0x40, b"\x00\x02")
+    got, _pid, payload, props, _first = recv_publish(watcher)  # the first it gets
+    assert (got, payload, props[P.RESPONSE_TOPIC]) == (topic, b"fine", "replies/x")
+    watcher.close()
+    pub.close()
 
 
 def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:

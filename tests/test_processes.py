@@ -372,6 +372,8 @@ def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Brok
             c.read_until_closed(1)
     assert port_closed(b.port)
     assert "Traceback" not in b.output(), b.output()[-3000:]
+    said = [line for line in b.output().splitlines() if " WARNING " in line or " ERROR " in line]
+    assert said == [], "a clean stop is no reason for a warning"
 
 
 def test_sigkill_of_the_acceptor_leaves_no_orphan(start_broker: Callable[..., Broker], no_orphans: Callable[[Broker], None]) -> None:

@@ -8,8 +8,11 @@ acknowledged to the publisher before), and the worker writes the deliveries it g
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 
 from tests.conftest import Broker
+from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
 from workers.mqtt import v4 as p
 
@@ -61,9 +64,16 @@ def test_hash_matches_the_parent_level(broker: Broker) -> None:
     pub.close()
 
 
-def test_dollar_topics_escape_first_level_wildcards(broker: Broker) -> None:
+def test_dollar_topics_escape_first_level_wildcards(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """Clients publish to a `$` topic only where an ACL names it (below), here `$test.../#`; `#` reaches
+    every other topic, but no `$` one."""
     u = uid()
     dollar, plain = f"$test{u}/x", f"test{u}/x"
+    acl = tmp_path / "acl"
+    acl.write_text(f"topic readwrite #\ntopic readwrite $test{u}/#\n")
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'acl_file = "{acl}"\nallow_anonymous = true\n')
+    broker = start_broker("--workers", "2", "--config", str(config))
     subs = {f: connect(broker.port) for f in ("#", "+/x", f"$test{u}/#", f"$test{u}/+", "+/+")}
     for i, (topic_filter, c) in enumerate(subs.items()):
         assert subscribe(c, i + 1, [(topic_filter, 0)]) == [0]
@@ -76,6 +86,33 @@ def test_dollar_topics_escape_first_level_wildcards(broker: Broker) -> None:
         assert got == expected[topic_filter], topic_filter
         c.close()
     pub.close()
+
+
+def test_without_an_acl_no_client_publishes_to_a_dollar_topic(broker: Broker) -> None:
+    """`$SYS` and the other `$` topics are the broker's, and a `$share/` name reaches nobody: such a
+    PUBLISH is dropped, QoS 1/2 still acknowledged (3.1.1), also retained and also on the raw QoS 0
+    path (the first sight of its topic, and again), and a will there refuses the CONNECT (0x05)."""
+    u = uid()
+    spoof, mine, plain = f"$SYS/broker/spoof{u}", f"$test{u}/x", f"plain{u}"
+    sub = connect(broker.port)
+    assert subscribe(sub, 1, [(spoof, 1), (f"$test{u}/#", 1), (plain, 1)]) == [1, 1, 1]
+    pub = connect(broker.port)
+    pub.send(b"".join(p.encode_publish(topic.encode(), payload, 0) for topic, payload in
+                      [(plain, b"a"), (spoof, b"q0"), (plain, b"b"), (mine, b"q0"), (spoof, b"q0 again")]))
+    publish(pub, spoof, b"q1", 1)
+    publish(pub, mine, b"q2", 2, packet_id=2)
+    publish(pub, spoof, b"retained", 1, retain=True, packet_id=3)
+    publish(pub, f"$share/g/{plain}", b"shared", 1, packet_id=4)
+    publish(pub, plain, b"c", 1, packet_id=5)
+    assert [m.payload for m in sync(sub)] == [b"a", b"b", b"c"]
+    late = connect(broker.port)
+    assert subscribe(late, 1, [(spoof, 1)]) == [1]
+    assert sync(late) == [], "a client's retained message on a $SYS topic was kept"
+    willing = RawClient(broker.port)
+    assert willing.connect(f"will-{u}", will=p.Will(spoof, b"gone", 0, True))[1] == 5
+    willing.read_until_closed()
+    for c in (sub, pub, late):
+        c.close()
 
 
 def test_invalid_filters_get_0x80_one_code_per_filter_in_order(broker: Broker) -> None:

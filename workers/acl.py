@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers.mqtt.topics import matches, valid_filter
+from workers.mqtt.topics import SHARED_PREFIX, matches, valid_filter
 
 READ, WRITE = 1, 2
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": 0}
@@ -188,6 +188,18 @@ class Checker:
     def _denied(self, topic_filter: str) -> bool:
         """Does one deny rule reach every topic of this filter?"""
         return any(covers(rule, topic_filter) for rule in self.deny)
+
+
+def may_publish(checker: Checker | None, topic: str) -> bool:
+    """May a client publish to (or leave its will on) this topic name; `checker` None: no ACL.
+
+    `$` topics are the broker's ($SYS): a client writes one only where a write rule of its ACL names
+    it (a rule starting with `$`: wildcards never reach them [MQTT-4.7.2-1]), so that without an
+    ACL nobody can spoof them, as in mosquitto. A `$share/` name reaches nobody whatever the ACL
+    says (a filter so named is a shared subscription [MQTT-4.8.2-1])."""
+    if topic[:1] == "$":
+        return checker is not None and not topic.startswith(SHARED_PREFIX) and checker.can_write(topic)
+    return checker is None or checker.can_write(topic)
 
 
 def _remember(cache: dict, key: str | bytes, allowed: bool, size: int) -> None:

@@ -164,6 +164,14 @@ class Connection(asyncio.Protocol):
                         to_archive = known_topics.get(topic) if topic_end <= stop else None
                         if to_archive is None:
                             p.decode_publish(0, buf[start:stop])  # validates, raises MalformedPacket
+                            if topic[:1] == b"$":  # no client without an ACL writes one (acl.may_publish):
+                                if run >= 0:  # never remembered, so each goes to handle_publish to be refused
+                                    self._forward(buf, run, pos, run_topic, count, skipped)
+                                    run = -1
+                                self._packet(p.PUBLISH, 0, buf[start:stop])
+                                published += 1
+                                pos = stop
+                                continue
                             to_archive = worker.remember_topic(topic)
                         if run >= 0:
                             self._forward(buf, run, pos, run_topic, count, skipped)

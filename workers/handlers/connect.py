@@ -13,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from workers import scram
+from workers.acl import may_publish
 from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
@@ -169,13 +170,13 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
 
 
 def accept(conn: Connection, connect: Connect) -> None:
-    """Credentials accepted (`conn.username` is who logged in): check the will against the ACL, then
-    claim the session. A 5.0 session outlives its connection when its expiry interval is not 0; clean
+    """Credentials accepted (`conn.username` is who logged in): check the will against the ACL (a `$`
+    will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection when its expiry interval is not 0; clean
     start alone says whether an earlier one is discarded. The keepalive is the client's, or the
     Server Keep Alive a 5.0 client was told instead."""
     worker = conn.worker
     checker = worker.auth.checker(conn.username, conn.client_id)
-    if connect.will is not None and checker is not None and not checker.can_write(connect.will.topic):
+    if connect.will is not None and not may_publish(checker, connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
     conn.take_rules(checker)  # no ACL: plain QoS 0 runs go to the router as they are (5.0: without properties)
     conn.persistent = not connect.clean_session if conn.v5 is None else conn.v5.session_expiry > 0

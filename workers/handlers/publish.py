@@ -1,11 +1,13 @@
 """PUBLISH from a client (all but the plain 3.1.1 QoS 0 runs, which `Connection.data_received`
-forwards as they are): topic alias and flow control (5.0), the ACL, then routed."""
+forwards as they are): topic alias and flow control (5.0), the ACL and the `$` topics no client may
+write (`acl.may_publish`), then routed."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
+from workers.acl import may_publish
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
 from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
@@ -42,7 +44,7 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
                                       code=reasons.PAYLOAD_FORMAT_INVALID)
                 return conn.acknowledge(packet_id, qos, reasons.PAYLOAD_FORMAT_INVALID)
             carried, expiry = _carried(properties)
-    if conn.checker is not None and not conn.checker.can_write(topic):
+    if not may_publish(conn.checker, topic):
         conn.worker.deny(conn, packet_id, qos)
     else:
         conn.worker.publish(conn, topic, packet_id, qos, bool(flags & 1), payload, carried, expiry)

@@ -91,6 +91,9 @@ def decode_publish(flags: int, body: bytes | memoryview, from_server: bool = Fal
         props, pos = props_codec.decode(body, pos, PUBLISH)
         if props_codec.SUBSCRIPTION_IDENTIFIER in props and not from_server:
             raise MalformedPacket("subscription identifier from a client", PROTOCOL_ERROR)
+        response = props.get(props_codec.RESPONSE_TOPIC)
+        if isinstance(response, str) and ("+" in response or "#" in response):
+            raise MalformedPacket("wildcard in response topic", PROTOCOL_ERROR)  # [MQTT-3.3.2-14]
     if "\x00" in topic:
         raise MalformedPacket("U+0000 in topic name")  # [MQTT-1.5.4-2]
     if not topic:
