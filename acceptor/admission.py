@@ -2,7 +2,7 @@
 
 Network allow and deny lists (CIDR), a cap on connections held by the whole broker, and a rate per
 client address (a token bucket that refills `max_connection_rate` per second, up to a burst of as
-many): a refused socket is closed at once and counted, and refusals are logged at most once a
+many, and at least one, so that a rate below 1 means one connection every 1/rate seconds): a refused socket is closed at once and counted, and refusals are logged at most once a
 second, so a flood costs the acceptor one accept and one close per socket.
 """
 
@@ -56,8 +56,9 @@ class Admission:
             return "max_connections"
         if self.rate:
             now = time.monotonic()
-            tokens, then = self.buckets.get(address, (self.rate, now))
-            tokens = min(self.rate, tokens + (now - then) * self.rate)
+            burst = max(self.rate, 1.0)
+            tokens, then = self.buckets.get(address, (burst, now))
+            tokens = min(burst, tokens + (now - then) * self.rate)
             if tokens < 1.0:
                 self.buckets[address] = (tokens, now)
                 return "max_connection_rate"

@@ -71,6 +71,14 @@ def test_connection_rate_per_address(tmp_path: Path, start_broker: Callable[...,
     assert served(from_address(b.port, "127.0.0.4"))  # another address has its own allowance
 
 
+def test_a_rate_below_one_per_second_admits_one_at_a_time(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """0.5: one connection every 2 s per address (every one was refused, also after a reload)."""
+    b = broker_with(tmp_path, start_broker, "max_connection_rate = 0.5\n")
+    assert served(from_address(b.port, "127.0.0.5"))
+    assert refused(from_address(b.port, "127.0.0.5"))  # the next one is due in 2 s
+    assert served(from_address(b.port, "127.0.0.6"))
+
+
 def test_memory_limit_sheds_qos0_first(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
     b = broker_with(tmp_path, start_broker, "memory_limit = 1\n")  # always above it
     wait_for(lambda: b.output().count("sheds QoS 0 deliveries") == 2, 10, "both workers to shed")
