@@ -16,6 +16,7 @@ from typing import Any, Callable
 import zmq
 import zmq.auth
 
+from router.files import Access
 from router.shared import STRATEGIES
 from router.units import parse_duration
 from workers import tls
@@ -65,6 +66,16 @@ def _networks(value: Any) -> str | None:
             ipaddress.ip_network(network, strict=False)
         except (TypeError, ValueError):
             return f"must be a list of networks like \"10.0.0.0/8\"; {network!r} is not one"
+    return None
+
+
+def _group(value: Any) -> str | None:
+    if not value:
+        return None
+    try:
+        Access(value)
+    except KeyError:
+        return f"no group {value!r} on this host"
     return None
 
 
@@ -219,6 +230,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "topics": Option(list, ["#"], _strings, "topic filters to archive"),
         "roll_bytes": Option(int, 64 << 20, _range(1024), "start a new segment after this many bytes"),
         "roll_seconds": Option(float, 300.0, _range(1), "start a new segment after this many seconds"),
+        "group": Option(str, "", _group, "a group that may read the segments (0640, dirs 0750); empty: only "
+                        "the broker's user (0600, 0700)"),
     },
 }
 

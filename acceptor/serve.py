@@ -19,6 +19,7 @@ from acceptor.admission import Admission
 from acceptor.listener import Listener
 from acceptor.supervisor import Supervisor
 from router.process import connections_per_worker, raise_fd_limit
+from router.files import Access, private_dir
 from router.store import Store, StoreError
 from workers import handoff
 
@@ -44,8 +45,9 @@ def claim_data_dir(data_dir: str) -> int:
     however it ends, so a kill -9 leaves no stale claim. The lock's descriptor; StoreError (one line
     naming the data dir, and the holder's pid) when it cannot be claimed."""
     try:
-        if not os.path.exists(data_dir):
-            os.makedirs(data_dir)
+        before = private_dir(data_dir)
+        if before & 0o077:
+            log.warning("data dir %s was open to other users (mode %o): now %o", data_dir, before, before & 0o700)
         fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise StoreError(f"{data_dir}: {exc.strerror}") from None
@@ -128,7 +130,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     if archive["enabled"] and role != "router":
         archive["dir"] = os.path.abspath(archive["dir"])
         try:
-            os.makedirs(archive["dir"], exist_ok=True)
+            Access(archive["group"]).make_dir(archive["dir"])
             if not os.access(archive["dir"], os.W_OK | os.X_OK):
                 raise PermissionError(13, "not writable")
         except OSError as exc:

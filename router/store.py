@@ -18,6 +18,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from router.files import private_dir, private_file
 from router.retain import Retained
 from router.sessions import QUEUED, Pending, Session, Will
 
@@ -123,10 +124,11 @@ class Store:
         if os.path.exists(data_dir) and not os.path.isdir(data_dir):
             raise StoreError(f"{data_dir}: not a directory")
         try:
-            os.makedirs(data_dir, exist_ok=True)
+            private_dir(data_dir)
         except OSError as exc:
             raise StoreError(f"{data_dir}: cannot create the data dir: {exc.strerror}") from None
         try:
+            private_file(self.path)
             self.db = sqlite3.connect(self.path, timeout=1.0, isolation_level=None)
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute(f"PRAGMA synchronous = {'FULL' if sync == 'full' else 'NORMAL'}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
+from router.files import Access
 from workers.mqtt.topics import matches
 from workers.archive_format import (
     HOUR_US,
@@ -58,11 +59,14 @@ class ArchiveWriter:
     """Appends one worker's archived PUBLISH records to its rolling segment files."""
 
     def __init__(
-        self, directory: str, worker_id: int, filters: list[str], roll_bytes: int, roll_seconds: float
+        self, directory: str, worker_id: int, filters: list[str], roll_bytes: int, roll_seconds: float,
+        access: Access | None = None,
     ) -> None:
+        """`access`: who else may read the files (default: nobody)."""
         self._root = Path(directory)
         self._staging = self._root / STAGING
-        self._staging.mkdir(parents=True, exist_ok=True)
+        self._access = access = access or Access()
+        access.make_dir(str(self._staging))
         self._worker_id = worker_id
         self._filters = tuple(filters)
         self._roll_bytes = roll_bytes
@@ -146,7 +150,8 @@ class ArchiveWriter:
         self._opened += 1
         name = f"w{self._worker_id}-{first_us}-{os.getpid()}-{self._opened}"
         part = self._staging / (name + PART_SUFFIX)
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._access.file_mode)
+        self._access.own(fd)
         self._open = _Open(
             fd,
             part,
@@ -166,10 +171,16 @@ class ArchiveWriter:
             if segment.size == 0:  # its first chunk could not be written
                 os.unlink(segment.part)
                 return
-            segment.final.parent.mkdir(parents=True, exist_ok=True)
+            self._make_partition(segment.final.parent)
             os.rename(segment.part, segment.final)
         except OSError as e:  # the .part stays behind and is sealed when the worker restarts
             self._error(e)
+
+    def _make_partition(self, hour_dir: Path) -> None:
+        """`date=.../hour=...`, both levels with the archive's access."""
+        if not hour_dir.is_dir():
+            self._access.make_dir(str(hour_dir.parent))
+            self._access.make_dir(str(hour_dir))
 
     def _error(self, e: OSError) -> None:
         """Log the first of a run of write errors."""
@@ -185,5 +196,5 @@ class ArchiveWriter:
                 continue
             first_us = int(part.name.split("-")[1])
             final = self._root / partition(first_us) / (part.stem + SEGMENT_SUFFIX)
-            final.parent.mkdir(parents=True, exist_ok=True)
+            self._make_partition(final.parent)
             os.rename(part, final)

@@ -24,6 +24,7 @@ import psutil
 import uvloop
 
 from router import wire
+from router.files import Access
 from router.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
 from router.stats import PROTOCOLS, process_usage
 from workers import handoff, tls
@@ -118,7 +119,7 @@ class Worker:
         self.turn_us = 0  # receive time of this loop turn's archived reads, taken at the first
         archive = config["archive"]
         self.archive = ArchiveWriter(archive["dir"], worker_id, archive["topics"], archive["roll_bytes"],
-                                     archive["roll_seconds"]) if archive["enabled"] else None
+                                     archive["roll_seconds"], Access(archive["group"])) if archive["enabled"] else None
         self.dropped = 0
         self.withheld = 0  # deliveries the receiver's read rules did not allow
         self.refused = 0
