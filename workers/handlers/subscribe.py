@@ -21,7 +21,7 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
         packet_id, filters = v4.decode_subscribe(flags, body)
         identifier = 0
     else:
-        packet_id, filters, properties = v5.decode_subscribe(flags, body)
+        packet_id, filters, properties = v5.decode_subscribe(flags, body, conn.worker.max_user_properties)
         identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]
     checker = conn.checker
     wanted = []
@@ -45,7 +45,7 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.v5 is None:
         packet_id, filters = v4.decode_unsubscribe(flags, body)
     else:
-        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body)
+        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body, conn.worker.max_user_properties)
     if conn.subs:
         for f in filters:
             conn.subs.pop(f, None)
