@@ -70,6 +70,7 @@ class Worker:
         self.config_path: str = config["config_path"]
         self.max_packet_size: int = config["max_packet_size"]
         self.max_user_properties: int = config["max_user_properties"] or props.ANY  # per property block
+        self.max_subscriptions: int = config["max_subscriptions"] or sys.maxsize  # per client
         self.max_inflight: int = config["max_inflight"]
         self.receive_maximum: int = config["receive_maximum"]
         self.topic_alias_maximum: int = config["topic_alias_maximum"]
@@ -585,6 +586,7 @@ class Worker:
         logging.getLogger().setLevel(config["log_level"].upper())
         self.max_packet_size = config["max_packet_size"]
         self.max_user_properties = config["max_user_properties"] or props.ANY
+        self.max_subscriptions = config["max_subscriptions"] or sys.maxsize
         self.max_queued = config["max_queued_messages"]
         self.connect_timeout = config["connect_timeout"]
         self.memory_limit = config["memory_limit"]
