@@ -202,7 +202,7 @@ class Worker:
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
-        self.routes.forget(conn.conn_id)
+        self.routes.forget(conn.conn_id, conn.subs or ())
         self.unanswered -= conn.waiting  # their answers find no connection
         conn.waiting = 0
         self.flush_soon()  # which reports the new load (and sends GONE)
