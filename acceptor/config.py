@@ -149,6 +149,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                   "have unacknowledged at once (more: DISCONNECT 0x93)"),
         "topic_alias_maximum": Option(int, 10, _range(0, 65535), "topic aliases an MQTT 5 client may set per "
                                       "connection (0: none)"),
+        "max_user_properties": Option(int, 100, _range(0), "user properties an MQTT 5 packet may carry in one "
+                                      "property block (more: DISCONNECT 0x97; 0: no limit)"),
+        "max_subscriptions": Option(int, 10_000, _range(0), "topic filters one client may be subscribed to "
+                                    "(more: refused, 0x97; 3.1.1: 0x80; 0: no limit)"),
         "max_keepalive": Option(int, 0, _range(0, 65535), "seconds a client's keepalive may be at most: above it (or 0) "
                                 "an MQTT 5 client is told this one, a 3.1/3.1.1 client refused (0: no limit)"),
         "response_information": Option(str, "", _mqtt_string, "Response Information for MQTT 5 clients that ask "

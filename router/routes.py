@@ -4,9 +4,10 @@ subscribers without a hop through the router when nothing else needs it (docs/ar
 A subscription's *place* is the worker of its connection when that worker alone can serve it: a plain
 subscription (no MQTT 5 options or identifiers, not shared) of a clean session, made while connected
 there. Every other subscription (persistent sessions, shared groups, MQTT 5 options) has the router's
-place, `ROUTER`. The table maps each filter to its places, counted. A worker delivers a message itself
-only when no filter that matches its topic has a place other than its own; otherwise the router routes
-it, to everyone, as before.
+place, `ROUTER`. The table maps each filter to its places, counted (a filter of one subscription to
+that place alone: a dict of one is 232 bytes, and most filters have one subscriber). A worker delivers
+a message itself only when no filter that matches its topic has a place other than its own; otherwise
+the router routes it, to everyone, as before.
 
 Each turn's changes go to every worker as one `ROUTES` record of a new generation, at the head of its
 frame; a worker that says HELLO gets the whole table. Workers acknowledge each generation
@@ -24,6 +25,12 @@ import orjson
 from router import wire
 
 ROUTER = b""  # the place of a subscription only the router can serve
+Places = bytes | dict[bytes, int]  # one subscription's place, or each place with its subscriptions
+
+
+def _each(places: Places | tuple[()]) -> Iterable[bytes]:
+    """The places of a filter's entry."""
+    return (places,) if isinstance(places, bytes) else places
 
 
 class RouteTable:
@@ -33,7 +40,7 @@ class RouteTable:
     __slots__ = ("places", "changed", "gen", "acked", "fresh", "deferred")
 
     def __init__(self) -> None:
-        self.places: dict[str, dict[bytes, int]] = {}
+        self.places: dict[str, Places] = {}
         self.changed: set[str] = set()  # filters whose set of places changed this turn
         self.gen = 0
         self.acked: dict[bytes, int] = {}  # worker -> the last generation it applied
@@ -44,23 +51,31 @@ class RouteTable:
         """One more subscription of `topic_filter` at `place`; True when the place is new for the filter."""
         places = self.places.get(topic_filter)
         if places is None:
-            places = self.places[topic_filter] = {}
-        count = places.get(place, 0)
-        places[place] = count + 1
-        if count:
-            return False
+            self.places[topic_filter] = place
+        elif isinstance(places, bytes):
+            self.places[topic_filter] = {places: 2} if places == place else {places: 1, place: 1}
+            if places == place:
+                return False
+        else:
+            count = places.get(place, 0)
+            places[place] = count + 1
+            if count:
+                return False
         self.changed.add(topic_filter)
         return True
 
     def remove(self, topic_filter: str, place: bytes) -> None:
         places = self.places[topic_filter]
-        count = places[place] - 1
-        if count:
-            places[place] = count
-            return
-        del places[place]
-        if not places:
+        if isinstance(places, bytes):
             del self.places[topic_filter]
+        else:
+            count = places[place] - 1
+            if count:
+                places[place] = count
+                return
+            del places[place]
+            if not places:
+                del self.places[topic_filter]
         self.changed.add(topic_filter)
 
     def hello(self, worker: bytes) -> None:
@@ -92,9 +107,9 @@ class RouteTable:
             self.fresh.clear()
         return leads
 
-    def _record(self, whole: bool, entries: Iterable[tuple[str, Iterable[bytes]]]) -> bytes:
+    def _record(self, whole: bool, entries: Iterable[tuple[str, Places | tuple[()]]]) -> bytes:
         """A ROUTES record of this generation: each filter with its places."""
-        listed = [[f, [place.decode() for place in places]] for f, places in entries]
+        listed = [[f, [place.decode() for place in _each(places)]] for f, places in entries]
         return wire.record(wire.ROUTES, orjson.dumps([self.gen, whole, listed]))
 
     def acknowledged(self, worker: bytes, gen: int) -> None:

@@ -685,6 +685,35 @@ def test_message_counters_count_messages_delivered_on_the_publishers_worker(
     watcher.wait(lambda: str(total).encode() in watcher.received(said), f"{said} to say {total}", 10)
 
 
+def test_a_subscriber_that_leaves_takes_its_filters_off_the_worker(
+        start_broker: Callable[..., Broker], peers: list[Peer]) -> None:
+    """A closed connection's filters leave the worker's own trie (`LocalRoutes.forget`, given
+    `Connection.subs`): what is published to them afterwards is sent once, to the subscriber still
+    there, and counted so."""
+    b = start_broker("--workers", "1")
+    topic = f"ld/leaves/{uid()}"
+    gone, stays, pub = peer_on(b), peer_on(b), peer_on(b)
+    peers.extend([gone, stays, pub])
+    assert gone.subscribe([(topic, 0), (f"{topic}/other", 0)])[0] == [0, 0]
+    assert stays.subscribe([(topic, 0)])[0] == [0]
+    gone.disconnect()
+    for i in range(5):
+        pub.send(p.encode_publish(topic.encode(), b"%d" % i, 0))
+    assert len(stays.wait_received(topic, 5, "every message")) == 5
+    url = metrics_url(b)
+    wanted = {("plexmq_messages_received_total", ()): 5, ("plexmq_messages_sent_total", ()): 5}
+    seen: dict = {}
+
+    def counted() -> bool:
+        seen.update(scrape(url))
+        return all(seen.get(k) == v for k, v in wanted.items())
+
+    try:
+        wait_for(counted, 10, "the metrics to count the messages")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; metrics said {({k: seen.get(k) for k in wanted})}") from None
+
+
 # -- found in review: a pipelined UNSUBSCRIBE, and a re-SUBSCRIBE that moves a filter to the worker ----
 
 

@@ -376,6 +376,27 @@ def test_packet_too_large_for_the_broker_is_0x95(start_broker: Callable[..., Bro
     assert disconnect_of(c)[0] == 0x95
 
 
+def test_user_properties_beyond_max_user_properties_are_0x97(broker: Broker) -> None:
+    """Each user property costs a decoded pair: 200,000 empty ones fit a 1 MB PUBLISH and held the
+    worker ~0.4 s. The default bound, 100 per property block, passes; one more is refused unread."""
+    topic = f"v5/props/{uid()}"
+    sub, _ = raw5(broker.port)
+    assert subscribe5(sub, 1, [(topic, 0)]) == [0]
+    c, _ = raw5(broker.port)
+    hundred = {P.USER_PROPERTY: [("k", str(i)) for i in range(100)]}
+    c.send(v5.encode_publish(topic.encode(), b"ok", 1, packet_id=1, properties=hundred))
+    assert c.recv() == (0x40, b"\x00\x01")
+    assert recv_publish(sub)[3][P.USER_PROPERTY] == hundred[P.USER_PROPERTY]
+    flood = {P.USER_PROPERTY: [("", "")] * 200_000}
+    c.send(v5.encode_publish(topic.encode(), b"no", 1, packet_id=2, properties=flood))
+    code, props = disconnect_of(c)
+    assert code == 0x97
+    assert "more than 100 user properties" in props[P.REASON_STRING]
+    sub.send(v4.PINGREQ_PACKET)
+    assert sub.recv() == (0xD0, b"")  # nothing of the refused PUBLISH reached its subscriber
+    sub.close()
+
+
 def test_a_message_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -> None:
     topic = f"v5/max/{uid()}"
     c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 64})

@@ -479,6 +479,18 @@ def test_server_publish_with_subscription_identifiers_encodes() -> None:
     assert refused.value.code == PROTOCOL_ERROR
 
 
+def test_user_properties_beyond_the_bound_are_refused_unread() -> None:
+    """`max_user` bounds the user properties of a block: one more is 0x97 before it is read (its
+    bytes here are not even a whole property)."""
+    block = h("26 0000 0000") * 3
+    body = h("0001") + b"t" + bytes((len(block),)) + block
+    assert p.decode_publish(0, body, max_user=3)[3] == {P.USER_PROPERTY: [("", "")] * 3}
+    body = h("0001") + b"t" + bytes((len(block) + 3,)) + block + h("26 00 00")
+    with pytest.raises(MalformedPacket, match="more than 3 user properties") as refused:
+        p.decode_publish(0, body, max_user=3)
+    assert refused.value.code == 0x97
+
+
 # ----------------------------------------------------------------------------------- reason codes
 
 # each packet's reason code table in the MQTT 5.0 spec (tables 3-1, 3-4 to 3-11)

@@ -45,6 +45,23 @@ def test_a_place_is_new_once_and_gone_with_its_last_subscription() -> None:
     assert routes.places == {}
 
 
+def test_a_filter_of_one_subscription_keeps_its_place_alone() -> None:
+    """One subscription's place is kept as it is (most filters have one subscriber: a dict of one is
+    232 bytes); a second place, a second subscription and their removal count as with a dict."""
+    routes = table()
+    assert routes.add("b", b"w1") is True
+    assert routes.places == {"b": b"w1"}
+    assert routes.add("b", ROUTER) is True
+    routes.remove("b", b"w1")
+    assert routes_of(routes.leads(WORKERS)[b"w0"]) == [1, False, [["b", [""]]]]
+    routes.remove("b", ROUTER)
+    assert routes.add("c", ROUTER) is True
+    routes.remove("c", ROUTER)
+    gen, whole, entries = routes_of(routes.leads(WORKERS)[b"w0"])
+    assert (gen, whole, sorted(entries)) == (2, False, [["b", []], ["c", []]])
+    assert routes.places == {}
+
+
 def test_a_worker_that_says_hello_gets_the_whole_table() -> None:
     routes = table()
     routes.add("x", b"w1")

@@ -1,7 +1,9 @@
 """One client connection in a worker: its reads, its state and its outbound window. What each packet
 from the client does is in workers/handlers/ (one module per packet).
 
-Reads are parsed in place (a buffer is kept only for a partial packet); every write of a loop
+Reads are parsed in place (a buffer is kept only for a partial packet, a bytearray that each read
+appends to and that is copied once, when the packet is whole: reading a packet costs its size however
+many pieces it comes in); every write of a loop
 turn is gathered in `out` and written once by the worker's flush. QoS 1/2 deliveries beyond the
 inflight window wait in a bounded queue; QoS 0 is what gets dropped first when it is full.
 """
@@ -67,7 +69,7 @@ class Connection(asyncio.Protocol):
         self.worker = worker
         self.conn_id = conn_id
         self.transport: asyncio.Transport | None = None
-        self.buf = b""
+        self.buf: bytes | bytearray = b""  # what reads left: a partial packet, or what a rate limit or a login held
         self.state = NEW
         self.client_id = ""
         self.username: str | None = None
@@ -131,10 +133,19 @@ class Connection(asyncio.Protocol):
         worker = self.worker
         if self.state == CLOSED:
             return
-        if self.state == AUTHENTICATING:
-            self.buf += data  # read on once the login is decided
+        if self.state == AUTHENTICATING:  # read on once the login is decided
+            self.buf = self.buf or bytearray()
+            self.buf += data
             return
-        buf = self.buf + data if self.buf else data
+        if self.keepalive:
+            self.deadline = worker.now() + self.keepalive * 1.5
+        if self.buf:
+            self.buf += data  # a bytearray, appended to in place
+            if self._partial():
+                return
+            buf = bytes(self.buf)
+        else:
+            buf = data
         pos = 0
         end = len(buf)
         max_size = worker.max_packet_size
@@ -191,7 +202,7 @@ class Connection(asyncio.Protocol):
                     if self.state == CLOSED:
                         return
                     if self.state == AUTHENTICATING:
-                        self.buf = buf[stop:]
+                        self.buf = bytearray(memoryview(buf)[stop:])
                         return
                 pos = stop
         except p.MalformedPacket as exc:
@@ -201,12 +212,18 @@ class Connection(asyncio.Protocol):
             return
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
-        self.buf = buf[pos:] if pos < end else b""
+        self.buf = bytearray(memoryview(buf)[pos:]) if pos < end else b""
         worker.flush_soon()
-        if self.keepalive:
-            self.deadline = worker.now() + self.keepalive * 1.5
         if worker.rate_limited:
             self._charge(published, pos)
+
+    def _partial(self) -> bool:
+        """Whether `buf` holds less than its first packet; a header that breaks the format counts as
+        whole, for the read loop to refuse it."""
+        try:
+            return _frame(self.buf, 0, self.worker.max_packet_size) is None
+        except p.MalformedPacket:
+            return False
 
     # -- per-client rate limits: buckets that hold one second's worth and refill at the rate ------
 

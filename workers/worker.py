@@ -71,6 +71,8 @@ class Worker:
         self.channel = channel
         self.config_path: str = config["config_path"]
         self.max_packet_size: int = config["max_packet_size"]
+        self.max_user_properties: int = config["max_user_properties"] or props.ANY  # per property block
+        self.max_subscriptions: int = config["max_subscriptions"] or sys.maxsize  # per client
         self.max_inflight: int = config["max_inflight"]
         self.receive_maximum: int = config["receive_maximum"]
         self.topic_alias_maximum: int = config["topic_alias_maximum"]
@@ -204,7 +206,7 @@ class Worker:
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
-        self.routes.forget(conn.conn_id)
+        self.routes.forget(conn.conn_id, conn.subs or ())
         self.unanswered -= conn.waiting  # their answers find no connection
         conn.waiting = 0
         self.flush_soon()  # which reports the new load (and sends GONE)
@@ -623,6 +625,8 @@ class Worker:
             return
         logging.getLogger().setLevel(config["log_level"].upper())
         self.max_packet_size = config["max_packet_size"]
+        self.max_user_properties = config["max_user_properties"] or props.ANY
+        self.max_subscriptions = config["max_subscriptions"] or sys.maxsize
         self.max_queued = config["max_queued_messages"]
         self.connect_timeout = config["connect_timeout"]
         self.memory_limit = config["memory_limit"]

@@ -38,7 +38,7 @@ _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reaso
 def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     """The first packet of a connection."""
     try:
-        connect = decode_connect(flags, body)
+        connect = decode_connect(flags, body, conn.worker.max_user_properties)
     except v4.UnsupportedProtocol as exc:
         conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
         return conn.close(f"unsupported protocol level {exc.level}")

@@ -25,7 +25,7 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
     if negotiated is None:
         topic, packet_id, payload = v4.decode_publish(flags, body)
     else:
-        topic, packet_id, payload, properties = v5.decode_publish(flags, body)
+        topic, packet_id, payload, properties = v5.decode_publish(flags, body, max_user=conn.worker.max_user_properties)
         if properties:
             topic = _resolve_alias(negotiated, topic, properties)
         if qos == 2:

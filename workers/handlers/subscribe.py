@@ -1,7 +1,9 @@
 """SUBSCRIBE and UNSUBSCRIBE: filters checked here (syntax, ACL), answered by the router (SUBACK,
 UNSUBACK), which owns the subscriptions. Each filter goes to the router as its grant (router/grants.py:
 the options, with a 5.0 client's subscription identifier) or, refused, as its reason code (0x80 and
-up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80."""
+up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80. A client holds at most
+max_subscriptions filters (counted in `conn.subs`, which holds a resumed session's too): each costs
+the router and the worker memory, so a new one beyond them is refused, 0x97 (quota exceeded)."""
 
 from __future__ import annotations
 
@@ -21,23 +23,27 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
         packet_id, filters = v4.decode_subscribe(flags, body)
         identifier = 0
     else:
-        packet_id, filters, properties = v5.decode_subscribe(flags, body)
+        packet_id, filters, properties = v5.decode_subscribe(flags, body, conn.worker.max_user_properties)
         identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]
     checker = conn.checker
+    subs = conn.subs
+    if subs is None:
+        subs = conn.subs = {}
+    most = conn.worker.max_subscriptions
     wanted = []
     for topic_filter, options in filters:
         if not valid_subscription(topic_filter):
             grant = reasons.TOPIC_FILTER_INVALID
         elif checker is not None and not checker.can_subscribe(subscribed(topic_filter)):
             grant = reasons.NOT_AUTHORIZED  # a shared subscription: the ACL judges its filter
+        elif topic_filter not in subs and len(subs) >= most:
+            grant = reasons.QUOTA_EXCEEDED
         else:
             grant = grants.make(options, identifier)
+            subs[topic_filter] = grant
             if checker is not None and not conn.screened and not checker.reads_all(subscribed(topic_filter)):
                 conn.screened = True  # it may bring topics the client must not read: checked at delivery
         wanted.append([topic_filter, grant])
-    if conn.subs is None:
-        conn.subs = {}
-    conn.subs.update((f, grant) for f, grant in wanted if not grants.refused(grant))
     conn.ask()
     conn.worker.link.batch.add_json(wire.SUBSCRIBE, [conn.conn_id, packet_id, wanted])
 
@@ -46,7 +52,7 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.v5 is None:
         packet_id, filters = v4.decode_unsubscribe(flags, body)
     else:
-        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body)
+        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body, conn.worker.max_user_properties)
     if conn.subs:
         for f in filters:
             conn.subs.pop(f, None)

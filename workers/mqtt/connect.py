@@ -41,8 +41,8 @@ class Connect:
     properties: Properties = field(default_factory=dict)  # 5.0 CONNECT properties
 
 
-def decode_connect(flags: int, body: bytes | memoryview) -> Connect:
-    """A CONNECT body of level 3, 4 or 5."""
+def decode_connect(flags: int, body: bytes | memoryview, max_user: int = props_codec.ANY) -> Connect:
+    """A CONNECT body of level 3, 4 or 5; `max_user` bounds the user properties of each block (5.0)."""
     if flags:
         raise MalformedPacket("CONNECT fixed-header flags not 0")
     protocol_name, pos = read_string(body, 0, "protocol name")
@@ -69,7 +69,7 @@ def decode_connect(flags: int, body: bytes | memoryview) -> Connect:
         raise MalformedPacket("password flag without username flag")
     properties: Properties = {}
     if v5:
-        properties, pos = props_codec.decode(body, pos, CONNECT)
+        properties, pos = props_codec.decode(body, pos, CONNECT, max_user)
         if props_codec.AUTHENTICATION_DATA in properties and props_codec.AUTHENTICATION_METHOD not in properties:
             raise MalformedPacket("authentication data without authentication method", PROTOCOL_ERROR)
 
@@ -78,7 +78,7 @@ def decode_connect(flags: int, body: bytes | memoryview) -> Connect:
     if will_flag:
         will_props: Properties = {}
         if v5:
-            will_props, pos = props_codec.decode(body, pos, WILL)
+            will_props, pos = props_codec.decode(body, pos, WILL, max_user)
         will_topic, pos = read_string(body, pos, "will topic")
         reason = topic_name_error(will_topic)
         if reason:

@@ -5,7 +5,9 @@ Decoded properties are a dict keyed by property id; the value is an int, str or 
 properties (a list of (name, value) pairs, in order) and subscription identifiers (a list of ints).
 A property that is not allowed on its packet is a malformed packet (0x81); one that appears twice
 (but user properties, and subscription identifiers on a PUBLISH) or an out-of-range value is a
-protocol error (0x82; a topic alias of 0 is 0x94).
+protocol error (0x82; a topic alias of 0 is 0x94). A receiver bounds the user properties it reads in
+one block (`max_user`): each costs a decoded pair, so 200,000 empty ones in a 1 MB packet would cost
+a hundred times the plain packet; one more is refused as a limit, Quota exceeded (0x97), before it is read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import NamedTuple, Union
 from workers.mqtt import kinds
 from workers.mqtt.framing import (PROTOCOL_ERROR, TOPIC_ALIAS_INVALID, MalformedPacket, encode_binary, encode_remaining_length,
                                   encode_string, read_string, read_varint)
+from workers.mqtt.reasons import QUOTA_EXCEEDED
 
 WILL = 0  # the will's properties, in the CONNECT payload, are a "packet" of their own here
 
@@ -48,6 +51,8 @@ MAXIMUM_PACKET_SIZE = 0x27
 WILDCARD_SUBSCRIPTION_AVAILABLE = 0x28
 SUBSCRIPTION_IDENTIFIER_AVAILABLE = 0x29
 SHARED_SUBSCRIPTION_AVAILABLE = 0x2A
+
+ANY = 1 << 28  # no bound on user properties: more than a packet can hold
 
 Value = Union[int, str, bytes, list]
 Properties = dict[int, Value]
@@ -118,13 +123,15 @@ def _protocol_error(reason: str) -> MalformedPacket:
     return MalformedPacket(reason, PROTOCOL_ERROR)
 
 
-def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, int]:
-    """The property block at body[pos] of a packet of `kind` (or WILL): (properties, position after it)."""
+def decode(body: bytes | memoryview, pos: int, kind: int, max_user: int = ANY) -> tuple[Properties, int]:
+    """The property block at body[pos] of a packet of `kind` (or WILL): (properties, position after it);
+    more than `max_user` user properties: MalformedPacket with QUOTA_EXCEEDED."""
     length, pos = read_varint(body, pos, "property length")
     end = pos + length
     if end > len(body):
         raise MalformedPacket("property length beyond the packet")
     props: Properties = {}
+    users = 0
     while pos < end:
         ident = body[pos]
         pos += 1
@@ -155,6 +162,9 @@ def decode(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, i
             if pos > end:
                 raise MalformedPacket(f"truncated {prop.name}")
         elif ptype == PAIR:
+            users += 1
+            if users > max_user:
+                raise MalformedPacket(f"more than {max_user} user properties", QUOTA_EXCEEDED)
             key, pos = _string(body, pos, end, "user property name")
             text, pos = _string(body, pos, end, "user property value")
             value = (key, text)

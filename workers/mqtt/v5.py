@@ -36,13 +36,13 @@ RETAIN_HANDLING = 0x30  # >> 4: 0 send retained, 1 only for a new subscription, 
 _FIRST_BYTES = {PUBACK: 0x40, PUBREC: 0x50, PUBREL: 0x62, PUBCOMP: 0x70}
 
 
-def _properties(body: bytes | memoryview, pos: int, kind: int) -> tuple[Properties, int]:
+def _properties(body: bytes | memoryview, pos: int, kind: int, max_user: int) -> tuple[Properties, int]:
     """Properties at body[pos], or none at all when the packet ends there."""
     if pos >= len(body):
         return {}, pos
     if body[pos] == 0:
         return {}, pos + 1
-    return props_codec.decode(body, pos, kind)
+    return props_codec.decode(body, pos, kind, max_user)
 
 
 def _reason(code: int, kind: int) -> int:
@@ -54,9 +54,11 @@ def _reason(code: int, kind: int) -> int:
 # ---------------------------------------------------------------------------------------- decoders
 
 
-def decode_publish(flags: int, body: bytes | memoryview, from_server: bool = False) -> tuple[str, int, bytes, Properties]:
+def decode_publish(flags: int, body: bytes | memoryview, from_server: bool = False,
+                   max_user: int = props_codec.ANY) -> tuple[str, int, bytes, Properties]:
     """(topic, packet_id or 0, payload, properties). The topic may be empty when a topic alias is set
-    (the connection resolves it); only a server may send subscription identifiers [MQTT-3.3.4-6]."""
+    (the connection resolves it); only a server may send subscription identifiers [MQTT-3.3.4-6].
+    Here and below, `max_user` bounds the user properties (properties.decode)."""
     qos = (flags >> 1) & 0x03
     if qos == 3:
         raise MalformedPacket("PUBLISH QoS 3")
@@ -88,7 +90,7 @@ def decode_publish(flags: int, body: bytes | memoryview, from_server: bool = Fal
         props: Properties = {}
         pos += 1
     else:
-        props, pos = props_codec.decode(body, pos, PUBLISH)
+        props, pos = props_codec.decode(body, pos, PUBLISH, max_user)
         if props_codec.SUBSCRIPTION_IDENTIFIER in props and not from_server:
             raise MalformedPacket("subscription identifier from a client", PROTOCOL_ERROR)
         response = props.get(props_codec.RESPONSE_TOPIC)
@@ -106,7 +108,8 @@ def decode_publish(flags: int, body: bytes | memoryview, from_server: bool = Fal
     return topic, packet_id, body[pos:], props
 
 
-def decode_ack(kind: int, flags: int, body: bytes | memoryview) -> tuple[int, int, Properties]:
+def decode_ack(kind: int, flags: int, body: bytes | memoryview,
+               max_user: int = props_codec.ANY) -> tuple[int, int, Properties]:
     """(packet_id, reason code, properties) of PUBACK, PUBREC, PUBREL (flags 2) or PUBCOMP."""
     expected = 2 if kind == PUBREL else 0
     if flags != expected:
@@ -115,19 +118,20 @@ def decode_ack(kind: int, flags: int, body: bytes | memoryview) -> tuple[int, in
     if len(body) == 2:
         return packet_id, 0, {}
     code = _reason(body[2], kind)
-    props, pos = _properties(body, 3, kind)
+    props, pos = _properties(body, 3, kind, max_user)
     if pos != len(body):
         raise MalformedPacket("bytes after the properties")
     return packet_id, code, props
 
 
-def decode_subscribe(flags: int, body: bytes | memoryview) -> tuple[int, list[tuple[str, int]], Properties]:
+def decode_subscribe(flags: int, body: bytes | memoryview,
+                     max_user: int = props_codec.ANY) -> tuple[int, list[tuple[str, int]], Properties]:
     """(packet_id, [(filter, options)], properties); options keep QoS (bits 0-1), no local, retain
     as published and retain handling (bits 4-5) as sent."""
     if flags != 0x02:
         raise MalformedPacket("SUBSCRIBE fixed-header flags not 0b0010")
     packet_id = read_packet_id(body, 0)
-    props, pos = props_codec.decode(body, 2, SUBSCRIBE)
+    props, pos = props_codec.decode(body, 2, SUBSCRIBE, max_user)
     size = len(body)
     filters = []
     while pos < size:
@@ -150,11 +154,12 @@ def decode_subscribe(flags: int, body: bytes | memoryview) -> tuple[int, list[tu
     return packet_id, filters, props
 
 
-def decode_unsubscribe(flags: int, body: bytes | memoryview) -> tuple[int, list[str], Properties]:
+def decode_unsubscribe(flags: int, body: bytes | memoryview,
+                       max_user: int = props_codec.ANY) -> tuple[int, list[str], Properties]:
     if flags != 0x02:
         raise MalformedPacket("UNSUBSCRIBE fixed-header flags not 0b0010")
     packet_id = read_packet_id(body, 0)
-    props, pos = props_codec.decode(body, 2, UNSUBSCRIBE)
+    props, pos = props_codec.decode(body, 2, UNSUBSCRIBE, max_user)
     size = len(body)
     filters = []
     while pos < size:
@@ -165,14 +170,15 @@ def decode_unsubscribe(flags: int, body: bytes | memoryview) -> tuple[int, list[
     return packet_id, filters, props
 
 
-def decode_reason_only(kind: int, flags: int, body: bytes | memoryview) -> tuple[int, Properties]:
+def decode_reason_only(kind: int, flags: int, body: bytes | memoryview,
+                       max_user: int = props_codec.ANY) -> tuple[int, Properties]:
     """(reason code, properties) of a DISCONNECT or AUTH: an empty body is reason 0 (success)."""
     if flags:
         raise MalformedPacket("fixed-header flags not 0")
     if not len(body):
         return 0, {}
     code = _reason(body[0], kind)
-    props, pos = _properties(body, 1, kind)
+    props, pos = _properties(body, 1, kind, max_user)
     if pos != len(body):
         raise MalformedPacket("bytes after the properties")
     if kind == AUTH and props_codec.AUTHENTICATION_METHOD not in props:
