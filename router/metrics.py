@@ -3,8 +3,10 @@ connected clients (`GET /clients?filter=TEXT&offset=N&limit=N`, JSON) and closin
 /clients/disconnect`, body `{"client_id": ID}`), served by the router. The first two are open to
 read; the admin ones pass `admin.Gate` (token, Host, Origin, JSON) and are logged.
 
-A daemon thread with prometheus-client's WSGI app: scrapes read `Stats.snapshot`, which the
-router's loop replaces once a second, so the thread never walks the router's live state.
+prometheus-client's WSGI app served by `router/httpd.py` (bounded threads, connections and time):
+scrapes read `Stats.snapshot`, which the router's loop replaces once a second, so no HTTP thread walks
+the router's live state, and the router's loop never waits on HTTP (it takes the admin requests
+from a queue).
 """
 
 from __future__ import annotations
@@ -14,13 +16,12 @@ import queue
 import threading
 from functools import partial
 from typing import Callable, Iterable
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from router import admin, listing
 from router.admin import Gate
+from router.httpd import Endpoint
 from router.stats import Stats
 
 log = logging.getLogger("plexmq.router")
@@ -40,18 +41,6 @@ class TurnMetrics:
     def observe(self, frames: int, seconds: float) -> None:
         self.frames.observe(frames)
         self.seconds.observe(seconds)
-
-
-class _Handler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        """No line per scrape."""
-
-    def get_environ(self) -> dict:
-        """With the requester's port (for the admin log) and the address it reached (`Gate`)."""
-        environ = super().get_environ()
-        environ["REMOTE_PORT"] = str(self.client_address[1])
-        environ["SERVER_ADDR"] = self.connection.getsockname()[0]
-        return environ
 
 
 def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listing.Request], host: str,
@@ -95,13 +84,13 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listin
              "/clients/disconnect": ("POST", partial(listing.answer_disconnect, listings))}
 
     try:
-        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_Handler)
+        server = Endpoint((host, port), app)
     except OSError as exc:
         log.error("no metrics endpoint: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
     bound = server.server_address[:2]
     gate = Gate(admin.issue(run_dir, bound[1]), host, bound[1])
-    threading.Thread(target=server.serve_forever, name="plexmq-metrics", daemon=True).start()
+    threading.Thread(target=server.run, name="plexmq-metrics", daemon=True).start()
     log.info("metrics on http://%s:%d/metrics", bound[0], bound[1])
     log.info("admin token (for /clients) in %s", admin.token_path(run_dir, bound[1]))
     return bound[0], bound[1]
