@@ -1,6 +1,9 @@
 """`plexmq clients`: the connected clients of a running broker (from its metrics endpoint), a page
 at a time, optionally only those whose client id contains some text; `--disconnect ID` closes one
-(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98)."""
+(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98).
+
+Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the token
+file of this user's broker on the endpoint's port, or from `--token-file`."""
 
 from __future__ import annotations
 
@@ -12,25 +15,35 @@ import urllib.request
 
 import orjson
 
+from router import admin
+
+
+class Refused(Exception):
+    """What to print instead of an answer (exit status 1)."""
+
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq clients", description="List the connected clients.")
     parser.add_argument("--metrics", default="http://127.0.0.1:9883", metavar="URL",
                         help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="the broker's admin token (default: RUN_DIR/admin-PORT.token of this user's broker on that port)")
     parser.add_argument("--filter", default="", help="only client ids that contain this text")
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
     args = parser.parse_args(argv)
-    if args.disconnect is not None:
-        return _disconnect(args.metrics, args.disconnect)
-    query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
-                                    "limit": args.per_page})
+    url = args.metrics.rstrip("/")
     try:
-        with urllib.request.urlopen(f"{args.metrics.rstrip('/')}/clients?{query}", timeout=15) as answer:
-            listing = orjson.loads(answer.read())
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"plexmq clients: cannot read {args.metrics}/clients: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        token = _token(url, args.token_file)
+        if args.disconnect is not None:
+            print(_ask(url, token, "/clients/disconnect", orjson.dumps({"client_id": args.disconnect})).decode().strip())
+            return 0
+        query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
+                                        "limit": args.per_page})
+        listing = orjson.loads(_ask(url, token, f"/clients?{query}"))
+    except Refused as exc:
+        print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
     print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} "
           f"{'persistent':<10} protocol")
@@ -43,17 +56,31 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _disconnect(metrics: str, client_id: str) -> int:
-    """Ask the broker to close `client_id`'s connection; 1 when it is not connected."""
-    query = urllib.parse.urlencode({"client_id": client_id})
-    request = urllib.request.Request(f"{metrics.rstrip('/')}/clients/disconnect?{query}", method="POST")
+def _token(url: str, path: str | None) -> str:
+    """The admin token: from `path`, else from the one token file of this user's brokers on the URL's port."""
+    if path is None:
+        port = urllib.parse.urlsplit(url).port or 80
+        found = admin.find(port)
+        if len(found) != 1:
+            which = f"({', '.join(found)})" if found else "of this user"
+            raise Refused(f"{'no' if not found else 'more than one'} running broker {which} serves port {port}; "
+                          "use --token-file")
+        path = found[0]
     try:
-        with urllib.request.urlopen(request, timeout=15) as answer:
-            print(answer.read().decode().strip())
-            return 0
+        return admin.read(path)
+    except OSError as exc:
+        raise Refused(f"cannot read the admin token {path}: {exc.strerror}") from None
+
+
+def _ask(url: str, token: str, path: str, body: bytes | None = None) -> bytes:
+    """GET `path`, or POST `body` (JSON) to it, with the token; the answer's body."""
+    headers = {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, body, headers), timeout=15) as answer:
+            return answer.read()
     except urllib.error.HTTPError as exc:
-        print(f"plexmq clients: {exc.read().decode().strip()}", file=sys.stderr)
-        return 1
+        raise Refused(exc.read().decode().strip()) from None
     except (urllib.error.URLError, OSError) as exc:
-        print(f"plexmq clients: cannot reach {metrics}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
-        return 1
+        raise Refused(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None

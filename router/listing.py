@@ -8,9 +8,17 @@ workers in their batches, and the thread waits for the answers (bounded) on an e
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
+from urllib.parse import parse_qs
+
+import orjson
+
+LISTING_WAIT = 5.0  # seconds an HTTP request waits for the router's (and the workers') answer
 
 _ids = itertools.count(1)
+
+Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and what was done (for the admin log)
 
 
 class ClientListing:
@@ -48,3 +56,37 @@ class ClientDisconnect:
 
 
 Request = ClientListing | ClientDisconnect
+
+
+def answer_listing(requests: queue.Queue[Request], environ: dict) -> Answer:
+    """GET /clients?filter=TEXT&offset=N&limit=N: one page of the connected clients, sorted by client id."""
+    query = parse_qs(environ.get("QUERY_STRING", ""))
+    try:
+        offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
+    except ValueError:
+        return "400 Bad Request", "text/plain", b"offset and limit are numbers\n", "bad offset or limit"
+    listing = ClientListing(query.get("filter", [""])[0])
+    requests.put(listing)
+    complete = listing.done.wait(LISTING_WAIT)
+    listing.done.set()  # a worker that did not answer in time: the router forgets the request
+    clients = sorted(listing.clients)
+    body = {"total": len(clients), "complete": complete, "offset": offset,
+            "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol"],
+            "clients": clients[offset:offset + limit]}
+    return "200 OK", "application/json", orjson.dumps(body), f"listed {len(clients)} clients"
+
+
+def answer_disconnect(requests: queue.Queue[Request], environ: dict) -> Answer:
+    """POST /clients/disconnect, body {"client_id": ID}: 200 when it was connected (now closed), 404 when not."""
+    try:
+        client_id = orjson.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["client_id"]
+    except (ValueError, TypeError, KeyError):
+        client_id = None
+    if not isinstance(client_id, str):
+        return "400 Bad Request", "text/plain", b'the body is {"client_id": "ID"}\n', "no client id"
+    request = ClientDisconnect(client_id)
+    requests.put(request)
+    request.done.wait(LISTING_WAIT)
+    if request.found:
+        return "200 OK", "text/plain", f"disconnected {client_id}\n".encode(), f"disconnected {client_id!r}"
+    return "404 Not Found", "text/plain", f"{client_id} is not connected\n".encode(), f"{client_id!r} is not connected"

@@ -67,7 +67,8 @@ def serve(config: dict) -> None:
     turns = TurnMetrics()
     listings: queue.Queue[Request] = queue.Queue()
     if config["metrics_port"] >= 0:
-        serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"])
+        serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"],
+                      os.path.dirname(config["config_path"]))
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 

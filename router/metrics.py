@@ -1,9 +1,12 @@
-"""The Prometheus endpoint (`/metrics`), a health check (`/health`), the connected clients
-(`/clients?filter=TEXT&offset=N&limit=N`, JSON) and closing one (`POST /clients/disconnect?client_id=ID`),
-served by the router.
+"""The Prometheus endpoint (`/metrics`), a health check (`/health`), and two admin actions: the
+connected clients (`GET /clients?filter=TEXT&offset=N&limit=N`, JSON) and closing one (`POST
+/clients/disconnect`, body `{"client_id": ID}`), served by the router. The first two are open to
+read; the admin ones pass `admin.Gate` (token, Host, Origin, JSON) and are logged.
 
-A daemon thread with prometheus-client's WSGI app: scrapes read `Stats.snapshot`, which the
-router's loop replaces once a second, so the thread never walks the router's live state.
+prometheus-client's WSGI app served by `router/httpd.py` (bounded threads, connections and time):
+scrapes read `Stats.snapshot`, which the router's loop replaces once a second, so no HTTP thread walks
+the router's live state, and the router's loop never waits on HTTP (it takes the admin requests
+from a queue).
 """
 
 from __future__ import annotations
@@ -11,19 +14,15 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from urllib.parse import parse_qs
-
-import orjson
+from functools import partial
 from typing import Callable, Iterable
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
-from router.listing import ClientDisconnect, ClientListing, Request
+from router import admin, listing
+from router.admin import Gate
+from router.httpd import Endpoint
 from router.stats import Stats
-
-LISTING_WAIT = 5.0  # seconds /clients waits for every worker's answer
 
 log = logging.getLogger("plexmq.router")
 
@@ -44,14 +43,10 @@ class TurnMetrics:
         self.seconds.observe(seconds)
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        """No line per scrape."""
-
-
-def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Request], host: str,
-                  port: int) -> tuple[str, int] | None:
-    """Start the endpoint; its (host, port), or None when the port cannot be had (logged)."""
+def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listing.Request], host: str,
+                  port: int, run_dir: str) -> tuple[str, int] | None:
+    """Start the endpoint, its admin token in `run_dir`; its (host, port), or None when the port cannot be
+    had (logged)."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(stats)  # type: ignore[arg-type]
     registry.register(turns.frames)
@@ -59,53 +54,43 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[Reques
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == "/clients/disconnect":
-            return disconnect(environ, start_response)
-        if environ.get("PATH_INFO") == "/clients":
-            query = parse_qs(environ.get("QUERY_STRING", ""))
-            try:
-                offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
-            except ValueError:
-                start_response("400 Bad Request", [("Content-Type", "text/plain")])
-                return [b"offset and limit are numbers\n"]
-            listing = ClientListing(query.get("filter", [""])[0])
-            listings.put(listing)
-            complete = listing.done.wait(LISTING_WAIT)
-            listing.done.set()  # a worker that did not answer in time: the router forgets the request
-            clients = sorted(listing.clients)
-            body = {"total": len(clients), "complete": complete, "offset": offset,
-                    "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent",
-                               "protocol"],
-                    "clients": clients[offset:offset + limit]}
-            start_response("200 OK", [("Content-Type", "application/json")])
-            return [orjson.dumps(body)]
-        if environ.get("PATH_INFO") == "/health":
+        path = environ.get("PATH_INFO")
+        if path in ADMIN:
+            return act(environ, start_response, *ADMIN[path])
+        if path == "/health":
             ok = stats.healthy()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else b"a worker has not reported within link_timeout\n"]
         return metrics(environ, start_response)
 
-    def disconnect(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        """POST /clients/disconnect?client_id=ID: 200 when it was connected (now closed), 404 when not."""
-        if environ.get("REQUEST_METHOD") != "POST":
-            start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "POST")])
-            return [b"POST only\n"]
-        client_id = parse_qs(environ.get("QUERY_STRING", "")).get("client_id", [""])[0]
-        request = ClientDisconnect(client_id)
-        listings.put(request)
-        request.done.wait(LISTING_WAIT)
-        if request.found:
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [f"disconnected {client_id}\n".encode()]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [f"{client_id} is not connected\n".encode()]
+    def act(environ: dict, start_response: Callable, method: str, action: Callable[[dict], listing.Answer]) -> Iterable[bytes]:
+        """An admin request: refused unless the gate admits it and its method fits; logged either way."""
+        refused = gate.refusal(environ)
+        if refused is None and environ.get("REQUEST_METHOD") != method:
+            refused = "405 Method Not Allowed", f"{method} only"
+        if refused is None:
+            status, kind, body, outcome = action(environ)
+            Gate.record(environ, f"allowed: {outcome}")
+        else:
+            status, kind, body = refused[0], "text/plain", f"{refused[1]}\n".encode()
+            Gate.record(environ, f"refused ({status}): {refused[1]}")
+        headers = [("Content-Type", kind)]
+        if status.startswith("401"):
+            headers.append(("WWW-Authenticate", "Bearer"))
+        start_response(status, headers)
+        return [body]
+
+    ADMIN = {"/clients": ("GET", partial(listing.answer_listing, listings)),
+             "/clients/disconnect": ("POST", partial(listing.answer_disconnect, listings))}
 
     try:
-        server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        server = Endpoint((host, port), app)
     except OSError as exc:
         log.error("no metrics endpoint: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
-    threading.Thread(target=server.serve_forever, name="plexmq-metrics", daemon=True).start()
     bound = server.server_address[:2]
+    gate = Gate(admin.issue(run_dir, bound[1]), host, bound[1])
+    threading.Thread(target=server.run, name="plexmq-metrics", daemon=True).start()
     log.info("metrics on http://%s:%d/metrics", bound[0], bound[1])
+    log.info("admin token (for /clients) in %s", admin.token_path(run_dir, bound[1]))
     return bound[0], bound[1]

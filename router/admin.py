@@ -1,0 +1,112 @@
+"""The admin credential of the broker's HTTP endpoint: who may list and disconnect clients
+(`/clients`, `POST /clients/disconnect`), apart from who may read `/metrics` and `/health` (anyone
+who reaches the port, as Prometheus does).
+
+At each start the router writes a random token to `RUN_DIR/admin-PORT.token` (mode 0600 in the 0700
+run dir), so only the broker's user (and root) can read it; an admin request carries it as
+`Authorization: Bearer TOKEN`. A request must also name this endpoint in its `Host` (a DNS-rebound
+name reaches us under the attacker's name) and carry no foreign `Origin`, and one that changes
+something must be JSON (a browser's cross-site form POST is neither). `plexmq clients` finds the
+token among this user's running routers (`find`). Every admin request is logged with its requester.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+from urllib.parse import urlsplit
+
+import orjson
+import psutil
+
+from router.process import CONFIG_ENV
+
+log = logging.getLogger("plexmq.router")
+
+Refusal = tuple[str, str]  # (HTTP status line, why), logged and answered
+
+
+def token_path(run_dir: str, port: int) -> str:
+    return os.path.join(run_dir, f"admin-{port}.token")
+
+
+def issue(run_dir: str, port: int) -> str:
+    """A fresh token for the endpoint on `port`, written 0600 whatever the umask (replaced whole, so
+    a reader never sees half of one); the token."""
+    token = secrets.token_urlsafe(32)
+    path = token_path(run_dir, port)
+    part = path + ".part"
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)  # a .part left by a crash may have had another mode
+        f.write(token + "\n")
+    os.replace(part, path)
+    return token
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+def find(port: int) -> list[str]:
+    """The token files of this user's running routers for an endpoint on `port`. Only routers of the
+    same user count: another user's process could name our run dir and take the token we send it."""
+    found = []
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
+        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "router"]:
+            continue
+        try:
+            config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))
+        except (psutil.Error, orjson.JSONDecodeError):
+            continue  # gone, or not one of ours after all
+        path = token_path(os.path.dirname(config.get("config_path", "")), port)
+        if os.path.exists(path):
+            found.append(path)
+    return found
+
+
+class Gate:
+    """Admits or refuses each admin request to the endpoint on `port` (bound to `host`) and logs it."""
+
+    def __init__(self, token: str, host: str, port: int) -> None:
+        self._token = token.encode()
+        self._names = {"localhost", host.lower()}
+        self._port = port
+
+    def refusal(self, environ: dict) -> Refusal | None:
+        """Why this request may not act, or None. Checked without the token first, so a request a
+        browser was made to send is refused whatever it guessed."""
+        local = environ.get("SERVER_ADDR", "")
+        if not self._ours(environ.get("HTTP_HOST", ""), local):
+            return "421 Misdirected Request", f"Host {environ.get('HTTP_HOST', '(none)')!r} is not this endpoint"
+        origin = environ.get("HTTP_ORIGIN")
+        if origin is not None and not (origin.startswith("http://") and self._ours(origin[7:], local)):
+            return "403 Forbidden", f"Origin {origin!r} is not this endpoint"
+        if environ.get("REQUEST_METHOD") not in ("GET", "HEAD") and \
+                environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower() != "application/json":
+            return "415 Unsupported Media Type", "a request that acts must be application/json"
+        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            return "401 Unauthorized", "no valid admin token"
+        return None
+
+    def _ours(self, authority: str, local: str) -> bool:
+        """`authority` (HOST:PORT) names this endpoint: its port, and localhost, the configured
+        metrics_host or the address the request came in on."""
+        try:
+            parts = urlsplit(f"//{authority}")
+            name, port = parts.hostname, parts.port
+        except ValueError:
+            return False
+        return port == self._port and name is not None and (name in self._names or name == local)
+
+    @staticmethod
+    def record(environ: dict, outcome: str) -> None:
+        """One line per admin request: the requester, what it asked, what came of it."""
+        query = environ.get("QUERY_STRING")
+        log.info("admin request from %s:%s: %s %s%s: %s", environ.get("REMOTE_ADDR"), environ.get("REMOTE_PORT"),
+                 environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), f"?{query}" if query else "", outcome)
