@@ -7,6 +7,7 @@ A throwaway CA, server and client certificates are made once per session with th
 from __future__ import annotations
 
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -366,6 +367,56 @@ def test_mqtt_disconnect_closes_the_websocket(open_broker: Broker) -> None:
     answer = client.next()
     assert isinstance(answer, CloseConnection) and answer.code == 1000
     client.close()
+
+
+FLOOD = 32 << 20  # bytes of pings offered: far more than the socket buffers on both sides hold
+GROWTH = 16 << 20  # what the worker's RSS may grow by meanwhile
+STALL = 3  # seconds the socket takes nothing more: the broker has stopped reading
+
+
+@pytest.mark.parametrize("scheme", ["ws", "mqtt"])
+def test_a_ping_flood_from_a_client_that_never_reads_is_paused_not_buffered(open_broker: Broker, scheme: str) -> None:
+    """WebSocket pings (each answered with a pong, RFC 6455 5.5.2) or MQTT PINGREQs from a client that never
+    reads: once its answers back up, the worker stops reading it, so its memory stays flat (it grew by
+    the whole flood), and reads again when the client does: everything is answered, in order."""
+    port = port_of(open_broker, scheme) if scheme == "ws" else open_broker.port
+    publish = p.encode_publish(b"transports/flood", b"", 1, packet_id=1)  # answered by PUBACK, after every ping
+    if scheme == "ws":
+        client = WsClient(port, ["mqtt"])
+        assert isinstance(client.next(), AcceptConnection)
+        sock = client.sock
+        wrap = client.ws.send
+        chunk = wrap(Ping(b"p" * 125)) * 512  # the largest control frames (RFC 6455 5.5), masked by the client
+        done = wrap(BytesMessage(publish))
+        last = b"\x82\x04" + p.encode_puback(1)  # an unmasked binary frame
+        sock.sendall(wrap(BytesMessage(p.encode_connect("ping-flood", True, 0))))
+        assert isinstance(client.next(), BytesMessage)
+    else:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        chunk, done, last = p.PINGREQ_PACKET * 32768, publish, p.encode_puback(1)
+        sock.sendall(p.encode_connect("ping-flood", True, 0))
+        assert sock.recv(4) == CONNACK_OK
+    worker = open_broker.workers()[open_broker.worker_holding(sock.getsockname()[1])]
+    before = worker.memory_info().rss
+    sock.setblocking(False)
+    offered, rest = 0, memoryview(b"")
+    while offered < FLOOD and select.select([], [sock], [], STALL)[1]:
+        rest = rest or memoryview(chunk)
+        sent = sock.send(rest)
+        offered, rest = offered + sent, rest[sent:]
+    grown = worker.memory_info().rss - before
+    assert grown < GROWTH, f"the worker grew by {grown >> 20} MB while {offered >> 20} MB of pings came"
+    rest, tail = memoryview(bytes(rest) + done), b""  # now read: the rest of the pings and the PUBLISH go out
+    while not tail.endswith(last):
+        readable, writable, _ = select.select([sock], [sock] if rest else [], [], WAIT)
+        assert readable or writable, "the broker neither reads nor answers"
+        if writable:
+            rest = rest[sock.send(rest):]
+        if readable:
+            data = sock.recv(1 << 20)
+            assert data, "the broker closed the connection"
+            tail = tail[-8:] + data
+    sock.close()
 
 
 # -- bad TLS config stops startup with one line -------------------------------------------------------

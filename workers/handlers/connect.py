@@ -163,10 +163,7 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
         conn.worker.end_at(expires, conn)
     accept(conn, connect)
     conn.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
-    if conn.state == CONNECTING or conn.state == CONNECTED:  # CONNECTED: a clean session has its CONNACK
-        conn.transport.resume_reading()  # type: ignore[union-attr]
-        if conn.buf:
-            conn.data_received(b"")
+    conn.read_on()  # unless refused; CONNECTED: a clean session has its CONNACK
 
 
 def accept(conn: Connection, connect: Connect) -> None:
