@@ -14,11 +14,16 @@ import ssl
 import subprocess
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterator
 
 import paho.mqtt.client as paho
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from wsproto import WSConnection
 from wsproto.connection import CLIENT
 from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, RejectConnection,
@@ -35,6 +40,7 @@ WAIT = 10
 MOSQUITTO = shutil.which("mosquitto_pub") is not None and shutil.which("mosquitto_sub") is not None
 CONNECT = p.encode_connect("transport-raw", True, 60)
 CONNACK_OK = b"\x20\x02\x00\x00"
+CONNACK_BAD_LOGIN = b"\x20\x02\x00\x04"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Pki:
     client_key: str
     nameless_cert: str  # no CN in its subject
     nameless_key: str
+    ca_key: str
 
     def tls(self, *, client: bool = False) -> dict[str, str]:
         """paho's tls_set arguments."""
@@ -74,7 +81,26 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         openssl(where, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial",
                 str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
     return Pki(*(str(where / f) for f in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key",
-                                         "nameless.crt", "nameless.key")))
+                                         "nameless.crt", "nameless.key", "ca.key")))
+
+
+def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
+    """A client certificate with CN `cn`, signed by the test CA, and its key: the cryptography package
+    writes a CN that openssl's -subj cannot (a NUL)."""
+    ca = x509.load_pem_x509_certificate(Path(pki.ca).read_bytes())
+    ca_key = serialization.load_pem_private_key(Path(pki.ca_key).read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=2))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    name = uuid.uuid4().hex[:8]
+    (where / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (where / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return str(where / f"{name}.crt"), str(where / f"{name}.key")
 
 
 def tls_section(pki: Pki, enabled: bool = True, **more: object) -> str:
@@ -260,15 +286,34 @@ def test_mosquitto_pub_with_a_client_certificate(mutual_broker: Broker, pki: Pki
 
 def test_identity_as_username_takes_the_certificate_cn(mutual_broker: Broker, pki: Pki) -> None:
     """Over TLS and over WebSocket over TLS; a certificate without a CN is refused."""
-    before = mutual_broker.output().count("CN device-42")
+    before = mutual_broker.output().count("CN 'device-42'")
     with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.client_cert, pki.client_key)) as s:
         assert mqtt_answer(s) == CONNACK_OK
     ws = Client(port_of(mutual_broker, "wss"), transport="websockets", tls=pki.tls(client=True))
     ws.disconnect()
-    wait_for(lambda: mutual_broker.output().count("CN device-42") >= before + 2, WAIT, "both CNs in the log")
+    wait_for(lambda: mutual_broker.output().count("CN 'device-42'") >= before + 2, WAIT, "both CNs in the log")
     with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.nameless_cert, pki.nameless_key)) as s:
-        assert mqtt_answer(s) == b""
+        assert mqtt_answer(s) == CONNACK_BAD_LOGIN
     wait_for(lambda: "client certificate without a CN" in mutual_broker.output(), WAIT, "the refusal in the log")
+
+
+@pytest.mark.parametrize("cn", ["dev\x00ice", "dev+ice", "dev#ice"], ids=["nul", "plus", "hash"])
+def test_a_certificate_cn_that_cannot_be_a_user_name_is_refused(mutual_broker: Broker, pki: Pki, tmp_path: Path,
+                                                                  cn: str) -> None:
+    """As mosquitto refuses a CN with a NUL: CONNACK 0x04 (5.0: 0x86) and a log line; the wildcards too,
+    which no ACL pattern's %u would match. A `/` in a CN is a user name like any other."""
+    cert = client_certificate(pki, tmp_path, cn)
+    port = port_of(mutual_broker, "mqtts")
+    with tls_socket(port, pki, cert) as s:
+        assert mqtt_answer(s) == CONNACK_BAD_LOGIN
+    with tls_socket(port, pki, cert) as s:
+        s.sendall(p.encode_connect("bad-cn", True, 60, protocol_level=5))
+        connack = s.recv(256)
+        assert connack[0] == 0x20 and connack[3] == 0x86, connack
+    wait_for(lambda: mutual_broker.output().count(f"client certificate CN {cn!r} holds") == 2, WAIT,
+             "both refusals in the log")
+    with tls_socket(port, pki, client_certificate(pki, tmp_path, "fleet/dev-7")) as s:
+        assert mqtt_answer(s) == CONNACK_OK
 
 
 @pytest.mark.parametrize("scheme", ["mqtts", "ws"])

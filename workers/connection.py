@@ -71,7 +71,7 @@ class Connection(asyncio.Protocol):
         self.state = NEW
         self.client_id = ""
         self.username: str | None = None
-        self.cert_username: str | None = None  # use_identity_as_username: the verified certificate's CN
+        self.cert_username: str | None = None  # use_identity_as_username: the verified certificate's CN ("": none)
         self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
@@ -112,10 +112,8 @@ class Connection(asyncio.Protocol):
         if self.worker.identity_as_username:
             cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
             if cert:
-                self.cert_username = common_name(cert)
-                if self.cert_username is None:
-                    return self.close("client certificate without a CN (use_identity_as_username)")
-                log.debug("client certificate from %s: CN %s", self.peer, self.cert_username)
+                self.cert_username = common_name(cert)  # judged at CONNECT (tls.unfit_username)
+                log.debug("client certificate from %s: CN %r", self.peer, self.cert_username)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state != CLOSED:

@@ -70,10 +70,24 @@ def _detail(exc: ssl.SSLError) -> str:
     return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc.args[-1]))
 
 
-def common_name(peercert: dict[str, Any]) -> str | None:
-    """The subject CN of a verified certificate (`getpeercert()`'s dict), None when it has none."""
+def common_name(peercert: dict[str, Any]) -> str:
+    """The subject CN of a verified certificate (`getpeercert()`'s dict), "" when it has none."""
     for rdn in peercert.get("subject", ()):
         for key, value in rdn:
             if key == "commonName":
                 return value
+    return ""
+
+
+def unfit_username(cn: str) -> str | None:
+    """Why a certificate's CN cannot be a user name (use_identity_as_username), None when it can: none;
+    U+0000, which no MQTT string holds [MQTT-1.5.3-2] and which cuts the name short where C reads it;
+    a wildcard, which no ACL pattern's %u matches. A `/` is not refused: a user name may hold one (a
+    `user` rule names it; a pattern's %u does not match it, workers/acl.py)."""
+    if not cn:
+        return "client certificate without a CN"
+    if "\x00" in cn:
+        return f"client certificate CN {cn!r} holds U+0000"
+    if "+" in cn or "#" in cn:
+        return f"client certificate CN {cn!r} holds a wildcard"
     return None
