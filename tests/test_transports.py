@@ -6,9 +6,11 @@ A throwaway CA, server and client certificates are made once per session with th
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -16,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import paho.mqtt.client as paho
 import pytest
@@ -84,11 +86,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
                                          "nameless.crt", "nameless.key", "ca.key")))
 
 
+def authority(pki: Pki) -> tuple[x509.Certificate, Any]:
+    """The test CA's certificate and key, to sign with the cryptography package."""
+    return (x509.load_pem_x509_certificate(Path(pki.ca).read_bytes()),
+            serialization.load_pem_private_key(Path(pki.ca_key).read_bytes(), None))
+
+
 def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
     """A client certificate with CN `cn`, signed by the test CA, and its key: the cryptography package
     writes a CN that openssl's -subj cannot (a NUL)."""
-    ca = x509.load_pem_x509_certificate(Path(pki.ca).read_bytes())
-    ca_key = serialization.load_pem_private_key(Path(pki.ca_key).read_bytes(), None)
+    ca, ca_key = authority(pki)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
@@ -101,6 +108,21 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
     (where / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.NoEncryption()))
     return str(where / f"{name}.crt"), str(where / f"{name}.key")
+
+
+def revoke(pki: Pki, path: Path, *certs: str) -> None:
+    """Write the test CA's CRL revoking the certificate files `certs` to `path`, replacing it whole."""
+    ca, ca_key = authority(pki)
+    now = datetime.now(timezone.utc)
+    crl = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject)
+           .last_update(now - timedelta(hours=1)).next_update(now + timedelta(days=2)))
+    for cert in certs:
+        serial = x509.load_pem_x509_certificate(Path(cert).read_bytes()).serial_number
+        crl = crl.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(serial)
+                                          .revocation_date(now - timedelta(hours=1)).build())
+    part = path.with_suffix(".part")
+    part.write_bytes(crl.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    os.replace(part, path)
 
 
 def tls_section(pki: Pki, enabled: bool = True, **more: object) -> str:
@@ -178,6 +200,16 @@ def mqtt_answer(sock: socket.socket) -> bytes:
         sock.sendall(CONNECT)
         return sock.recv(4)
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+def answer_with(port: int, pki: Pki, cert: tuple[str, str] | None) -> bytes:
+    """`mqtt_answer` over a new TLS connection presenting `cert`; b"" when the handshake is refused
+    (TLS 1.2 refuses within it, TLS 1.3 after the client's side of it)."""
+    try:
+        with tls_socket(port, pki, cert) as s:
+            return mqtt_answer(s)
+    except (ssl.SSLError, ConnectionResetError):
         return b""
 
 
@@ -263,13 +295,8 @@ def test_mosquitto_clients_over_tls(open_broker: Broker, pki: Pki) -> None:
 
 def test_require_certificate_refuses_a_client_without_one(mutual_broker: Broker, pki: Pki) -> None:
     port = port_of(mutual_broker, "mqtts")
-    try:
-        with tls_socket(port, pki) as s:  # TLS 1.3: the refusal comes after the client's side of the handshake
-            assert mqtt_answer(s) == b""
-    except (ssl.SSLError, ConnectionResetError):
-        pass
-    with tls_socket(port, pki, (pki.client_cert, pki.client_key)) as s:
-        assert mqtt_answer(s) == CONNACK_OK
+    assert answer_with(port, pki, None) == b""
+    assert answer_with(port, pki, (pki.client_cert, pki.client_key)) == CONNACK_OK
     assert mutual_broker.workers() and mutual_broker.router(), "a refused handshake took a process down"
 
 
@@ -328,6 +355,39 @@ def test_plain_bytes_on_the_tls_port_are_refused(open_broker: Broker) -> None:
     with socket.create_connection(("127.0.0.1", port_of(open_broker, "mqtts")), timeout=WAIT) as s:
         assert mqtt_answer(s) in (b"", b"\x15\x03\x03\x00")  # closed, or the start of a TLS alert
     Client(open_broker.port).disconnect()
+
+
+def test_a_certificate_the_crl_revokes_is_refused_and_a_reload_reads_the_crl_again(pki: Pki, tmp_path: Path) -> None:
+    """tls.crlfile: a revoked client certificate is refused at the handshake, another accepted; the
+    file is read again at a reload (SIGHUP), for new connections: one open already stays. A CRL that
+    cannot be loaded at a reload keeps the one in force."""
+    lost, kept = (client_certificate(pki, tmp_path, name) for name in ("lost-device", "kept-device"))
+    crl = tmp_path / "revoked.crl"
+    revoke(pki, crl, lost[0])
+    b = start(tmp_path, tls_section(pki, cafile=pki.ca, require_certificate=True, crlfile=str(crl)))
+    try:
+        port = port_of(b, "mqtts")
+        assert answer_with(port, pki, lost) == b""
+        assert answer_with(port, pki, kept) == CONNACK_OK
+        with tls_socket(port, pki, kept) as live:
+            live.sendall(p.encode_connect("crl-live", True, 60))  # not the client id of the others: no takeover
+            assert live.recv(4) == CONNACK_OK
+            crl.write_text("not a CRL\n")
+            b.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "config not reloaded: tls.crlfile" in b.output(), WAIT, "the bad CRL refused")
+            assert answer_with(port, pki, kept) == CONNACK_OK
+            revoke(pki, crl, lost[0], kept[0])
+            b.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: len(re.findall(r"worker \d+ reloaded its settings", b.output())) == 2, WAIT,
+                     "both workers to reload")
+            assert answer_with(port, pki, kept) == b""
+            assert answer_with(port, pki, lost) == b""
+            live.sendall(p.PINGREQ_PACKET)
+            assert live.recv(2) == p.PINGRESP_PACKET
+        wait_for(lambda: b.output().count("certificate verify failed: certificate revoked") == 3, WAIT,
+                 "each refusal logged with its reason")
+    finally:
+        b.stop()
 
 
 # -- the WebSocket handshake and frames ---------------------------------------------------------------
@@ -479,13 +539,22 @@ BAD = [  # (the [tls] lines past enabled = true and port = 0, what the line must
                  "tls.use_identity_as_username", id="identity-without-required-certificate"),
     pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\nciphers = "NO-SUCH-CIPHER"\n', "tls.ciphers",
                  id="ciphers"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\ncrlfile = "{where}/junk.pem"\n',
+                 "tls.crlfile", id="crl-without-required-certificate"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{where}/absent.pem"\n', "tls.crlfile", id="unreadable-crl"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{where}/junk.pem"\n', "tls.crlfile", id="junk-crl"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{ca}"\n', "tls.crlfile", id="certificate-as-crl"),
 ]
 
 
 @pytest.mark.parametrize("lines,key", BAD)
 def test_bad_tls_config_stops_startup_with_one_line(tmp_path: Path, pki: Pki, lines: str, key: str) -> None:
     (tmp_path / "junk.pem").write_text("not a certificate\n")
-    lines = lines.format(where=tmp_path, server_cert=pki.server_cert, server_key=pki.server_key, client_key=pki.client_key)
+    lines = lines.format(where=tmp_path, server_cert=pki.server_cert, server_key=pki.server_key, client_key=pki.client_key,
+                         ca=pki.ca)
     for text in (f"[tls]\nenabled = true\nport = 0\n{lines}",  # the TLS listener, or WebSocket over TLS alone
                  f"[tls]\n{lines}[websocket]\nenabled = true\nport = 0\ntls = true\n"):
         message = one_error_line(run("serve", "--port", "0", "--config", str(write(tmp_path, text))))
