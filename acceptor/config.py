@@ -221,6 +221,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "ciphers": Option(str, "", doc="OpenSSL cipher list for TLS 1.2 (empty: Python's defaults)"),
         "require_certificate": Option(bool, False, doc="clients must present a certificate signed by cafile"),
         "use_identity_as_username": Option(bool, False, doc="the client certificate's CN is the username"),
+        "crlfile": Option(str, "", doc="revoked client certificates: the CRL (PEM) of the CAs in cafile"),
     },
     "websocket": {
         "enabled": Option(bool, False, doc="also listen for MQTT over WebSocket (subprotocol mqtt)"),

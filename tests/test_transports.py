@@ -6,18 +6,26 @@ A throwaway CA, server and client certificates are made once per session with th
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import paho.mqtt.client as paho
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from wsproto import WSConnection
 from wsproto.connection import CLIENT
 from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, RejectConnection,
@@ -34,6 +42,7 @@ WAIT = 10
 MOSQUITTO = shutil.which("mosquitto_pub") is not None and shutil.which("mosquitto_sub") is not None
 CONNECT = p.encode_connect("transport-raw", True, 60)
 CONNACK_OK = b"\x20\x02\x00\x00"
+CONNACK_BAD_LOGIN = b"\x20\x02\x00\x04"
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class Pki:
     client_key: str
     nameless_cert: str  # no CN in its subject
     nameless_key: str
+    ca_key: str
 
     def tls(self, *, client: bool = False) -> dict[str, str]:
         """paho's tls_set arguments."""
@@ -73,7 +83,46 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         openssl(where, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial",
                 str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
     return Pki(*(str(where / f) for f in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key",
-                                         "nameless.crt", "nameless.key")))
+                                         "nameless.crt", "nameless.key", "ca.key")))
+
+
+def authority(pki: Pki) -> tuple[x509.Certificate, Any]:
+    """The test CA's certificate and key, to sign with the cryptography package."""
+    return (x509.load_pem_x509_certificate(Path(pki.ca).read_bytes()),
+            serialization.load_pem_private_key(Path(pki.ca_key).read_bytes(), None))
+
+
+def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
+    """A client certificate with CN `cn`, signed by the test CA, and its key: the cryptography package
+    writes a CN that openssl's -subj cannot (a NUL)."""
+    ca, ca_key = authority(pki)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=2))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    name = uuid.uuid4().hex[:8]
+    (where / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (where / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    return str(where / f"{name}.crt"), str(where / f"{name}.key")
+
+
+def revoke(pki: Pki, path: Path, *certs: str) -> None:
+    """Write the test CA's CRL revoking the certificate files `certs` to `path`, replacing it whole."""
+    ca, ca_key = authority(pki)
+    now = datetime.now(timezone.utc)
+    crl = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject)
+           .last_update(now - timedelta(hours=1)).next_update(now + timedelta(days=2)))
+    for cert in certs:
+        serial = x509.load_pem_x509_certificate(Path(cert).read_bytes()).serial_number
+        crl = crl.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(serial)
+                                          .revocation_date(now - timedelta(hours=1)).build())
+    part = path.with_suffix(".part")
+    part.write_bytes(crl.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    os.replace(part, path)
 
 
 def tls_section(pki: Pki, enabled: bool = True, **more: object) -> str:
@@ -151,6 +200,16 @@ def mqtt_answer(sock: socket.socket) -> bytes:
         sock.sendall(CONNECT)
         return sock.recv(4)
     except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        return b""
+
+
+def answer_with(port: int, pki: Pki, cert: tuple[str, str] | None) -> bytes:
+    """`mqtt_answer` over a new TLS connection presenting `cert`; b"" when the handshake is refused
+    (TLS 1.2 refuses within it, TLS 1.3 after the client's side of it)."""
+    try:
+        with tls_socket(port, pki, cert) as s:
+            return mqtt_answer(s)
+    except (ssl.SSLError, ConnectionResetError):
         return b""
 
 
@@ -236,13 +295,8 @@ def test_mosquitto_clients_over_tls(open_broker: Broker, pki: Pki) -> None:
 
 def test_require_certificate_refuses_a_client_without_one(mutual_broker: Broker, pki: Pki) -> None:
     port = port_of(mutual_broker, "mqtts")
-    try:
-        with tls_socket(port, pki) as s:  # TLS 1.3: the refusal comes after the client's side of the handshake
-            assert mqtt_answer(s) == b""
-    except (ssl.SSLError, ConnectionResetError):
-        pass
-    with tls_socket(port, pki, (pki.client_cert, pki.client_key)) as s:
-        assert mqtt_answer(s) == CONNACK_OK
+    assert answer_with(port, pki, None) == b""
+    assert answer_with(port, pki, (pki.client_cert, pki.client_key)) == CONNACK_OK
     assert mutual_broker.workers() and mutual_broker.router(), "a refused handshake took a process down"
 
 
@@ -259,15 +313,34 @@ def test_mosquitto_pub_with_a_client_certificate(mutual_broker: Broker, pki: Pki
 
 def test_identity_as_username_takes_the_certificate_cn(mutual_broker: Broker, pki: Pki) -> None:
     """Over TLS and over WebSocket over TLS; a certificate without a CN is refused."""
-    before = mutual_broker.output().count("CN device-42")
+    before = mutual_broker.output().count("CN 'device-42'")
     with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.client_cert, pki.client_key)) as s:
         assert mqtt_answer(s) == CONNACK_OK
     ws = Client(port_of(mutual_broker, "wss"), transport="websockets", tls=pki.tls(client=True))
     ws.disconnect()
-    wait_for(lambda: mutual_broker.output().count("CN device-42") >= before + 2, WAIT, "both CNs in the log")
+    wait_for(lambda: mutual_broker.output().count("CN 'device-42'") >= before + 2, WAIT, "both CNs in the log")
     with tls_socket(port_of(mutual_broker, "mqtts"), pki, (pki.nameless_cert, pki.nameless_key)) as s:
-        assert mqtt_answer(s) == b""
+        assert mqtt_answer(s) == CONNACK_BAD_LOGIN
     wait_for(lambda: "client certificate without a CN" in mutual_broker.output(), WAIT, "the refusal in the log")
+
+
+@pytest.mark.parametrize("cn", ["dev\x00ice", "dev+ice", "dev#ice"], ids=["nul", "plus", "hash"])
+def test_a_certificate_cn_that_cannot_be_a_user_name_is_refused(mutual_broker: Broker, pki: Pki, tmp_path: Path,
+                                                                  cn: str) -> None:
+    """As mosquitto refuses a CN with a NUL: CONNACK 0x04 (5.0: 0x86) and a log line; the wildcards too,
+    which no ACL pattern's %u would match. A `/` in a CN is a user name like any other."""
+    cert = client_certificate(pki, tmp_path, cn)
+    port = port_of(mutual_broker, "mqtts")
+    with tls_socket(port, pki, cert) as s:
+        assert mqtt_answer(s) == CONNACK_BAD_LOGIN
+    with tls_socket(port, pki, cert) as s:
+        s.sendall(p.encode_connect("bad-cn", True, 60, protocol_level=5))
+        connack = s.recv(256)
+        assert connack[0] == 0x20 and connack[3] == 0x86, connack
+    wait_for(lambda: mutual_broker.output().count(f"client certificate CN {cn!r} holds") == 2, WAIT,
+             "both refusals in the log")
+    with tls_socket(port, pki, client_certificate(pki, tmp_path, "fleet/dev-7")) as s:
+        assert mqtt_answer(s) == CONNACK_OK
 
 
 @pytest.mark.parametrize("scheme", ["mqtts", "ws"])
@@ -282,6 +355,39 @@ def test_plain_bytes_on_the_tls_port_are_refused(open_broker: Broker) -> None:
     with socket.create_connection(("127.0.0.1", port_of(open_broker, "mqtts")), timeout=WAIT) as s:
         assert mqtt_answer(s) in (b"", b"\x15\x03\x03\x00")  # closed, or the start of a TLS alert
     Client(open_broker.port).disconnect()
+
+
+def test_a_certificate_the_crl_revokes_is_refused_and_a_reload_reads_the_crl_again(pki: Pki, tmp_path: Path) -> None:
+    """tls.crlfile: a revoked client certificate is refused at the handshake, another accepted; the
+    file is read again at a reload (SIGHUP), for new connections: one open already stays. A CRL that
+    cannot be loaded at a reload keeps the one in force."""
+    lost, kept = (client_certificate(pki, tmp_path, name) for name in ("lost-device", "kept-device"))
+    crl = tmp_path / "revoked.crl"
+    revoke(pki, crl, lost[0])
+    b = start(tmp_path, tls_section(pki, cafile=pki.ca, require_certificate=True, crlfile=str(crl)))
+    try:
+        port = port_of(b, "mqtts")
+        assert answer_with(port, pki, lost) == b""
+        assert answer_with(port, pki, kept) == CONNACK_OK
+        with tls_socket(port, pki, kept) as live:
+            live.sendall(p.encode_connect("crl-live", True, 60))  # not the client id of the others: no takeover
+            assert live.recv(4) == CONNACK_OK
+            crl.write_text("not a CRL\n")
+            b.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "config not reloaded: tls.crlfile" in b.output(), WAIT, "the bad CRL refused")
+            assert answer_with(port, pki, kept) == CONNACK_OK
+            revoke(pki, crl, lost[0], kept[0])
+            b.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: len(re.findall(r"worker \d+ reloaded its settings", b.output())) == 2, WAIT,
+                     "both workers to reload")
+            assert answer_with(port, pki, kept) == b""
+            assert answer_with(port, pki, lost) == b""
+            live.sendall(p.PINGREQ_PACKET)
+            assert live.recv(2) == p.PINGRESP_PACKET
+        wait_for(lambda: b.output().count("certificate verify failed: certificate revoked") == 3, WAIT,
+                 "each refusal logged with its reason")
+    finally:
+        b.stop()
 
 
 # -- the WebSocket handshake and frames ---------------------------------------------------------------
@@ -368,6 +474,56 @@ def test_mqtt_disconnect_closes_the_websocket(open_broker: Broker) -> None:
     client.close()
 
 
+FLOOD = 32 << 20  # bytes of pings offered: far more than the socket buffers on both sides hold
+GROWTH = 16 << 20  # what the worker's RSS may grow by meanwhile
+STALL = 3  # seconds the socket takes nothing more: the broker has stopped reading
+
+
+@pytest.mark.parametrize("scheme", ["ws", "mqtt"])
+def test_a_ping_flood_from_a_client_that_never_reads_is_paused_not_buffered(open_broker: Broker, scheme: str) -> None:
+    """WebSocket pings (each answered with a pong, RFC 6455 5.5.2) or MQTT PINGREQs from a client that never
+    reads: once its answers back up, the worker stops reading it, so its memory stays flat (it grew by
+    the whole flood), and reads again when the client does: everything is answered, in order."""
+    port = port_of(open_broker, scheme) if scheme == "ws" else open_broker.port
+    publish = p.encode_publish(b"transports/flood", b"", 1, packet_id=1)  # answered by PUBACK, after every ping
+    if scheme == "ws":
+        client = WsClient(port, ["mqtt"])
+        assert isinstance(client.next(), AcceptConnection)
+        sock = client.sock
+        wrap = client.ws.send
+        chunk = wrap(Ping(b"p" * 125)) * 512  # the largest control frames (RFC 6455 5.5), masked by the client
+        done = wrap(BytesMessage(publish))
+        last = b"\x82\x04" + p.encode_puback(1)  # an unmasked binary frame
+        sock.sendall(wrap(BytesMessage(p.encode_connect("ping-flood", True, 0))))
+        assert isinstance(client.next(), BytesMessage)
+    else:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        chunk, done, last = p.PINGREQ_PACKET * 32768, publish, p.encode_puback(1)
+        sock.sendall(p.encode_connect("ping-flood", True, 0))
+        assert sock.recv(4) == CONNACK_OK
+    worker = open_broker.workers()[open_broker.worker_holding(sock.getsockname()[1])]
+    before = worker.memory_info().rss
+    sock.setblocking(False)
+    offered, rest = 0, memoryview(b"")
+    while offered < FLOOD and select.select([], [sock], [], STALL)[1]:
+        rest = rest or memoryview(chunk)
+        sent = sock.send(rest)
+        offered, rest = offered + sent, rest[sent:]
+    grown = worker.memory_info().rss - before
+    assert grown < GROWTH, f"the worker grew by {grown >> 20} MB while {offered >> 20} MB of pings came"
+    rest, tail = memoryview(bytes(rest) + done), b""  # now read: the rest of the pings and the PUBLISH go out
+    while not tail.endswith(last):
+        readable, writable, _ = select.select([sock], [sock] if rest else [], [], WAIT)
+        assert readable or writable, "the broker neither reads nor answers"
+        if writable:
+            rest = rest[sock.send(rest):]
+        if readable:
+            data = sock.recv(1 << 20)
+            assert data, "the broker closed the connection"
+            tail = tail[-8:] + data
+    sock.close()
+
+
 # -- bad TLS config stops startup with one line -------------------------------------------------------
 
 
@@ -383,13 +539,22 @@ BAD = [  # (the [tls] lines past enabled = true and port = 0, what the line must
                  "tls.use_identity_as_username", id="identity-without-required-certificate"),
     pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\nciphers = "NO-SUCH-CIPHER"\n', "tls.ciphers",
                  id="ciphers"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\ncrlfile = "{where}/junk.pem"\n',
+                 "tls.crlfile", id="crl-without-required-certificate"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{where}/absent.pem"\n', "tls.crlfile", id="unreadable-crl"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{where}/junk.pem"\n', "tls.crlfile", id="junk-crl"),
+    pytest.param('certfile = "{server_cert}"\nkeyfile = "{server_key}"\ncafile = "{ca}"\nrequire_certificate = true\n'
+                 'crlfile = "{ca}"\n', "tls.crlfile", id="certificate-as-crl"),
 ]
 
 
 @pytest.mark.parametrize("lines,key", BAD)
 def test_bad_tls_config_stops_startup_with_one_line(tmp_path: Path, pki: Pki, lines: str, key: str) -> None:
     (tmp_path / "junk.pem").write_text("not a certificate\n")
-    lines = lines.format(where=tmp_path, server_cert=pki.server_cert, server_key=pki.server_key, client_key=pki.client_key)
+    lines = lines.format(where=tmp_path, server_cert=pki.server_cert, server_key=pki.server_key, client_key=pki.client_key,
+                         ca=pki.ca)
     for text in (f"[tls]\nenabled = true\nport = 0\n{lines}",  # the TLS listener, or WebSocket over TLS alone
                  f"[tls]\n{lines}[websocket]\nenabled = true\nport = 0\ntls = true\n"):
         message = one_error_line(run("serve", "--port", "0", "--config", str(write(tmp_path, text))))

@@ -63,7 +63,7 @@ class Connection(asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
                  "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "screened", "cert_username",
-                 "credit_messages", "credit_bytes", "credit_at", "level", "v5", "window")
+                 "credit_messages", "credit_bytes", "credit_at", "throttled", "level", "v5", "window")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         self.worker = worker
@@ -73,7 +73,7 @@ class Connection(asyncio.Protocol):
         self.state = NEW
         self.client_id = ""
         self.username: str | None = None
-        self.cert_username: str | None = None  # use_identity_as_username: the verified certificate's CN
+        self.cert_username: str | None = None  # use_identity_as_username: the verified certificate's CN ("": none)
         self.sender: Sender | None = None  # made at the first archived PUBLISH
         self.peer = ""
         self.keepalive = 0
@@ -86,7 +86,7 @@ class Connection(asyncio.Protocol):
         self.inflight: dict[int, int] = {}  # packet id -> qos (2 becomes -2 once PUBREL is sent)
         self.queue: deque[Queued] | tuple[()] = ()  # a deque only while something waits (an empty one costs 760 bytes)
         self.next_pid = 1
-        self.paused = False
+        self.paused = False  # the transport's output is backed up (pause_writing): reading waits too
         self.persistent = False
         self.disconnected = False  # a DISCONNECT arrived: no will
         self.kicked = False  # closed by the router (takeover): it handled the will already
@@ -100,6 +100,7 @@ class Connection(asyncio.Protocol):
         self.screened = False  # deliveries are checked against the ACL's read rules (`judge_reads`)
         # what is left of the client's buckets (client_message_rate, client_byte_rate) at credit_at
         self.credit_messages = self.credit_bytes = self.credit_at = 0.0
+        self.throttled = False  # reading waits for the buckets to refill
 
     @property
     def closed(self) -> bool:
@@ -113,20 +114,22 @@ class Connection(asyncio.Protocol):
         if self.worker.identity_as_username:
             cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
             if cert:
-                self.cert_username = common_name(cert)
-                if self.cert_username is None:
-                    return self.close("client certificate without a CN (use_identity_as_username)")
-                log.debug("client certificate from %s: CN %s", self.peer, self.cert_username)
+                self.cert_username = common_name(cert)  # judged at CONNECT (tls.unfit_username)
+                log.debug("client certificate from %s: CN %r", self.peer, self.cert_username)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state != CLOSED:
             self.close("connection lost" if exc is None else f"socket error: {exc}")
 
     def pause_writing(self) -> None:
+        """Output backed up: deliveries queue (bounded), and the client is not read, so what it sends
+        cannot pile up answers either (PINGRESP, acks; a WebSocket's pongs) while it does not read them."""
         self.paused = True
+        self.transport.pause_reading()  # type: ignore[union-attr]
 
     def resume_writing(self) -> None:
         self.paused = False
+        self.read_on()
         self.pump()
 
     def data_received(self, data: bytes) -> None:
@@ -262,13 +265,20 @@ class Connection(asyncio.Protocol):
             if worker.rate_disconnects and self.buf and _frame(self.buf, 0, worker.max_packet_size) is not None:
                 return self.close("faster than its rate limit (rate_limit_action = disconnect)",
                                   code=reasons.QUOTA_EXCEEDED)
+            self.throttled = True
             self.transport.pause_reading()
-            worker.loop.call_later(wait, self._resume_reading)
+            worker.loop.call_later(wait, self._refilled)
 
-    def _resume_reading(self) -> None:
-        if self.state == CLOSED or self.transport is None:
+    def _refilled(self) -> None:
+        self.throttled = False
+        self.read_on()
+
+    def read_on(self) -> None:
+        """Read the client again unless something still holds it: a login being decided, output backed
+        up (`paused`), empty rate buckets (`throttled`); each of them ends by calling this."""
+        if self.state == CLOSED or self.state == AUTHENTICATING or self.paused or self.throttled:
             return
-        self.transport.resume_reading()
+        self.transport.resume_reading()  # type: ignore[union-attr]
         if self.buf:
             self.data_received(b"")  # what the last read could not take yet
 

@@ -1,7 +1,8 @@
 """TLS for the listeners: the server context built from `[tls]`, and the identity in a client certificate.
 
-The acceptor builds the context once at startup only to refuse a bad setting with one line; each worker
-builds its own (contexts do not cross processes) and runs the handshakes.
+The acceptor builds the context once at startup (and at a reload) only to refuse a bad setting with one
+line; each worker builds its own (contexts do not cross processes), again at each reload so that a new
+CRL takes effect, and runs the handshakes.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def server_context(tls: dict[str, Any]) -> ssl.SSLContext:
             raise ValueError(f"tls.{key}: required by a TLS listener")
     if tls["require_certificate"] and not tls["cafile"]:
         raise ValueError("tls.cafile: required by require_certificate (the CA that signs client certificates)")
-    if tls["use_identity_as_username"] and not tls["require_certificate"]:
-        raise ValueError("tls.use_identity_as_username: needs require_certificate = true")
-    for key in ("certfile", "keyfile", "cafile"):
+    for key in ("use_identity_as_username", "crlfile"):
+        if tls[key] and not tls["require_certificate"]:
+            raise ValueError(f"tls.{key}: needs require_certificate = true")
+    for key in ("certfile", "keyfile", "cafile", "crlfile"):
         if tls[key]:
             try:
                 with open(tls[key], "rb"):
@@ -55,6 +57,8 @@ def server_context(tls: dict[str, Any]) -> ssl.SSLContext:
             context.load_verify_locations(cafile=tls["cafile"])
         except ssl.SSLError as exc:
             raise ValueError(f"tls.cafile: no PEM certificate in {tls['cafile']} ({_detail(exc)})") from None
+    if tls["crlfile"]:
+        _load_crl(context, tls["crlfile"])
     if tls["ciphers"]:
         try:
             context.set_ciphers(tls["ciphers"])
@@ -65,15 +69,44 @@ def server_context(tls: dict[str, Any]) -> ssl.SSLContext:
     return context
 
 
+def _load_crl(context: ssl.SSLContext, crlfile: str) -> None:
+    """Refuse at the handshake a client certificate that the CRL of its issuer revokes (the leaf only,
+    as mosquitto's crlfile). OpenSSL reads certificates from the file too and would trust them as CAs:
+    a file with one is refused."""
+    with open(crlfile, "rb") as f:
+        pem = f.read()
+    if b"-----BEGIN X509 CRL-----" not in pem or b"-----BEGIN CERTIFICATE-----" in pem:
+        raise ValueError(f"tls.crlfile: {crlfile} is not a PEM CRL (or holds a certificate as well)")
+    try:
+        context.load_verify_locations(cafile=crlfile)
+    except ssl.SSLError as exc:
+        raise ValueError(f"tls.crlfile: no PEM CRL in {crlfile} ({_detail(exc)})") from None
+    context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
+
+
 def _detail(exc: ssl.SSLError) -> str:
     """OpenSSL's reason without the C source location."""
     return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc.args[-1]))
 
 
-def common_name(peercert: dict[str, Any]) -> str | None:
-    """The subject CN of a verified certificate (`getpeercert()`'s dict), None when it has none."""
+def common_name(peercert: dict[str, Any]) -> str:
+    """The subject CN of a verified certificate (`getpeercert()`'s dict), "" when it has none."""
     for rdn in peercert.get("subject", ()):
         for key, value in rdn:
             if key == "commonName":
                 return value
+    return ""
+
+
+def unfit_username(cn: str) -> str | None:
+    """Why a certificate's CN cannot be a user name (use_identity_as_username), None when it can: none;
+    U+0000, which no MQTT string holds [MQTT-1.5.3-2] and which cuts the name short where C reads it;
+    a wildcard, which no ACL pattern's %u matches. A `/` is not refused: a user name may hold one (a
+    `user` rule names it; a pattern's %u does not match it, workers/acl.py)."""
+    if not cn:
+        return "client certificate without a CN"
+    if "\x00" in cn:
+        return f"client certificate CN {cn!r} holds U+0000"
+    if "+" in cn or "#" in cn:
+        return f"client certificate CN {cn!r} holds a wildcard"
     return None

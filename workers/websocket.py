@@ -105,6 +105,8 @@ class WebSocket(asyncio.Protocol, asyncio.Transport):
         self.conn.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        """Pongs and close frames count with MQTT output: the Connection stops reading the client while
+        any of it backs up (through pause_reading here), so a ping flood cannot grow the buffer."""
         self.conn.pause_writing()
 
     def resume_writing(self) -> None:

@@ -88,11 +88,9 @@ class Worker:
         self.message_rate = self.byte_rate = 0.0
         self.rate_limited = self.rate_disconnects = False
         self._set_rates(config)
-        context = tls.server_context(config["tls"]) if tls.wanted(config) else None
-        self.identity_as_username: bool = context is not None and config["tls"]["use_identity_as_username"]
-        self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {  # listener kind -> (TLS, WebSocket)
-            handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
-            handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
+        self.identity_as_username = False
+        self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {}  # listener kind -> (TLS, WebSocket)
+        self._set_tls(config)
         self.max_conns = connections_per_worker(fd_limit)
         self.conns: dict[int, Connection] = {}
         self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
@@ -632,6 +630,10 @@ class Worker:
         self.memory_limit = config["memory_limit"]
         self._set_rates(config)
         self._set_connect(config)
+        try:
+            self._set_tls(config)
+        except ValueError as exc:  # the acceptor checked it: the file changed since
+            log.error("worker %d keeps its TLS settings: %s", self.worker_id, exc)
         self.auth.configure(config)
         self.judge_access()
         if self.archive is not None:
@@ -645,6 +647,14 @@ class Worker:
         self.response_information = config["response_information"]  # "": none offered
         self.server_reference = config["server_reference"]  # "": serve; else send every client there
         self.server_moved = config["server_moved"]
+
+    def _set_tls(self, config: dict) -> None:
+        """The TLS context of the listeners, built again at a reload, so that the CRL (and the certificate
+        files) are read again: new handshakes use it; live connections stay as they were accepted."""
+        context = tls.server_context(config["tls"]) if tls.wanted(config) else None
+        self.identity_as_username = context is not None and config["tls"]["use_identity_as_username"]
+        self.listeners = {handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
+                          handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
 
     def _set_rates(self, config: dict) -> None:
         """Per-client rate limits (0: none); connections check `rate_limited` after each read."""

@@ -21,6 +21,7 @@ from workers.mqtt.connect import Connect, decode_connect
 from workers.mqtt.framing import PROTOCOL_ERROR
 from workers.negotiated import Negotiated
 from workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
+from workers.tls import unfit_username
 
 if TYPE_CHECKING:
     from workers.connection import Connection
@@ -53,6 +54,10 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         code = reasons.SERVER_MOVED if worker.server_moved else reasons.USE_ANOTHER_SERVER
         return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {worker.server_reference}",
                       {props.SERVER_REFERENCE: worker.server_reference})
+    if conn.cert_username is not None:  # use_identity_as_username: the certificate is the login
+        unfit = unfit_username(conn.cert_username)
+        if unfit is not None:  # as mosquitto: a bad user name (0x04, 5.0: 0x86)
+            return refuse(conn, BAD_CREDENTIALS, f"{unfit} (use_identity_as_username)")
     if method is not None and (method != scram.METHOD or worker.auth.passwords is None or conn.cert_username):
         return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
     client_id = connect.client_id
@@ -163,10 +168,7 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
         conn.worker.end_at(expires, conn)
     accept(conn, connect)
     conn.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
-    if conn.state == CONNECTING or conn.state == CONNECTED:  # CONNECTED: a clean session has its CONNACK
-        conn.transport.resume_reading()  # type: ignore[union-attr]
-        if conn.buf:
-            conn.data_received(b"")
+    conn.read_on()  # unless refused; CONNECTED: a clean session has its CONNACK
 
 
 def accept(conn: Connection, connect: Connect) -> None:
