@@ -7,6 +7,7 @@ and the key. The result is a plain dict that the acceptor hands to its children 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import tomllib
@@ -16,7 +17,7 @@ from typing import Any, Callable
 import zmq
 import zmq.auth
 
-from router.files import Access
+from router.files import Access, others_may_read
 from router.shared import STRATEGIES
 from router.units import parse_duration
 from workers import tls
@@ -24,6 +25,8 @@ from workers.acl import AclFile
 from workers.passwords import PasswordFile
 from workers.sqlauth import connect_args
 from workers.tokens import TokenVerifier
+
+log = logging.getLogger("plexmq.acceptor")
 
 
 class ConfigError(Exception):
@@ -192,6 +195,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "allow_networks": Option(list, [], _networks, "client networks (CIDR) that may connect (empty: all)"),
         "deny_networks": Option(list, [], _networks, "client networks (CIDR) that may not connect"),
         "password_file": Option(str, "", doc="users and their password hashes (plexmq passwd); empty: no passwords"),
+        "strict_file_modes": Option(bool, False, doc="refuse a password_file other users may read (else a warning)"),
         "acl_file": Option(str, "", doc="who may read and write which topics (mosquitto syntax); empty: everyone all"),
         "auth_database": Option(str, "", doc="users (and with auth_database_acl the ACL) in MySQL/MariaDB: "
                                 "mysql://user:password@host:3306/database; empty: none"),
@@ -324,12 +328,25 @@ def _check_auth_files(config: dict[str, Any]) -> None:
     try:
         if config["password_file"]:
             PasswordFile.load(config["password_file"])
+            _check_private(config["password_file"], config["strict_file_modes"])
         if config["acl_file"]:
             AclFile.load(config["acl_file"])
         if config["jwt_jwks_file"]:
             TokenVerifier(config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"], config["jwt_username_claim"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_private(path: str, strict: bool) -> None:
+    """A password file holds hashes and SCRAM keys, which a local user could guess against offline:
+    readable by others, it is refused (strict_file_modes) or warned about, at start and at each reload."""
+    exposed = others_may_read(path)
+    if not exposed:
+        return
+    said = f"password_file: {path} is readable by other users (mode {exposed:o}): chmod o-rw it"
+    if strict:
+        raise ConfigError(f"{said} (strict_file_modes)")
+    log.warning("%s, or set strict_file_modes = true to refuse such a file", said)
 
 
 def _check_tls(config: dict[str, Any]) -> None:

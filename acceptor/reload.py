@@ -27,7 +27,7 @@ RELOADABLE = {
     "persistent_client_expiration", "password_file", "acl_file", "allow_anonymous", "max_connections",
     "max_connection_rate", "client_message_rate", "client_byte_rate", "rate_limit_action", "allow_networks",
     "deny_networks", "max_keepalive", "response_information", "server_reference", "server_moved",
-    "archive.topics", "memory_limit", "stop_timeout", "tls.crlfile",
+    "archive.topics", "memory_limit", "stop_timeout", "tls.crlfile", "strict_file_modes",
     "jwt_jwks_file", "jwt_audience", "jwt_issuer", "jwt_disconnect_on_expiry", "auth_database", "auth_database_acl", "auth_database_cache",
     "auth_database_timeout",
 }

@@ -39,6 +39,12 @@ def private_file(path: str) -> None:
         os.close(fd)
 
 
+def others_may_read(path: str) -> int:
+    """The file's mode when users other than its owner and group may read or write it, else 0."""
+    found = stat.S_IMODE(os.stat(path).st_mode)
+    return found if found & 0o006 else 0
+
+
 class Access:
     """Who besides the broker's user may read a tree of files: nobody, or the members of `group`."""
 

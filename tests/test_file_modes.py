@@ -1,11 +1,12 @@
 """The files that hold clients' messages are the broker's user's alone, whatever the umask (issue 20):
 the data dir 0700, the store with its -wal and -shm 0600, the archive's segments 0600 (or 0640 for
-the group `archive.group` names)."""
+the group `archive.group` names); a password file others may read is warned about (or refused)."""
 
 from __future__ import annotations
 
 import grp
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -14,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, Broker
+from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
 from tests.test_archive import T0, run
 from workers.archive import ArchiveWriter
 from router.files import Access
+from workers.passwords import set_password
 
 
 def mode(path: Path) -> int:
@@ -83,3 +85,37 @@ def test_an_unknown_archive_group_stops_startup(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0
     assert "archive.group" in out.stderr and "no group 'no-such-group-here' on this host" in out.stderr
+
+
+def passwords(tmp_path: Path, file_mode: int) -> Path:
+    path = tmp_path / "passwd"
+    set_password(str(path), "alice", "wonderland", n=2 ** 10)
+    os.chmod(path, file_mode)
+    return path
+
+
+def test_a_password_file_others_may_read_is_warned_about_at_start_and_reload(
+        tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    path = passwords(tmp_path, 0o644)
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'password_file = "{path}"\n')
+    b = start_broker("--workers", "1", "--config", str(config))
+    said = f"password_file: {path} is readable by other users (mode 644)"
+    assert b.output().count(said) == 1
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.output().count(said) == 2, 10, "the warning again at the reload")
+    os.chmod(path, 0o600)
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.output().count("reloaded its settings") >= 2, 10, "the second reload")
+    assert b.output().count(said) == 2
+
+
+def test_strict_file_modes_refuse_a_password_file_others_may_read(tmp_path: Path) -> None:
+    path = passwords(tmp_path, 0o604)
+    config = tmp_path / "plexmq.toml"
+    config.write_text(f'password_file = "{path}"\nstrict_file_modes = true\n')
+    out = subprocess.run([sys.executable, "-m", "acceptor", "serve", "--config", str(config)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0
+    assert f"password_file: {path} is readable by other users (mode 604)" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
