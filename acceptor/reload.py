@@ -88,22 +88,32 @@ def _is_broker(cmdline: list[str]) -> bool:
     return False
 
 
+def own_brokers() -> dict[int, list[str]]:
+    """The running brokers this user started (pid -> command line): another user's broker is not
+    this user's to reload, root's included, whatever the command line says."""
+    uid = os.getuid()
+    return {p.pid: p.info["cmdline"] for p in psutil.process_iter(["cmdline", "uids"])
+            if p.pid != os.getpid() and p.info["uids"] is not None and p.info["uids"].real == uid
+            and _is_broker(p.info["cmdline"] or [])}
+
+
 def main(argv: list[str]) -> int:
     """`plexmq reload [--pid PID]`: SIGHUP the running broker (the one of this user, if only one)."""
     parser = argparse.ArgumentParser(prog="plexmq reload", description="Make a running broker re-read its config.")
-    parser.add_argument("--pid", type=int, help="the broker's pid (default: the only plexmq serve running)")
+    parser.add_argument("--pid", type=int, help="the broker's pid (default: the only plexmq serve of this user)")
     args = parser.parse_args(argv)
-    pids = [args.pid] if args.pid else [p.pid for p in psutil.process_iter(["cmdline"])
-                                        if p.pid != os.getpid() and _is_broker(p.info["cmdline"] or [])]
-    if len(pids) != 1:
-        found = ", ".join(map(str, pids)) or "none"
-        print(f"plexmq reload: {'no' if not pids else 'more than one'} running broker (pids: {found}); use --pid",
-              file=sys.stderr)
+    brokers = {args.pid: []} if args.pid else own_brokers()
+    if len(brokers) != 1:
+        found = ", ".join(map(str, brokers)) or "none"
+        print(f"plexmq reload: {'no' if not brokers else 'more than one'} running broker of this user "
+              f"(pids: {found}); use --pid", file=sys.stderr)
         return 2
+    ((pid, cmdline),) = brokers.items()
     try:
-        os.kill(pids[0], signal.SIGHUP)
+        os.kill(pid, signal.SIGHUP)
     except OSError as exc:
-        print(f"plexmq reload: cannot signal pid {pids[0]}: {exc.strerror}", file=sys.stderr)
+        print(f"plexmq reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
         return 2
-    print(f"sent SIGHUP to plexmq (pid {pids[0]}); its log says what changed")
+    told = f": {' '.join(cmdline)}" if cmdline else ""
+    print(f"sent SIGHUP to plexmq (pid {pid}{told}); its log says what changed")
     return 0

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
+from tests.users import as_nobody
 from tests.conftest import ROOT, Broker, wait_for
 from tests.steps import connect, uid
 from tests.test_operations import cli, metrics_url
@@ -36,11 +37,7 @@ def curl_as_nobody(url: str, *args: str) -> str:
 
 
 def clients_as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`plexmq clients ARGV` as the user `nobody` (modules loaded first: the interpreter's files are root's)."""
-    code = ("import os, pwd, sys, urllib.request\nfrom acceptor import clients\n"
-            "user = pwd.getpwnam('nobody')\nos.setgroups([]); os.setgid(user.pw_gid); os.setuid(user.pw_uid)\n"
-            "sys.exit(clients.main(sys.argv[1:]))")
-    return subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    return as_nobody("clients", *argv)
 
 
 def status_of(url: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as paho
+import psutil
 import pytest
 
 from acceptor.status import scrape
@@ -23,6 +25,7 @@ from workers.mqtt import v4 as p
 from workers.mqtt import v5
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
+from tests.users import as_nobody
 
 
 def metrics_url(b: Broker) -> str:
@@ -163,6 +166,29 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     for client in (c, second):
         client.disconnect()
 
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a broker of another user needs root to start one")
+def test_reload_signals_only_a_broker_of_its_own_user(start_broker: Callable[..., Broker]) -> None:
+    """`plexmq reload` as nobody finds nobody's broker only, never root's, and says which it signalled."""
+    b = start_broker("--workers", "1")
+    # nobody cannot run this Python (it lives under /root): a process that looks like `plexmq -f ...`
+    theirs = subprocess.Popen(["runuser", "-u", "nobody", "--", "bash", "-c", "exec -a plexmq tail -f /dev/null"])
+
+    def nobodys() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["username", "cmdline"])
+                if p.info["username"] == "nobody" and (p.info["cmdline"] or [])[:1] == ["plexmq"]]
+    try:
+        (fake,) = wait_for(nobodys, 10, "nobody's broker")  # type: ignore[misc]
+        said = as_nobody("reload")
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.startswith(f"sent SIGHUP to plexmq (pid {fake.pid}: plexmq -f /dev/null)")
+        assert "SIGHUP" not in b.output()
+    finally:
+        theirs.kill()
+        for p in nobodys():
+            p.kill()
+        theirs.wait()
 
 
 def test_a_worker_starting_during_a_reload_applies_it(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
