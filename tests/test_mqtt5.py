@@ -349,6 +349,40 @@ def test_a_message_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -
     pub.disconnect()
 
 
+def test_a_connack_too_large_for_the_client_leaves_out_what_it_can_do_without(broker: Broker) -> None:
+    """[MQTT-3.1.2-24], [MQTT-3.2.2-19]: optional properties are left out of a CONNACK larger than the
+    client's Maximum Packet Size; a client that cannot take even the broker's limits gets none."""
+    c = RawClient(broker.port)
+    c.send(v5.encode_connect(f"v5-fit-{uid()}", True, 60, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 13}))
+    assert c.recv() == (0x20, bytes.fromhex("0000 08 21 0400 27 00100000"))  # 13 bytes, the limits only
+    c.close()
+    c = RawClient(broker.port)
+    c.send(v5.encode_connect(f"v5-fit-{uid()}", True, 60, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 12}))
+    assert c.read_until_closed() == b""
+
+
+def test_acks_and_disconnects_leave_out_their_reason_string_where_it_would_not_fit(broker: Broker) -> None:
+    """[MQTT-3.1.2-24]: each ack and DISCONNECT leaves out its reason string rather than exceed the
+    client's Maximum Packet Size (a 0x99 PUBACK with it is 31 bytes, a 0x8E DISCONNECT 61)."""
+    c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 16})
+    c.send(v5.encode_publish(b"v5/fit", b"\xff", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    assert c.recv() == (0x40, bytes.fromhex("0009 99"))
+    c.send(bytes.fromhex("3006 0001 61 05 0200"))  # property length beyond the packet
+    assert c.read_until_closed() == bytes.fromhex("e001 81")
+    cid = f"v5-fit-{uid()}"
+    old, _ = raw5(broker.port, cid, properties={P.MAXIMUM_PACKET_SIZE: 20})
+    new, _ = raw5(broker.port, cid)
+    assert old.read_until_closed() == bytes.fromhex("e001 8e")
+    new.close()
+
+
+def test_a_suback_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -> None:
+    c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 16})
+    c.send(v5.encode_subscribe(1, [(f"v5/fit/{i}", 0) for i in range(12)]))  # its SUBACK: 17 bytes
+    assert subscribe5(c, 2, [("v5/fit/x", 1)]) == [1]  # the next packet is the second SUBACK
+    c.close()
+
+
 def test_keepalive_timeout_is_0x8d(broker: Broker) -> None:
     c, _ = raw5(broker.port, keepalive=1)
     assert disconnect_of(c)[0] == 0x8D

@@ -13,12 +13,14 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from router import wire
 from workers import aliases
 from workers.handlers import HANDLERS
-from workers.handlers.connect import handle_connect
+from workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
 from workers.mqtt import reasons, v5
@@ -311,8 +313,28 @@ class Connection(asyncio.Protocol):
         if self.v5 is None:
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:
-            self.write(v5.encode_connack(present, 0, self.worker.connack_properties(self.v5)))
+            self.write(self.connack5(present))  # type: ignore[arg-type]  # accept made sure one fits
         log.debug("client %s connected from %s", self.client_id, self.peer)
+
+    def connack5(self, present: bool) -> bytes | None:
+        """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);
+        None when none fits."""
+        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]
+                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]
+
+    def send5(self, encode: Callable[[props.Properties | None], bytes], told: props.Properties | None = None,
+              optional: frozenset[int] = frozenset()) -> bool:
+        """Write the 5.0 packet `encode(told)` within the client's Maximum Packet Size, leaving out what
+        `v5.within` may; False, with nothing written, when it does not fit even so [MQTT-3.1.2-24].
+        Packets without properties of 5 bytes or less always fit: a client whose limit is smaller gets
+        no CONNACK (`handlers.connect.accept`)."""
+        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]
+        if packet is None:
+            log.debug("client %s: a packet of type %d left unsent, larger than its maximum packet size (%d)",
+                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]
+            return False
+        self.write(packet)
+        return True
 
     # -- messages to the client ----------------------------------------------------------------
 
@@ -386,7 +408,7 @@ class Connection(asyncio.Protocol):
             header = self._aliased_header(negotiated, topic, len(payload), qos, retain, dup, numbered, extra)
         else:
             header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-            if header is not None and negotiated is not None and not self._fits(len(header) + len(payload)):
+            if header is not None and negotiated is not None and not self.fits(len(header) + len(payload)):
                 header = None
         if header is None:
             return self._unsent(packet_id)
@@ -424,17 +446,17 @@ class Connection(asyncio.Protocol):
         chosen = aliases.choose(negotiated, topic)
         header = self.publish_header(topic if chosen >= 0 else b"", size, qos, retain, dup, packet_id, extra,
                                      abs(chosen))
-        if header is not None and chosen > 0 and not self._fits(len(header) + size):
+        if header is not None and chosen > 0 and not self.fits(len(header) + size):
             chosen = 0  # a new alias adds 3 bytes: without one, it may fit (an alias in use only makes it smaller)
             header = self.publish_header(topic, size, qos, retain, dup, packet_id, extra)
-        if header is None or not self._fits(len(header) + size):
+        if header is None or not self.fits(len(header) + size):
             return None
         if chosen >= 0:
             aliases.note(negotiated, topic, chosen)
         return header
 
-    def _fits(self, size: int) -> bool:
-        """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size."""
+    def fits(self, size: int) -> bool:
+        """Whether a packet of `size` bytes fits the 5.0 client's Maximum Packet Size."""
         limit = self.v5.max_packet if self.v5 is not None else 0
         return not limit or size <= limit
 
@@ -501,8 +523,11 @@ class Connection(asyncio.Protocol):
             negotiated.receiving -= 1
         elif code >= 0x80:
             negotiated.releasing.discard(packet_id)  # a refused QoS 2 flow ends here: no PUBREL comes
-        told = {props.REASON_STRING: reasons.name(code)} if code and negotiated.problem_info else None
-        self.write(v5.encode_ack(p.PUBACK if qos == 1 else p.PUBREC, packet_id, code, told))
+        kind = p.PUBACK if qos == 1 else p.PUBREC
+        if code and negotiated.problem_info:
+            self.send5(partial(v5.encode_ack, kind, packet_id, code), {props.REASON_STRING: reasons.name(code)})
+        else:
+            self.write(v5.encode_ack(kind, packet_id, code))
 
     def resend_pubrel(self, packet_id: int) -> None:
         self.inflight[packet_id] = -2
@@ -532,7 +557,7 @@ class Connection(asyncio.Protocol):
         if self.state == CONNECTED:
             self.worker.connected[self.level] -= 1
         if code and self.v5 is not None and self.state == CONNECTED:
-            self.write(v5.encode_disconnect(code, {props.REASON_STRING: reason}))
+            self.send5(partial(v5.encode_disconnect, code), {props.REASON_STRING: reason})
         # said before the socket closes: whoever sees it closed finds the reason in the log already
         log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
         self.state = CLOSED

@@ -18,6 +18,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable
+from functools import partial
 
 import orjson
 import psutil
@@ -331,7 +332,7 @@ class Worker:
                     if conn.v5 is None:
                         conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
                     else:
-                        conn.write(v5.encode_suback(packet_id, codes))
+                        conn.send5(partial(v5.encode_suback, packet_id, codes))
             elif kind == wire.UNSUBACK:
                 conn_id, packet_id = _unpack_conn_pid(header)
                 conn = conns.get(conn_id)
@@ -340,7 +341,7 @@ class Worker:
                     if conn.v5 is None:
                         conn.write(p.encode_unsuback(packet_id))
                     else:
-                        conn.write(v5.encode_unsuback(packet_id, list(header[_conn_pid_size:])))
+                        conn.send5(partial(v5.encode_unsuback, packet_id, list(header[_conn_pid_size:])))
             elif kind == wire.RESEND_REL:
                 conn_id, packet_id = wire.CONN_PID.unpack(header)
                 conn = conns.get(conn_id)
