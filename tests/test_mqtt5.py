@@ -68,6 +68,29 @@ def test_connack_tells_the_limits_byte_exact(broker: Broker) -> None:
     assert c.read_until_closed() == b""
 
 
+def test_a_connect_that_breaks_a_rule_is_told_why_in_a_connack(broker: Broker) -> None:
+    """Section 4.13.1: a 5.0 CONNECT the broker refuses gets a CONNACK with the reason code before the
+    close; with its reason string only where the client's Maximum Packet Size is known."""
+    def refused(connect: bytes) -> tuple[bool, int, dict]:
+        c = RawClient(broker.port)
+        c.send(connect)
+        first, body = c.recv()
+        assert first == 0x20 and c.read_until_closed() == b""
+        return v5.decode_connack(0, body)
+
+    assert refused(v5.encode_connect("v5-rm0", protocol_level=5, properties={P.RECEIVE_MAXIMUM: 0})) == (False, 0x82, {})
+    twice = bytes.fromhex("1018 0004 4d515454 05 02 003c 0a 11 00000001 11 00000001 0001 61")
+    assert refused(twice) == (False, 0x82, {})
+    wildcard = v5.Will("will/+", b"gone", 0, False)
+    _present, code, props = refused(v5.encode_connect("v5-will", will=wildcard, protocol_level=5))
+    assert code == 0x90 and props[P.REASON_STRING].startswith("topic name invalid: will topic")
+    small = v5.encode_connect("v5-will", will=wildcard, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 8})
+    assert refused(small) == (False, 0x90, {})
+    c = RawClient(broker.port)  # 3.1.1 has no CONNACK code for it: closed
+    c.send(v4.encode_connect("v4-will", will=wildcard))
+    assert c.read_until_closed() == b""
+
+
 def test_empty_client_id_is_assigned_and_told(broker: Broker) -> None:
     c = RawClient(broker.port)
     present, code, props = c.connect5("", clean_start=False)  # 5.0 allows this without clean start

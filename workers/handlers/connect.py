@@ -17,7 +17,7 @@ from workers import scram
 from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
-from workers.mqtt.connect import Connect, decode_connect
+from workers.mqtt.connect import Connect, RefusedConnect, decode_connect
 from workers.mqtt.framing import PROTOCOL_ERROR
 from workers.negotiated import Negotiated
 from workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
@@ -49,6 +49,8 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     except v4.UnsupportedProtocol as exc:
         conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
         return conn.close(f"unsupported protocol level {exc.level}")
+    except RefusedConnect as exc:
+        return _refuse_broken(conn, exc)
     worker = conn.worker
     conn.level = connect.protocol_level
     method = None
@@ -112,6 +114,18 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
     else:
         conn.send5(partial(v5.encode_connack, False, _AS_V5.get(code, code)), {props.REASON_STRING: reason, **(told or {})},
                    CONNACK_OPTIONAL)
+    conn.close(reason)
+
+
+def _refuse_broken(conn: Connection, exc: RefusedConnect) -> None:
+    """CONNACK with the reason code of the rule a 5.0 CONNECT breaks, then close (section 4.13.1); the
+    reason string goes only where the client's Maximum Packet Size is known (its properties were read)."""
+    reason = v5.refusal(exc)
+    told = None if exc.properties is None else {props.REASON_STRING: reason}
+    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]
+    packet = v5.within(limit, partial(v5.encode_connack, False, exc.code), told)
+    if packet is not None:
+        conn.write(packet)
     conn.close(reason)
 
 

@@ -12,7 +12,7 @@ import struct
 from typing import Callable
 
 from workers.mqtt import properties as props_codec
-from workers.mqtt.connect import Connect, Will, decode_connect, encode_connect  # noqa: F401
+from workers.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
 from workers.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
     MAX_REMAINING_LENGTH, PROTOCOL_ERROR, U16, MalformedPacket, UnsupportedProtocol, encode_remaining_length, encode_string, frame,
     packet, read_packet_id, read_string, read_varint)
@@ -378,6 +378,11 @@ def within(limit: int, encode: Callable[[Properties | None], bytes], properties:
         if len(packet) <= limit:
             return packet
     return None
+
+
+def refusal(exc: MalformedPacket) -> str:
+    """What a refused packet is logged and told as: its reason code's name, then what broke."""
+    return f"{reason_name(exc.code)}: {exc}"
 
 
 def describe(code: int) -> str:
