@@ -59,9 +59,10 @@ def subscribe5(c: RawClient, packet_id: int, filters: list[tuple[str, int]], pro
 def test_connack_tells_the_limits_byte_exact(broker: Broker) -> None:
     c = RawClient(broker.port)
     c.send(v5.encode_connect("v5-exact", True, 60, protocol_level=5))
-    # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB,
-    # topic alias maximum 10 (subscription identifiers and shared subscriptions: available, the default)
-    assert c.recv() == (0x20, bytes.fromhex("0000 0b 21 0400 27 00100000 22 000a"))
+    # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB, retain,
+    # wildcard subscriptions, subscription identifiers and shared subscriptions available, topic alias
+    # maximum 10
+    assert c.recv() == (0x20, bytes.fromhex("0000 13 21 0400 27 00100000 25 01 28 01 29 01 2a 01 22 000a"))
     c.send(v4.PINGREQ_PACKET)
     assert c.recv() == (0xD0, b"")
     c.send(v5.encode_disconnect())

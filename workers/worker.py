@@ -49,6 +49,9 @@ KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PU
 LOAD_REPORT_INTERVAL = 0.005  # seconds between two load reports to the acceptor, at least
 BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
+# what a 5.0 CONNACK says the broker supports: all of it, said although saying nothing means the same
+SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRIPTION_AVAILABLE: 1,
+                               props.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 1, props.SHARED_SUBSCRIPTION_AVAILABLE: 1}
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
@@ -276,11 +279,11 @@ class Worker:
         return not self.link.unrouted and not self.unanswered and conn.state == CONNECTED
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
-        """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
+        """What a 5.0 client is told in its CONNACK: the broker's limits and what it supports, and
         what it asked for or was told to do at CONNECT (keep alive, response information, the end
         of its enhanced authentication)."""
         told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
-                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size}
+                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size, **SUPPORTED}
         if self.topic_alias_maximum:
             told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
         if negotiated.assigned_id:
