@@ -250,6 +250,42 @@ def test_acl_refusals_carry_0x87(start_broker: Callable[..., Broker], tmp_path: 
     c.close()
 
 
+def test_a_message_that_matches_no_subscription_is_acknowledged_0x10(broker: Broker) -> None:
+    """A 5.0 publisher hears 0x10 when nobody listens, on the local path (QoS 1) and through the router
+    (QoS 2, retained); an online subscriber, an offline persistent session and a shared group each
+    count as listening. A 3.1.1 publisher's PUBACK stays as it was."""
+    base = f"v5/nobody/{uid()}"
+    c, _ = raw5(broker.port)
+
+    def acked(topic: str, qos: int, pid: int, retain: bool = False) -> tuple[int, int]:
+        c.send(v5.encode_publish(topic.encode(), b"x", qos, retain, packet_id=pid))
+        first, body = c.recv()
+        assert first == (0x40 if qos == 1 else 0x50), f"expected PUBACK or PUBREC, got {first:#x}"
+        return v5.decode_ack(first >> 4, 0, body)[:2]
+
+    assert acked(f"{base}/none", 1, 1) == (1, 0x10)
+    assert acked(f"{base}/none", 2, 2) == (2, 0x10)
+    c.send(v5.encode_ack(v5.PUBREL, 2))
+    assert c.recv() == (0x70, b"\x00\x02")  # 0x10 is no refusal: the QoS 2 flow goes on
+    assert acked(f"{base}/retained", 1, 3, retain=True) == (3, 0x10)
+    online, _ = raw5(broker.port)
+    assert subscribe5(online, 1, [(f"{base}/online", 1)]) == [1]
+    offline, _ = raw5(broker.port, f"v5-nobody-{uid()}", properties={P.SESSION_EXPIRY_INTERVAL: 60})
+    assert subscribe5(offline, 1, [(f"{base}/offline", 1)]) == [1]
+    offline.send(v5.encode_disconnect())
+    assert offline.read_until_closed() == b""
+    shared, _ = raw5(broker.port)
+    assert subscribe5(shared, 1, [(f"$share/g/{base}/shared", 1)]) == [1]
+    for pid, (topic, qos) in enumerate([("online", 1), ("online", 2), ("offline", 1), ("shared", 2)], 4):
+        assert acked(f"{base}/{topic}", qos, pid) == (pid, 0)
+    old = RawClient(broker.port)
+    old.connect(f"v4-nobody-{uid()}")
+    old.send(v4.encode_publish(f"{base}/none".encode(), b"x", 1, packet_id=9))
+    assert old.recv() == (0x40, b"\x00\x09")
+    for client in (c, online, shared, old):
+        client.close()
+
+
 def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
@@ -338,11 +374,11 @@ def test_receive_maximum_is_enforced_with_0x93(start_broker: Callable[..., Broke
     config = tmp_path / "plexmq.toml"
     config.write_text("receive_maximum = 2\n")
     b = start_broker("--workers", "1", "--config", str(config))
-    c, (_present, _code, props) = raw5(b.port)
+    c, (_present, _code, props) = raw5(b.port, properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     assert props[P.RECEIVE_MAXIMUM] == 2
-    for pid in (1, 2):  # QoS 2 without PUBREL: each stays unacknowledged
+    for pid in (1, 2):  # QoS 2 without PUBREL: each stays unacknowledged (0x10: nobody subscribes)
         c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=pid))
-        assert c.recv() == (0x50, pid.to_bytes(2, "big"))
+        assert c.recv() == (0x50, pid.to_bytes(2, "big") + b"\x10")
     c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=2))  # a resend counts once
     assert c.recv() == (0x50, b"\x00\x02")
     c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=3))
@@ -471,14 +507,14 @@ def test_expired_messages_are_never_delivered(broker: Broker) -> None:
     assert subscribe5(c, 1, [(topic, 1)]) == [1]
     c.send(v5.encode_disconnect())
     c.read_until_closed()
-    pub, _ = raw5(broker.port)
+    pub, _ = raw5(broker.port, properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     for pid, (payload, expiry) in enumerate([(b"short", 1), (b"long", 600), (b"forever", 0)], 1):
         properties = {P.MESSAGE_EXPIRY_INTERVAL: expiry} if expiry else None
         pub.send(v5.encode_publish(topic.encode(), payload, 1, packet_id=pid, properties=properties))
         assert pub.recv() == (0x40, pid.to_bytes(2, "big"))
     pub.send(v5.encode_publish(f"{topic}/kept".encode(), b"retained briefly", 1, True, packet_id=9,
                                properties={P.MESSAGE_EXPIRY_INTERVAL: 1}))
-    assert pub.recv() == (0x40, b"\x00\x09")
+    assert pub.recv() == (0x40, b"\x00\x09\x10")  # no subscriber: 0x10
     time.sleep(2.1)  # the 1 s intervals end (no event to await: expiry is time)
 
     c, (present, _code, _props) = raw5(broker.port, cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})

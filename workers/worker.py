@@ -247,9 +247,9 @@ class Worker:
                     self._deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
                                           subs)
                 if qos:
-                    conn.acknowledge(packet_id, qos, 0)
+                    conn.acknowledge(packet_id, qos, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
                 return
-        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry)
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, qos > 0 and conn.v5 is not None)
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
 
@@ -311,7 +311,7 @@ class Worker:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
                 if self.link.current:  # else it confirms records of an earlier join, sent again since
-                    self._routed(*wire.ROUTED_HEAD.unpack(header))
+                    self._routed(*wire.read_routed(header))
             elif kind == wire.ROUTES:
                 gen, whole, entries = orjson.loads(header)
                 self.routes.apply(whole, entries)
@@ -435,18 +435,23 @@ class Worker:
                     packet = qos0_packets[version] = head + payload
             conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra, forms)
 
-    def _routed(self, count: int, records: int) -> None:
+    def _routed(self, count: int, records: int, unmatched: tuple[int, ...]) -> None:
         """The router took these QoS 1/2 PUBs (of `records` PUB and PUB0 records): now the publishers
         get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never saw,
-        in their turn)."""
+        in their turn); those at the `unmatched` positions among them (5.0 only) reached nobody: 0x10."""
         self.link.unrouted -= records
         awaiting = self.awaiting
+        position = 0
         while awaiting and (count or awaiting[0][4] is None):
             conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
-            if topic is not None:
+            if topic is None:
+                code = reasons.NOT_AUTHORIZED
+            else:
+                code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
                 count -= 1
+                position += 1
             if conn.state != CLOSED:
-                conn.acknowledge(packet_id, qos, 0 if topic is not None else reasons.NOT_AUTHORIZED)
+                conn.acknowledge(packet_id, qos, code)
 
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
@@ -500,7 +505,7 @@ class Worker:
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
-                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry)
+                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry, conn.v5 is not None)
         self.awaiting = awaiting
         log.warning("joined the router again (%s): %d sessions registered again, %d publishes sent again",
                     why, len(live), len(awaiting))
