@@ -223,9 +223,9 @@ def test_suback_and_unsuback_reason_codes(broker: Broker) -> None:
     topic = f"v5/codes/{uid()}"
     assert subscribe5(c, 1, [(topic, 1), ("bad/#/filter", 0), ("$share/group/t", 1), ("$share/+/t", 1),
                              ("$share/group", 1)]) == [1, 0x8F, 1, 0x8F, 0x8F]
-    c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed"]))
+    c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed", "bad/#/filter"]))
     first, body = c.recv()
-    assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11])
+    assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11, 0x8F])
     c.close()
 
 
@@ -307,6 +307,19 @@ def test_malformed_and_protocol_errors_are_told_with_their_reason(broker: Broker
     c.send(v5.encode_connect("again", protocol_level=5))
     code, props = disconnect_of(c)
     assert (code, props[P.REASON_STRING]) == (0x82, "second CONNECT")
+
+
+def test_reason_strings_name_the_reason_code(broker: Broker) -> None:
+    """A refusal's reason string starts with its code's name: "malformed packet" only for 0x81; an
+    UNSUBSCRIBE without filters is the same protocol error as such a SUBSCRIBE."""
+    for packet, code, reason in [
+            (bytes.fromhex("3006 0001 61 05 0200"), 0x81, "malformed packet: property length beyond the packet"),
+            (bytes.fromhex("8203 0001 00"), 0x82, "protocol error: SUBSCRIBE without topic filters"),
+            (bytes.fromhex("a203 0001 00"), 0x82, "protocol error: UNSUBSCRIBE without topic filters"),
+            (v5.encode_publish(b"t", b"x", properties={P.TOPIC_ALIAS: 0}), 0x94, "topic alias invalid: topic alias 0")]:
+        c, _ = raw5(broker.port)
+        c.send(packet)
+        assert disconnect_of(c) == (code, {P.REASON_STRING: reason})
 
 
 def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:

@@ -187,7 +187,7 @@ class Connection(asyncio.Protocol):
         except p.MalformedPacket as exc:
             if run >= 0:
                 self._forward(buf, run, pos, run_topic, count, skipped)
-            self.close(f"malformed packet: {exc}", code=exc.code)
+            self.close(v5.refusal(exc), code=exc.code)
             return
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
