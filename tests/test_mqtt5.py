@@ -322,6 +322,19 @@ def test_reason_strings_name_the_reason_code(broker: Broker) -> None:
         assert disconnect_of(c) == (code, {P.REASON_STRING: reason})
 
 
+def test_a_disconnect_is_not_lost_to_a_reset(broker: Broker) -> None:
+    """Input the broker did not read when it closed (here behind a malformed packet) is drained: the
+    client reads the DISCONNECT, then the end of the stream, not a reset."""
+    c, _ = raw5(broker.port)
+    c.send(bytes.fromhex("3006 0001 61 05 0200") + bytes(100_000))
+    c.sock.settimeout(5)
+    data = b""
+    while chunk := c.sock.recv(65536):  # ConnectionResetError fails the test
+        data += chunk
+    assert v5.decode_reason_only(v5.DISCONNECT, 0, data[2:])[0] == 0x81
+    c.close()
+
+
 def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
     topic = f"v5/wrongack/{uid()}"
     c, _ = raw5(broker.port)
