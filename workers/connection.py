@@ -24,7 +24,7 @@ from workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
 from workers.mqtt import reasons, v5
-from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT
+from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
 from workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
 
@@ -41,6 +41,9 @@ _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
 _without_properties = v5.without_properties
 _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
+# MQTT 3.1 let a client set DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again (flags 0b1010);
+# 3.1.1 fixed their flags at 0b0010
+_DUP_IN_31 = frozenset((PUBREL, SUBSCRIBE, UNSUBSCRIBE))
 
 # What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
 # time.time() second it expires at or 0)
@@ -275,6 +278,8 @@ class Connection(asyncio.Protocol):
         handler = HANDLERS.get(kind)
         if handler is None:
             return self.close(f"packet type {kind} not allowed from a client")
+        if self.level == 3 and flags == 0x0A and kind in _DUP_IN_31:
+            flags = 0x02  # read as 3.1.1 reads the packet
         handler(self, flags, body)
 
     def register(self, resume: bool, fresh: bool = False) -> None:
