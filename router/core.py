@@ -54,7 +54,7 @@ class Dest:
 class Targets:
     """One cached match of a topic."""
 
-    __slots__ = ("raw", "online", "offline", "special", "groups")
+    __slots__ = ("raw", "online", "offline", "special", "groups", "matched")
 
     def __init__(self, raw: list[Dest], online: list[tuple[bytes, bytes, list[tuple[Session, int]]]],
                  offline: list[tuple[Session, Matched]], special: list[tuple[Session, Matched]],
@@ -66,6 +66,9 @@ class Targets:
         # each message is resolved for each of them (router/grants.py)
         self.special = special
         self.groups = groups  # shared subscriptions: one member of each is chosen per message
+        # whether any subscription matches (offline sessions and shared groups count; one of the
+        # publisher's own with no local too): else a 5.0 publisher hears 0x10
+        self.matched = bool(online or offline or special or groups)
 
 
 MATCH_CACHE_SIZE = 100_000
@@ -84,7 +87,8 @@ class Router(Lifecycle, Subscribing):
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
         self.batches: dict[bytes, wire.Batch] = {}
-        # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records] not yet confirmed (ROUTED)
+        # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records, then the positions among those PUBs
+        # of the ones that asked whether they matched and did not] not yet confirmed (ROUTED)
         self.routed: dict[bytes, list[int]] = {}
         self.confirmed_at: dict[bytes, float] = {}  # worker -> time.monotonic() of its last ROUTED
         self.routes = RouteTable()
@@ -165,7 +169,6 @@ class Router(Lifecycle, Subscribing):
         waits, with what follows it, for the other workers (router/routes.py)."""
         if self.raw_dirty:
             self._flush_raw()
-        pack = wire.ROUTED_HEAD.pack
         now = time.monotonic()
         for worker, counts in list(self.routed.items()):
             out = self.out(worker)
@@ -174,7 +177,7 @@ class Router(Lifecycle, Subscribing):
             # elsewhere is not woken for them every turn
             if counts[0] or out or now - self.confirmed_at.get(worker, 0.0) >= CONFIRM_INTERVAL:
                 out.hold()
-                out.add(wire.ROUTED, pack(*counts))
+                out.add(wire.ROUTED, wire.routed(counts))
                 self.confirmed_at[worker] = now
                 del self.routed[worker]
         routes = self.routes
@@ -211,9 +214,11 @@ class Router(Lifecycle, Subscribing):
                         self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
         if flags & wire.HAS_EXTRA:
             props, expiry, start = wire.read_extra(header, _pub_head_size)
-            self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry, (worker, conn))
+            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry, (worker, conn))
         else:
-            self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
+            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
+        if flags & wire.MATCH_ASKED and not targets.matched:
+            counts.append(counts[0] - 1)  # its position among the QoS 1/2 PUBs of the next ROUTED
 
     def _on_pub0(self, worker: bytes, header: bytes, packets: bytes, form: int = 0) -> None:
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its
@@ -291,14 +296,14 @@ class Router(Lifecycle, Subscribing):
             store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
 
     def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
-                source: tuple[bytes, int] | None = None) -> None:
-        """A message from a client (or its will): counted, then routed."""
+                source: tuple[bytes, int] | None = None) -> Targets:
+        """A message from a client (or its will): counted, then routed; its subscribers."""
         self.received += 1
-        self.route(topic, payload, qos, retain, props, expiry, source)
+        return self.route(topic, payload, qos, retain, props, expiry, source)
 
     def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
-              source: tuple[bytes, int] | None = None) -> None:
-        """Route one message to every matching subscriber: matched once, one record per worker.
+              source: tuple[bytes, int] | None = None) -> Targets:
+        """Route one message to every matching subscriber (returned): matched once, one record per worker.
         `props` and `expiry`: what an MQTT 5 message carries to its subscribers (router/wire.py);
         `source`: the publishing connection (worker, conn), for no local."""
         if retain:
@@ -348,6 +353,7 @@ class Router(Lifecycle, Subscribing):
             resolved = grants.resolve(matched, qos, retain, False)
             if resolved is not None and resolved[0]:
                 keep(session, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
+        return targets
 
     def _match(self, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}

@@ -19,7 +19,8 @@ from router.sessions import Session
 from router.shared import SharedGroup
 from router.store import Store
 from router.trie import SubscriptionTrie
-from workers.mqtt.topics import shared
+from workers.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
+from workers.mqtt.topics import shared, valid_subscription
 
 
 class Subscribing:
@@ -77,12 +78,14 @@ class Subscribing:
             return
         codes = bytearray()
         for topic_filter in filters:
-            if self._unsubscribe(session, topic_filter):
+            if not valid_subscription(topic_filter):
+                codes.append(TOPIC_FILTER_INVALID)  # no subscription could exist: say why (MQTT 5)
+            elif self._unsubscribe(session, topic_filter):
                 codes.append(0x00)
                 if not session.clean and self.store is not None:
                     self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
             else:
-                codes.append(0x11)  # no subscription existed (MQTT 5 tells the client)
+                codes.append(NO_SUBSCRIPTION_EXISTED)  # (MQTT 5 tells the client)
         self.cache.clear()
         out = self.out(worker)
         out.hold()

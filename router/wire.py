@@ -35,7 +35,7 @@ BYE = 15  # nothing: a node's worker is stopping and has closed its clients: tak
 SESSION = 20  # orjson [conn, session_present, [[filter, grant], ...] of a present session (its worker judges them against the ACL)]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...], [[filter, QoS its worker serves it with, or -1: the router does], ...]]
 UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
-ROUTED = 23  # ROUTED_HEAD: this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL)
+ROUTED = 23  # u32 counts (`routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched no subscription
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
@@ -61,6 +61,9 @@ ROUTER_PIDS_FROM = 32768
 # entries as they are on the wire, without the block's length) and the time.time() second it expires
 # at (0: never). Messages without either (all of 3.1.1) leave the flag off and carry nothing more.
 HAS_EXTRA = 0x10  # in the flags of PUB and DELIVER
+# in the flags of a 5.0 publisher's QoS 1/2 PUB: ROUTED says when it matched no subscription (its
+# PUBACK or PUBREC says 0x10); only these exceptions travel
+MATCH_ASKED = 0x20
 EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 
 LINK = struct.Struct("<IQ")  # join, seq
@@ -73,7 +76,6 @@ CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
 PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
-ROUTED_HEAD = struct.Struct("<II")  # QoS 1/2 PUBs, PUB and PUB0 records
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
 SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
 
@@ -177,6 +179,17 @@ def deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, 
     if props or expiry:
         return DELIVER_HEAD.pack(flags | HAS_EXTRA, len(topic)) + topic + extra(props, expiry)
     return DELIVER_HEAD.pack(flags, len(topic)) + topic
+
+
+def routed(counts: list[int]) -> bytes:
+    """A ROUTED header: QoS 1/2 PUBs, PUB and PUB0 records, then the positions of the unmatched PUBs that asked."""
+    return struct.pack(f"<{len(counts)}I", *counts)
+
+
+def read_routed(header: bytes) -> tuple[int, int, tuple[int, ...]]:
+    """(QoS 1/2 PUBs, PUB and PUB0 records, positions of those PUBs that matched nobody) of a ROUTED."""
+    counts = struct.unpack(f"<{len(header) // 4}I", header)
+    return counts[0], counts[1], counts[2:]
 
 
 def extra(props: bytes, expiry: int) -> bytes:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
+from tests.steps import uid
 from workers.mqtt import v4 as p
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
@@ -81,6 +82,28 @@ def test_mqtt31_mqisdp_level3_is_accepted_raw(broker: Broker) -> None:
     topic, _pid, payload = p.decode_publish(delivery[0] & 15, delivery[1])
     assert (topic, payload) == ("connect/v31/raw", b"hello")
     raw.close()
+
+
+def test_mqtt31_allows_dup_on_pubrel_subscribe_and_unsubscribe(broker: Broker) -> None:
+    """MQTT 3.1 sets DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again (6a, 8a, aa); 3.1.1
+    fixed their flags, and closes a client that sets it."""
+    topic = f"connect/v31/dup/{uid()}"
+    raw = RawClient(broker.port)
+    raw.send(p.encode_connect(f"v31-dup-{uid()}", protocol_level=3))
+    assert read_exact(raw, 4) == CONNACK_ACCEPTED
+    raw.send(b"\x8a" + p.encode_subscribe(1, [(topic, 0)])[1:])
+    assert raw.recv() == (0x90, b"\x00\x01\x00")
+    raw.send(p.encode_publish(f"{topic}/nobody".encode(), b"x", 2, packet_id=2))
+    assert raw.recv() == (0x50, b"\x00\x02")
+    raw.send(b"\x6a" + p.encode_pubrel(2)[1:])
+    assert raw.recv() == (0x70, b"\x00\x02")
+    raw.send(b"\xaa" + p.encode_unsubscribe(3, [topic])[1:])
+    assert raw.recv() == (0xB0, b"\x00\x03")
+    raw.close()
+    raw = RawClient(broker.port)
+    raw.connect(f"v311-dup-{uid()}")
+    raw.send(b"\x8a" + p.encode_subscribe(1, [(topic, 0)])[1:])
+    assert raw.read_until_closed() == b""
 
 
 def test_mqtt31_with_paho(broker: Broker) -> None:

@@ -827,14 +827,14 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
     c.read_until_closed()
     carried = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("trace", "t-1")]}
     pub = RawClient(b.port)
-    pub.connect5(f"dur5-pub-{uid()}")
+    pub.connect5(f"dur5-pub-{uid()}", properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     for pid, (payload, expiry) in enumerate([(b"brief", 2), (b"lasting", 3600)], 1):
         pub.send(v5.encode_publish(topic.encode(), payload, 1, packet_id=pid,
                                    properties={**carried, P.MESSAGE_EXPIRY_INTERVAL: expiry}))
         assert pub.recv() == (0x40, pid.to_bytes(2, "big"))  # acknowledged: stored
     pub.send(v5.encode_publish(f"{topic}/r".encode(), b"kept", 1, True, packet_id=3,
                                properties={**carried, P.MESSAGE_EXPIRY_INTERVAL: 3600}))
-    assert pub.recv() == (0x40, b"\x00\x03")
+    assert pub.recv() == (0x40, b"\x00\x03\x10")  # stored, and nobody subscribes to it: 0x10
 
     brokers.kill_whole(b)
     time.sleep(2.1)  # the 2 s interval ends while the broker is down (expiry is time: nothing to await)

@@ -59,12 +59,36 @@ def subscribe5(c: RawClient, packet_id: int, filters: list[tuple[str, int]], pro
 def test_connack_tells_the_limits_byte_exact(broker: Broker) -> None:
     c = RawClient(broker.port)
     c.send(v5.encode_connect("v5-exact", True, 60, protocol_level=5))
-    # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB,
-    # topic alias maximum 10 (subscription identifiers and shared subscriptions: available, the default)
-    assert c.recv() == (0x20, bytes.fromhex("0000 0b 21 0400 27 00100000 22 000a"))
+    # session present 0, success, properties: receive maximum 1024, maximum packet size 1 MiB, retain,
+    # wildcard subscriptions, subscription identifiers and shared subscriptions available, topic alias
+    # maximum 10
+    assert c.recv() == (0x20, bytes.fromhex("0000 13 21 0400 27 00100000 25 01 28 01 29 01 2a 01 22 000a"))
     c.send(v4.PINGREQ_PACKET)
     assert c.recv() == (0xD0, b"")
     c.send(v5.encode_disconnect())
+    assert c.read_until_closed() == b""
+
+
+def test_a_connect_that_breaks_a_rule_is_told_why_in_a_connack(broker: Broker) -> None:
+    """Section 4.13.1: a 5.0 CONNECT the broker refuses gets a CONNACK with the reason code before the
+    close; with its reason string only where the client's Maximum Packet Size is known."""
+    def refused(connect: bytes) -> tuple[bool, int, dict]:
+        c = RawClient(broker.port)
+        c.send(connect)
+        first, body = c.recv()
+        assert first == 0x20 and c.read_until_closed() == b""
+        return v5.decode_connack(0, body)
+
+    assert refused(v5.encode_connect("v5-rm0", protocol_level=5, properties={P.RECEIVE_MAXIMUM: 0})) == (False, 0x82, {})
+    twice = bytes.fromhex("1018 0004 4d515454 05 02 003c 0a 11 00000001 11 00000001 0001 61")
+    assert refused(twice) == (False, 0x82, {})
+    wildcard = v5.Will("will/+", b"gone", 0, False)
+    _present, code, props = refused(v5.encode_connect("v5-will", will=wildcard, protocol_level=5))
+    assert code == 0x90 and props[P.REASON_STRING].startswith("topic name invalid: will topic")
+    small = v5.encode_connect("v5-will", will=wildcard, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 8})
+    assert refused(small) == (False, 0x90, {})
+    c = RawClient(broker.port)  # 3.1.1 has no CONNACK code for it: closed
+    c.send(v4.encode_connect("v4-will", will=wildcard))
     assert c.read_until_closed() == b""
 
 
@@ -199,9 +223,9 @@ def test_suback_and_unsuback_reason_codes(broker: Broker) -> None:
     topic = f"v5/codes/{uid()}"
     assert subscribe5(c, 1, [(topic, 1), ("bad/#/filter", 0), ("$share/group/t", 1), ("$share/+/t", 1),
                              ("$share/group", 1)]) == [1, 0x8F, 1, 0x8F, 0x8F]
-    c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed"]))
+    c.send(v5.encode_unsubscribe(3, [topic, "never/subscribed", "bad/#/filter"]))
     first, body = c.recv()
-    assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11])
+    assert first == 0xB0 and v5.decode_suback(v5.UNSUBACK, 0, body)[:2] == (3, [0x00, 0x11, 0x8F])
     c.close()
 
 
@@ -249,6 +273,42 @@ def test_dollar_and_share_topics_are_refused_with_0x87_without_an_acl(broker: Br
         client.close()
 
 
+def test_a_message_that_matches_no_subscription_is_acknowledged_0x10(broker: Broker) -> None:
+    """A 5.0 publisher hears 0x10 when nobody listens, on the local path (QoS 1) and through the router
+    (QoS 2, retained); an online subscriber, an offline persistent session and a shared group each
+    count as listening. A 3.1.1 publisher's PUBACK stays as it was."""
+    base = f"v5/nobody/{uid()}"
+    c, _ = raw5(broker.port)
+
+    def acked(topic: str, qos: int, pid: int, retain: bool = False) -> tuple[int, int]:
+        c.send(v5.encode_publish(topic.encode(), b"x", qos, retain, packet_id=pid))
+        first, body = c.recv()
+        assert first == (0x40 if qos == 1 else 0x50), f"expected PUBACK or PUBREC, got {first:#x}"
+        return v5.decode_ack(first >> 4, 0, body)[:2]
+
+    assert acked(f"{base}/none", 1, 1) == (1, 0x10)
+    assert acked(f"{base}/none", 2, 2) == (2, 0x10)
+    c.send(v5.encode_ack(v5.PUBREL, 2))
+    assert c.recv() == (0x70, b"\x00\x02")  # 0x10 is no refusal: the QoS 2 flow goes on
+    assert acked(f"{base}/retained", 1, 3, retain=True) == (3, 0x10)
+    online, _ = raw5(broker.port)
+    assert subscribe5(online, 1, [(f"{base}/online", 1)]) == [1]
+    offline, _ = raw5(broker.port, f"v5-nobody-{uid()}", properties={P.SESSION_EXPIRY_INTERVAL: 60})
+    assert subscribe5(offline, 1, [(f"{base}/offline", 1)]) == [1]
+    offline.send(v5.encode_disconnect())
+    assert offline.read_until_closed() == b""
+    shared, _ = raw5(broker.port)
+    assert subscribe5(shared, 1, [(f"$share/g/{base}/shared", 1)]) == [1]
+    for pid, (topic, qos) in enumerate([("online", 1), ("online", 2), ("offline", 1), ("shared", 2)], 4):
+        assert acked(f"{base}/{topic}", qos, pid) == (pid, 0)
+    old = RawClient(broker.port)
+    old.connect(f"v4-nobody-{uid()}")
+    old.send(v4.encode_publish(f"{base}/none".encode(), b"x", 1, packet_id=9))
+    assert old.recv() == (0x40, b"\x00\x09")
+    for client in (c, online, shared, old):
+        client.close()
+
+
 def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:
     c, _ = raw5(broker.port)
     c.send(v5.encode_publish(b"v5/pfi", b"\xff\xfe", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
@@ -288,6 +348,32 @@ def test_a_response_topic_with_a_wildcard_is_a_protocol_error_and_not_forwarded(
     assert (got, payload, props[P.RESPONSE_TOPIC]) == (topic, b"fine", "replies/x")
     watcher.close()
     pub.close()
+
+
+def test_reason_strings_name_the_reason_code(broker: Broker) -> None:
+    """A refusal's reason string starts with its code's name: "malformed packet" only for 0x81; an
+    UNSUBSCRIBE without filters is the same protocol error as such a SUBSCRIBE."""
+    for packet, code, reason in [
+            (bytes.fromhex("3006 0001 61 05 0200"), 0x81, "malformed packet: property length beyond the packet"),
+            (bytes.fromhex("8203 0001 00"), 0x82, "protocol error: SUBSCRIBE without topic filters"),
+            (bytes.fromhex("a203 0001 00"), 0x82, "protocol error: UNSUBSCRIBE without topic filters"),
+            (v5.encode_publish(b"t", b"x", properties={P.TOPIC_ALIAS: 0}), 0x94, "topic alias invalid: topic alias 0")]:
+        c, _ = raw5(broker.port)
+        c.send(packet)
+        assert disconnect_of(c) == (code, {P.REASON_STRING: reason})
+
+
+def test_a_disconnect_is_not_lost_to_a_reset(broker: Broker) -> None:
+    """Input the broker did not read when it closed (here behind a malformed packet) is drained: the
+    client reads the DISCONNECT, then the end of the stream, not a reset."""
+    c, _ = raw5(broker.port)
+    c.send(bytes.fromhex("3006 0001 61 05 0200") + bytes(100_000))
+    c.sock.settimeout(5)
+    data = b""
+    while chunk := c.sock.recv(65536):  # ConnectionResetError fails the test
+        data += chunk
+    assert v5.decode_reason_only(v5.DISCONNECT, 0, data[2:])[0] == 0x81
+    c.close()
 
 
 def test_wrong_ack_is_a_protocol_error(broker: Broker) -> None:
@@ -355,11 +441,11 @@ def test_receive_maximum_is_enforced_with_0x93(start_broker: Callable[..., Broke
     config = tmp_path / "plexmq.toml"
     config.write_text("receive_maximum = 2\n")
     b = start_broker("--workers", "1", "--config", str(config))
-    c, (_present, _code, props) = raw5(b.port)
+    c, (_present, _code, props) = raw5(b.port, properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     assert props[P.RECEIVE_MAXIMUM] == 2
-    for pid in (1, 2):  # QoS 2 without PUBREL: each stays unacknowledged
+    for pid in (1, 2):  # QoS 2 without PUBREL: each stays unacknowledged (0x10: nobody subscribes)
         c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=pid))
-        assert c.recv() == (0x50, pid.to_bytes(2, "big"))
+        assert c.recv() == (0x50, pid.to_bytes(2, "big") + b"\x10")
     c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=2))  # a resend counts once
     assert c.recv() == (0x50, b"\x00\x02")
     c.send(v5.encode_publish(b"v5/flow", b"x", 2, packet_id=3))
@@ -409,6 +495,40 @@ def test_a_message_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -
     assert got[2] == b"small"
     c.close()
     pub.disconnect()
+
+
+def test_a_connack_too_large_for_the_client_leaves_out_what_it_can_do_without(broker: Broker) -> None:
+    """[MQTT-3.1.2-24], [MQTT-3.2.2-19]: optional properties are left out of a CONNACK larger than the
+    client's Maximum Packet Size; a client that cannot take even the broker's limits gets none."""
+    c = RawClient(broker.port)
+    c.send(v5.encode_connect(f"v5-fit-{uid()}", True, 60, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 13}))
+    assert c.recv() == (0x20, bytes.fromhex("0000 08 21 0400 27 00100000"))  # 13 bytes, the limits only
+    c.close()
+    c = RawClient(broker.port)
+    c.send(v5.encode_connect(f"v5-fit-{uid()}", True, 60, protocol_level=5, properties={P.MAXIMUM_PACKET_SIZE: 12}))
+    assert c.read_until_closed() == b""
+
+
+def test_acks_and_disconnects_leave_out_their_reason_string_where_it_would_not_fit(broker: Broker) -> None:
+    """[MQTT-3.1.2-24]: each ack and DISCONNECT leaves out its reason string rather than exceed the
+    client's Maximum Packet Size (a 0x99 PUBACK with it is 31 bytes, a 0x8E DISCONNECT 61)."""
+    c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 16})
+    c.send(v5.encode_publish(b"v5/fit", b"\xff", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    assert c.recv() == (0x40, bytes.fromhex("0009 99"))
+    c.send(bytes.fromhex("3006 0001 61 05 0200"))  # property length beyond the packet
+    assert c.read_until_closed() == bytes.fromhex("e001 81")
+    cid = f"v5-fit-{uid()}"
+    old, _ = raw5(broker.port, cid, properties={P.MAXIMUM_PACKET_SIZE: 20})
+    new, _ = raw5(broker.port, cid)
+    assert old.read_until_closed() == bytes.fromhex("e001 8e")
+    new.close()
+
+
+def test_a_suback_larger_than_the_clients_maximum_is_not_sent(broker: Broker) -> None:
+    c, _ = raw5(broker.port, properties={P.MAXIMUM_PACKET_SIZE: 16})
+    c.send(v5.encode_subscribe(1, [(f"v5/fit/{i}", 0) for i in range(12)]))  # its SUBACK: 17 bytes
+    assert subscribe5(c, 2, [("v5/fit/x", 1)]) == [1]  # the next packet is the second SUBACK
+    c.close()
 
 
 def test_keepalive_timeout_is_0x8d(broker: Broker) -> None:
@@ -475,14 +595,14 @@ def test_expired_messages_are_never_delivered(broker: Broker) -> None:
     assert subscribe5(c, 1, [(topic, 1)]) == [1]
     c.send(v5.encode_disconnect())
     c.read_until_closed()
-    pub, _ = raw5(broker.port)
+    pub, _ = raw5(broker.port, properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     for pid, (payload, expiry) in enumerate([(b"short", 1), (b"long", 600), (b"forever", 0)], 1):
         properties = {P.MESSAGE_EXPIRY_INTERVAL: expiry} if expiry else None
         pub.send(v5.encode_publish(topic.encode(), payload, 1, packet_id=pid, properties=properties))
         assert pub.recv() == (0x40, pid.to_bytes(2, "big"))
     pub.send(v5.encode_publish(f"{topic}/kept".encode(), b"retained briefly", 1, True, packet_id=9,
                                properties={P.MESSAGE_EXPIRY_INTERVAL: 1}))
-    assert pub.recv() == (0x40, b"\x00\x09")
+    assert pub.recv() == (0x40, b"\x00\x09\x10")  # no subscriber: 0x10
     time.sleep(2.1)  # the 1 s intervals end (no event to await: expiry is time)
 
     c, (present, _code, _props) = raw5(broker.port, cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 600})

@@ -631,7 +631,7 @@ MALFORMED: list[tuple[str, bytes, str, int]] = [
      "payload format indicator 2, not 0 or 1", PROTOCOL_ERROR),
     ("connect will topic with wildcard",
      h("10 17") + MQTT5 + h("06 003c 00 0002") + b"c1" + h("00 0003") + b"w/#" + h("0000"),
-     "will topic: wildcard in topic name", MALFORMED_CODE),
+     "will topic: wildcard in topic name", TOPIC_NAME_INVALID),
     ("connect U+0000 in client id", h("10 0f") + MQTT5 + h("02 003c 00 0002 61 00"),
      "U+0000 in client identifier", MALFORMED_CODE),
     ("connect user name flag without user name", h("10 0f") + MQTT5 + h("82 003c 00 0002") + b"c1",

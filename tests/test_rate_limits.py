@@ -11,6 +11,7 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
+from workers.mqtt import properties as P
 from workers.mqtt import v4 as p
 from workers.mqtt import v5
 
@@ -72,9 +73,10 @@ def test_rate_limit_action_disconnect_closes_a_client_over_its_rate_with_0x97(
     config.write_text('client_message_rate = 5.0\nrate_limit_action = "disconnect"\n')
     b = start_broker("--workers", "1", "--config", str(config))
     within = RawClient(b.port)  # 5 in one read: what the bucket holds
-    within.connect5(f"rate-ok-{uid()}")
+    within.connect5(f"rate-ok-{uid()}", properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     within.send(b"".join(v5.encode_publish(b"rate/ok", b"x", 1, packet_id=n) for n in range(1, 6)))
-    assert [within.recv() for _ in range(5)] == [(0x40, n.to_bytes(2, "big")) for n in range(1, 6)]
+    # each taken (0x10: nobody subscribes)
+    assert [within.recv() for _ in range(5)] == [(0x40, n.to_bytes(2, "big") + b"\x10") for n in range(1, 6)]
     over = RawClient(b.port)  # 20 at once: far beyond it
     over.connect5(f"rate-over-{uid()}")
     over.send(b"".join(v5.encode_publish(b"rate/over", b"x", 0) for _ in range(20)))

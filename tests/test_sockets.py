@@ -8,6 +8,7 @@ with output still buffered, a peer's reset, reading paused, and a protocol that 
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 
@@ -115,6 +116,25 @@ def test_close_sends_what_is_buffered_then_ends_the_connection() -> None:
         assert await receive_all(peer, len(payload) + 1) == payload  # then EOF
         await protocol.lost.wait()
         assert protocol.lost_with == [None]
+    run(test)
+
+
+def test_a_close_with_input_unread_ends_the_stream_without_a_reset() -> None:
+    """Input the protocol never read is drained after the close (a socket closed with it would be
+    reset, and the peer could lose what it was sent last): the peer reads all, then the end of the
+    stream; the connection ends when the peer closes."""
+    async def test() -> None:
+        protocol = Recorder()
+        poller, peer, transport = await pair(protocol)
+        transport.pause_reading()
+        peer.sendall(b"unread" * 1000)
+        assert select.select([transport.sock], [], [], 5)[0]  # the input is there, unread
+        transport.write(b"goodbye")
+        transport.close()
+        assert await receive_all(peer, 8) == b"goodbye"  # then the end of the stream: a reset raises
+        peer.close()
+        await protocol.lost.wait()
+        assert protocol.lost_with == [None] and not poller.sockets
     run(test)
 
 

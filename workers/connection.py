@@ -15,16 +15,18 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from router import wire
 from workers import aliases
 from workers.handlers import HANDLERS
-from workers.handlers.connect import handle_connect
+from workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from workers.mqtt import properties as props
 from workers.mqtt import v4 as p
 from workers.mqtt import reasons, v5
-from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT
+from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
 from workers.mqtt.topics import subscribed
 from workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from workers.tls import common_name
@@ -42,6 +44,9 @@ _publish_header = p.publish_header
 _publish_header5 = v5.publish_header
 _without_properties = v5.without_properties
 _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
+# MQTT 3.1 let a client set DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again (flags 0b1010);
+# 3.1.1 fixed their flags at 0b0010
+_DUP_IN_31 = frozenset((PUBREL, SUBSCRIBE, UNSUBSCRIBE))
 
 # What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
 # time.time() second it expires at or 0)
@@ -211,7 +216,7 @@ class Connection(asyncio.Protocol):
         except p.MalformedPacket as exc:
             if run >= 0:
                 self._forward(buf, run, pos, run_topic, count, skipped)
-            self.close(f"malformed packet: {exc}", code=exc.code)
+            self.close(v5.refusal(exc), code=exc.code)
             return
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
@@ -312,6 +317,8 @@ class Connection(asyncio.Protocol):
         handler = HANDLERS.get(kind)
         if handler is None:
             return self.close(f"packet type {kind} not allowed from a client")
+        if self.level == 3 and flags == 0x0A and kind in _DUP_IN_31:
+            flags = 0x02  # read as 3.1.1 reads the packet
         handler(self, flags, body)
 
     def register(self, resume: bool, fresh: bool = False) -> None:
@@ -370,8 +377,28 @@ class Connection(asyncio.Protocol):
         if self.v5 is None:
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:
-            self.write(v5.encode_connack(present, 0, self.worker.connack_properties(self.v5)))
+            self.write(self.connack5(present))  # type: ignore[arg-type]  # accept made sure one fits
         log.debug("client %s connected from %s", self.client_id, self.peer)
+
+    def connack5(self, present: bool) -> bytes | None:
+        """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);
+        None when none fits."""
+        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]
+                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]
+
+    def send5(self, encode: Callable[[props.Properties | None], bytes], told: props.Properties | None = None,
+              optional: frozenset[int] = frozenset()) -> bool:
+        """Write the 5.0 packet `encode(told)` within the client's Maximum Packet Size, leaving out what
+        `v5.within` may; False, with nothing written, when it does not fit even so [MQTT-3.1.2-24].
+        Packets without properties of 5 bytes or less always fit: a client whose limit is smaller gets
+        no CONNACK (`handlers.connect.accept`)."""
+        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]
+        if packet is None:
+            log.debug("client %s: a packet of type %d left unsent, larger than its maximum packet size (%d)",
+                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]
+            return False
+        self.write(packet)
+        return True
 
     # -- messages to the client ----------------------------------------------------------------
 
@@ -445,7 +472,7 @@ class Connection(asyncio.Protocol):
             header = self._aliased_header(negotiated, topic, len(payload), qos, retain, dup, numbered, extra)
         else:
             header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-            if header is not None and negotiated is not None and not self._fits(len(header) + len(payload)):
+            if header is not None and negotiated is not None and not self.fits(len(header) + len(payload)):
                 header = None
         if header is None:
             return self._unsent(packet_id)
@@ -483,17 +510,17 @@ class Connection(asyncio.Protocol):
         chosen = aliases.choose(negotiated, topic)
         header = self.publish_header(topic if chosen >= 0 else b"", size, qos, retain, dup, packet_id, extra,
                                      abs(chosen))
-        if header is not None and chosen > 0 and not self._fits(len(header) + size):
+        if header is not None and chosen > 0 and not self.fits(len(header) + size):
             chosen = 0  # a new alias adds 3 bytes: without one, it may fit (an alias in use only makes it smaller)
             header = self.publish_header(topic, size, qos, retain, dup, packet_id, extra)
-        if header is None or not self._fits(len(header) + size):
+        if header is None or not self.fits(len(header) + size):
             return None
         if chosen >= 0:
             aliases.note(negotiated, topic, chosen)
         return header
 
-    def _fits(self, size: int) -> bool:
-        """Whether a PUBLISH of `size` bytes fits the 5.0 client's Maximum Packet Size."""
+    def fits(self, size: int) -> bool:
+        """Whether a packet of `size` bytes fits the 5.0 client's Maximum Packet Size."""
         limit = self.v5.max_packet if self.v5 is not None else 0
         return not limit or size <= limit
 
@@ -560,8 +587,11 @@ class Connection(asyncio.Protocol):
             negotiated.receiving -= 1
         elif code >= 0x80:
             negotiated.releasing.discard(packet_id)  # a refused QoS 2 flow ends here: no PUBREL comes
-        told = {props.REASON_STRING: reasons.name(code)} if code and negotiated.problem_info else None
-        self.write(v5.encode_ack(p.PUBACK if qos == 1 else p.PUBREC, packet_id, code, told))
+        kind = p.PUBACK if qos == 1 else p.PUBREC
+        if code and negotiated.problem_info:
+            self.send5(partial(v5.encode_ack, kind, packet_id, code), {props.REASON_STRING: reasons.name(code)})
+        else:
+            self.write(v5.encode_ack(kind, packet_id, code))
 
     def resend_pubrel(self, packet_id: int) -> None:
         self.inflight[packet_id] = -2
@@ -591,7 +621,7 @@ class Connection(asyncio.Protocol):
         if self.state == CONNECTED:
             self.worker.connected[self.level] -= 1
         if code and self.v5 is not None and self.state == CONNECTED:
-            self.write(v5.encode_disconnect(code, {props.REASON_STRING: reason}))
+            self.send5(partial(v5.encode_disconnect, code), {props.REASON_STRING: reason})
         # said before the socket closes: whoever sees it closed finds the reason in the log already
         log.log(level, "client %s (%s) closed: %s", self.client_id or "-", self.peer, reason)
         self.state = CLOSED

@@ -115,13 +115,15 @@ class RouterLink:
                 self.loop.call_soon(self.drain)
 
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,
-            props: bytes = b"", expiry: int = 0) -> None:
+            props: bytes = b"", expiry: int = 0, ask_match: bool = False) -> None:
+        """`ask_match` (QoS 1/2): ROUTED is to say whether the message matched nobody (wire.MATCH_ASKED)."""
         self.unrouted += 1
+        flags = qos | (retain << 2) | (wire.MATCH_ASKED if ask_match else 0)
         if props or expiry:
-            head = _pack_pub(conn, packet_id, qos | (retain << 2) | wire.HAS_EXTRA) + wire.extra(props, expiry)
+            head = _pack_pub(conn, packet_id, flags | wire.HAS_EXTRA) + wire.extra(props, expiry)
             self.batch.add(wire.PUB, head + topic, payload)
         else:
-            self.batch.add(wire.PUB, _pack_pub(conn, packet_id, qos | (retain << 2)) + topic, payload)
+            self.batch.add(wire.PUB, _pack_pub(conn, packet_id, flags) + topic, payload)
 
     def pub0(self, conn: int, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
         """A raw run of plain QoS 0 PUBLISH packets of `conn` (`v5`: a 5.0 client's, with empty property

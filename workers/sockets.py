@@ -25,6 +25,7 @@ from typing import Any, Iterable
 READ_SIZE = 65536  # one recv per ready socket and turn; glibc keeps this size off mmap
 BATCH = 1024  # ready sockets served per loop turn
 CLOSE_TIMEOUT = 10.0  # seconds a closed connection may take to send what it had buffered
+LINGER = 1.0  # seconds a closed connection's input is drained, once its output is sent, for the peer to close
 MAX_PARTS = 512  # buffers per sendmsg, under the kernel's IOV_MAX (1024)
 HIGH_WATER = 64 * 1024  # asyncio's default write buffer limits: pause_writing above, resume at or below
 LOW_WATER = 16 * 1024
@@ -35,11 +36,13 @@ _AGAIN = (BlockingIOError, InterruptedError)
 class Poller:
     """A worker's plain sockets: fd -> transport, and the epoll set the loop watches for them."""
 
-    __slots__ = ("loop", "epoll", "sockets", "close_timeout")
+    __slots__ = ("loop", "epoll", "sockets", "close_timeout", "linger")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, close_timeout: float = CLOSE_TIMEOUT) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, close_timeout: float = CLOSE_TIMEOUT,
+                 linger: float = LINGER) -> None:
         self.loop = loop
         self.close_timeout = close_timeout
+        self.linger = linger
         self.epoll = select.epoll()
         self.sockets: dict[int, SocketTransport] = {}
         loop.add_reader(self.epoll.fileno(), self._ready)
@@ -68,6 +71,8 @@ class Poller:
                     continue  # the send failed: a reset, say
             if events & IN and transport.reading:
                 transport.read_ready()
+            elif transport.draining:
+                transport.drain()
             elif events & ERRORS and transport.sock is not None:
                 transport.broken()
 
@@ -75,7 +80,8 @@ class Poller:
 class SocketTransport(asyncio.Transport):
     """One plain TCP connection of a Poller; buffers what the socket does not take at once."""
 
-    __slots__ = ("poller", "sock", "fd", "protocol", "pending", "size", "reading", "closing", "writing_paused")
+    __slots__ = ("poller", "sock", "fd", "protocol", "pending", "size", "reading", "closing", "draining",
+                 "writing_paused")
 
     def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:  # no Transport.__init__: no extra dict
         self.poller = poller
@@ -86,6 +92,7 @@ class SocketTransport(asyncio.Transport):
         self.size = 0  # bytes in pending
         self.reading = True
         self.closing = False
+        self.draining = False  # closed, output sent and shut down: input is read and dropped until the peer closes
         self.writing_paused = False
 
     # -- the loop's side -------------------------------------------------------------------------------
@@ -109,11 +116,22 @@ class SocketTransport(asyncio.Transport):
             return
         if not self.pending:
             if self.closing:
-                return self._finish(None)
+                return self._shut()
             self._watch()
         if self.writing_paused and self.size <= LOW_WATER:
             self.writing_paused = False
             self._call("resume_writing")
+
+    def drain(self) -> None:
+        """Input after the close, dropped; the peer's end of the stream (or an error) finishes it."""
+        try:
+            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]
+        except _AGAIN:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._finish(None)
 
     def broken(self) -> None:
         """Hang-up or error with nothing to read (or reading paused): the peer is gone."""
@@ -156,8 +174,11 @@ class SocketTransport(asyncio.Transport):
         self._check_high_water()
 
     def close(self) -> None:
-        """Stop reading; the socket closes once what is buffered has been sent, or after the Poller's
-        close_timeout all the same (a client that never reads must not hold its descriptor)."""
+        """Stop reading; once what is buffered has been sent, shut down writing and drain the input
+        until the peer closes too, or for the Poller's linger: a socket closed with input unread is
+        reset by the kernel, and the peer may lose what came last (a DISCONNECT with its reason).
+        It closes after the Poller's close_timeout all the same (a client that never reads must not
+        hold its descriptor)."""
         if self.closing:
             return
         self.closing = True
@@ -166,7 +187,7 @@ class SocketTransport(asyncio.Transport):
             self._watch()
             self.poller.loop.call_later(self.poller.close_timeout, self.abort)
         else:
-            self._finish(None)
+            self._shut()
 
     def abort(self) -> None:
         self.closing = True
@@ -232,7 +253,18 @@ class SocketTransport(asyncio.Transport):
     def _watch(self) -> None:
         """Tell epoll what this socket waits for now."""
         if self.sock is not None:
-            self.poller.epoll.modify(self.fd, (IN if self.reading else 0) | (OUT if self.pending else 0))
+            self.poller.epoll.modify(self.fd, (IN if self.reading or self.draining else 0) | (OUT if self.pending else 0))
+
+    def _shut(self) -> None:
+        """A closed connection's output is all sent: shut down writing (the peer reads its end after
+        it), then drain (`close`)."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)  # type: ignore[union-attr]
+        except OSError:
+            return self._finish(None)
+        self.draining = True
+        self._watch()
+        self.poller.loop.call_later(self.poller.linger, self.abort)
 
     def _check_high_water(self) -> None:
         if not self.writing_paused and self.size > HIGH_WATER:

@@ -18,6 +18,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable
+from functools import partial
 
 import orjson
 import psutil
@@ -50,6 +51,9 @@ KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PU
 LOAD_REPORT_INTERVAL = 0.005  # seconds between two load reports to the acceptor, at least
 BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
+# what a 5.0 CONNACK says the broker supports: all of it, said although saying nothing means the same
+SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRIPTION_AVAILABLE: 1,
+                               props.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 1, props.SHARED_SUBSCRIPTION_AVAILABLE: 1}
 
 _unpack_deliver = wire.DELIVER_HEAD.unpack_from
 _deliver_size = wire.DELIVER_HEAD.size
@@ -247,9 +251,9 @@ class Worker:
                     self._deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
                                           subs)
                 if qos:
-                    conn.acknowledge(packet_id, qos, 0)
+                    conn.acknowledge(packet_id, qos, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
                 return
-        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry)
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, qos > 0 and conn.v5 is not None)
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
 
@@ -279,11 +283,11 @@ class Worker:
         return not self.link.unrouted and not self.unanswered and conn.state == CONNECTED
 
     def connack_properties(self, negotiated: Negotiated) -> props.Properties:
-        """What a 5.0 client is told in its CONNACK: the broker's limits and what it does not offer, and
+        """What a 5.0 client is told in its CONNACK: the broker's limits and what it supports, and
         what it asked for or was told to do at CONNECT (keep alive, response information, the end
         of its enhanced authentication)."""
         told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
-                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size}
+                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size, **SUPPORTED}
         if self.topic_alias_maximum:
             told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
         if negotiated.assigned_id:
@@ -311,7 +315,7 @@ class Worker:
                 self._deliver(header, payload)
             elif kind == wire.ROUTED:
                 if self.link.current:  # else it confirms records of an earlier join, sent again since
-                    self._routed(*wire.ROUTED_HEAD.unpack(header))
+                    self._routed(*wire.read_routed(header))
             elif kind == wire.ROUTES:
                 gen, whole, entries = orjson.loads(header)
                 self.routes.apply(whole, entries)
@@ -335,7 +339,7 @@ class Worker:
                     if conn.v5 is None:
                         conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
                     else:
-                        conn.write(v5.encode_suback(packet_id, codes))
+                        conn.send5(partial(v5.encode_suback, packet_id, codes))
             elif kind == wire.UNSUBACK:
                 conn_id, packet_id = _unpack_conn_pid(header)
                 conn = conns.get(conn_id)
@@ -344,7 +348,7 @@ class Worker:
                     if conn.v5 is None:
                         conn.write(p.encode_unsuback(packet_id))
                     else:
-                        conn.write(v5.encode_unsuback(packet_id, list(header[_conn_pid_size:])))
+                        conn.send5(partial(v5.encode_unsuback, packet_id, list(header[_conn_pid_size:])))
             elif kind == wire.RESEND_REL:
                 conn_id, packet_id = wire.CONN_PID.unpack(header)
                 conn = conns.get(conn_id)
@@ -461,18 +465,23 @@ class Worker:
             if conn.state == CONNECTING or conn.state == CONNECTED:
                 conn.take_rules(auth.checker(conn.username, conn.client_id))
 
-    def _routed(self, count: int, records: int) -> None:
+    def _routed(self, count: int, records: int, unmatched: tuple[int, ...]) -> None:
         """The router took these QoS 1/2 PUBs (of `records` PUB and PUB0 records): now the publishers
         get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never saw,
-        in their turn)."""
+        in their turn); those at the `unmatched` positions among them (5.0 only) reached nobody: 0x10."""
         self.link.unrouted -= records
         awaiting = self.awaiting
+        position = 0
         while awaiting and (count or awaiting[0][4] is None):
             conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
-            if topic is not None:
+            if topic is None:
+                code = reasons.NOT_AUTHORIZED
+            else:
+                code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
                 count -= 1
+                position += 1
             if conn.state != CLOSED:
-                conn.acknowledge(packet_id, qos, 0 if topic is not None else reasons.NOT_AUTHORIZED)
+                conn.acknowledge(packet_id, qos, code)
 
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
@@ -526,7 +535,7 @@ class Worker:
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
-                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry)
+                self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry, conn.v5 is not None)
         self.awaiting = awaiting
         log.warning("joined the router again (%s): %d sessions registered again, %d publishes sent again",
                     why, len(live), len(awaiting))

@@ -6,6 +6,7 @@ AUTH 0x00, or in DISCONNECT 0x87 and the connection closed."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
 from workers import scram
@@ -52,8 +53,8 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
         conn.username = exchange.username
         accept(conn, connect)  # type: ignore[arg-type]
     else:
-        conn.write(v5.encode_auth(reasons.SUCCESS, {props.AUTHENTICATION_METHOD: negotiated.auth_method,
-                                                    props.AUTHENTICATION_DATA: server_final}))
+        conn.send5(partial(v5.encode_auth, reasons.SUCCESS), {props.AUTHENTICATION_METHOD: negotiated.auth_method,
+                                                               props.AUTHENTICATION_DATA: server_final})
         conn.take_rules(conn.worker.auth.checker(conn.username, conn.client_id))  # rights may have changed since
         log.debug("client %s re-authenticated as %r", conn.client_id, conn.username)
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import uuid
+from functools import partial
 from typing import TYPE_CHECKING
 
 from workers import scram
@@ -17,7 +18,7 @@ from workers.acl import may_publish
 from workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from workers.mqtt import properties as props
 from workers.mqtt import reasons, v4, v5
-from workers.mqtt.connect import Connect, decode_connect
+from workers.mqtt.connect import Connect, RefusedConnect, decode_connect
 from workers.mqtt.framing import PROTOCOL_ERROR
 from workers.negotiated import Negotiated
 from workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
@@ -34,6 +35,13 @@ IDENTIFIER_REJECTED = 0x02  # 3.1.1 CONNACK return codes; the others come from w
 _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reasons.CLIENT_IDENTIFIER_NOT_VALID,
           SERVER_UNAVAILABLE: reasons.SERVER_UNAVAILABLE, BAD_CREDENTIALS: reasons.BAD_USER_NAME_OR_PASSWORD,
           NOT_AUTHORIZED: reasons.NOT_AUTHORIZED}
+# CONNACK properties a client can do without, left out (after the reason string) of a CONNACK larger
+# than its Maximum Packet Size: without them it sends no topic aliases, and takes what the broker
+# offers as available (it offers all of it). Its limits, its client id, its keep alive and the end of
+# its authentication stay: a client that cannot take them gets no CONNACK.
+CONNACK_OPTIONAL = frozenset((props.TOPIC_ALIAS_MAXIMUM, props.RESPONSE_INFORMATION, props.SERVER_REFERENCE,
+                              props.RETAIN_AVAILABLE, props.WILDCARD_SUBSCRIPTION_AVAILABLE,
+                              props.SUBSCRIPTION_IDENTIFIER_AVAILABLE, props.SHARED_SUBSCRIPTION_AVAILABLE))
 
 
 def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
@@ -43,6 +51,8 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     except v4.UnsupportedProtocol as exc:
         conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
         return conn.close(f"unsupported protocol level {exc.level}")
+    except RefusedConnect as exc:
+        return _refuse_broken(conn, exc)
     worker = conn.worker
     conn.level = connect.protocol_level
     method = None
@@ -108,7 +118,20 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
     if conn.v5 is None:
         conn.write(v4.encode_connack(False, code))
     else:
-        conn.write(v5.encode_connack(False, _AS_V5.get(code, code), {props.REASON_STRING: reason, **(told or {})}))
+        conn.send5(partial(v5.encode_connack, False, _AS_V5.get(code, code)), {props.REASON_STRING: reason, **(told or {})},
+                   CONNACK_OPTIONAL)
+    conn.close(reason)
+
+
+def _refuse_broken(conn: Connection, exc: RefusedConnect) -> None:
+    """CONNACK with the reason code of the rule a 5.0 CONNECT breaks, then close (section 4.13.1); the
+    reason string goes only where the client's Maximum Packet Size is known (its properties were read)."""
+    reason = v5.refusal(exc)
+    told = None if exc.properties is None else {props.REASON_STRING: reason}
+    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]
+    packet = v5.within(limit, partial(v5.encode_connack, False, exc.code), told)
+    if packet is not None:
+        conn.write(packet)
     conn.close(reason)
 
 
@@ -124,8 +147,10 @@ def challenge(conn: Connection, client_first: bytes, username: str | None) -> No
     server_first = exchange.first(client_first)
     if username is not None and exchange.username != username:
         raise scram.Failed(f"SCRAM user {exchange.username!r} is not the user name {username!r}", True)
-    conn.write(v5.encode_auth(reasons.CONTINUE_AUTHENTICATION, {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]
-                                                                props.AUTHENTICATION_DATA: server_first}))
+    if not conn.send5(partial(v5.encode_auth, reasons.CONTINUE_AUTHENTICATION),
+                      {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]
+                       props.AUTHENTICATION_DATA: server_first}):
+        raise scram.Failed("the server's AUTH does not fit the client's maximum packet size", False)
 
 
 def fail_login(conn: Connection, failure: scram.Failed) -> None:
@@ -177,6 +202,8 @@ def accept(conn: Connection, connect: Connect) -> None:
     start alone says whether an earlier one is discarded. The keepalive is the client's, or the
     Server Keep Alive a 5.0 client was told instead."""
     worker = conn.worker
+    if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
+        return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")
     checker = worker.auth.checker(conn.username, conn.client_id)
     if connect.will is not None and not may_publish(checker, connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")

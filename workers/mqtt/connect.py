@@ -13,10 +13,21 @@ from workers.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, UnsupportedPr
                                   packet, read_binary, read_string)
 from workers.mqtt.kinds import CONNECT
 from workers.mqtt.properties import WILL, Properties
+from workers.mqtt.reasons import TOPIC_NAME_INVALID
 from workers.mqtt.topics import topic_name_error
 
 _FIXED = struct.Struct(">BBH")  # protocol level, connect flags, keepalive
 LEVELS = {"MQTT": (4, 5), "MQIsdp": (3,)}  # protocol name -> the levels read with it
+
+
+class RefusedConnect(MalformedPacket):
+    """A 5.0 CONNECT that breaks a rule after its protocol level: the client can be told why in a
+    CONNACK before the close (section 4.13.1). `properties`: the CONNECT's, None when they could not
+    be read (the client's Maximum Packet Size is then unknown)."""
+
+    def __init__(self, refused: MalformedPacket, properties: Properties | None) -> None:
+        super().__init__(str(refused), refused.code)
+        self.properties = properties
 
 
 @dataclass(slots=True)
@@ -42,7 +53,8 @@ class Connect:
 
 
 def decode_connect(flags: int, body: bytes | memoryview, max_user: int = props_codec.ANY) -> Connect:
-    """A CONNECT body of level 3, 4 or 5; `max_user` bounds the user properties of each block (5.0)."""
+    """A CONNECT body of level 3, 4 or 5; one of level 5 that breaks a rule after its level raises
+    RefusedConnect. `max_user` bounds the user properties of each block (5.0)."""
     if flags:
         raise MalformedPacket("CONNECT fixed-header flags not 0")
     protocol_name, pos = read_string(body, 0, "protocol name")
@@ -55,6 +67,21 @@ def decode_connect(flags: int, body: bytes | memoryview, max_user: int = props_c
     if level not in levels:
         raise UnsupportedProtocol(protocol_name, level)
     pos += 4
+    if level != 5:
+        return _decode_rest(body, pos, protocol_name, level, cflags, keepalive, {}, max_user)
+    try:
+        properties, pos = props_codec.decode(body, pos, CONNECT, max_user)
+    except MalformedPacket as exc:
+        raise RefusedConnect(exc, None) from None
+    try:
+        return _decode_rest(body, pos, protocol_name, level, cflags, keepalive, properties, max_user)
+    except MalformedPacket as exc:
+        raise RefusedConnect(exc, properties) from None
+
+
+def _decode_rest(body: bytes | memoryview, pos: int, protocol_name: str, level: int, cflags: int, keepalive: int,
+                 properties: Properties, max_user: int) -> Connect:
+    """The connect flags and the payload at body[pos] (a 5.0 CONNECT's `properties` read before it)."""
     v5 = level == 5
     if cflags & 0x01:
         raise MalformedPacket("reserved connect flag set")
@@ -67,12 +94,8 @@ def decode_connect(flags: int, body: bytes | memoryview, max_user: int = props_c
         raise MalformedPacket("will QoS 3")
     if cflags & 0x40 and not cflags & 0x80 and not v5:  # 5.0 allows a password alone
         raise MalformedPacket("password flag without username flag")
-    properties: Properties = {}
-    if v5:
-        properties, pos = props_codec.decode(body, pos, CONNECT, max_user)
-        if props_codec.AUTHENTICATION_DATA in properties and props_codec.AUTHENTICATION_METHOD not in properties:
-            raise MalformedPacket("authentication data without authentication method", PROTOCOL_ERROR)
-
+    if props_codec.AUTHENTICATION_DATA in properties and props_codec.AUTHENTICATION_METHOD not in properties:
+        raise MalformedPacket("authentication data without authentication method", PROTOCOL_ERROR)
     client_id, pos = read_string(body, pos, "client identifier")
     will = None
     if will_flag:
@@ -82,7 +105,7 @@ def decode_connect(flags: int, body: bytes | memoryview, max_user: int = props_c
         will_topic, pos = read_string(body, pos, "will topic")
         reason = topic_name_error(will_topic)
         if reason:
-            raise MalformedPacket(f"will topic: {reason}")
+            raise MalformedPacket(f"will topic: {reason}", TOPIC_NAME_INVALID)
         will_payload, pos = read_binary(body, pos, "will message")
         will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
     username = password = None

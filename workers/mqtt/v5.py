@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Callable
 
 from workers.mqtt import properties as props_codec
-from workers.mqtt.connect import Connect, Will, decode_connect, encode_connect  # noqa: F401
+from workers.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
 from workers.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
     MAX_REMAINING_LENGTH, PROTOCOL_ERROR, U16, MalformedPacket, UnsupportedProtocol, encode_remaining_length, encode_string, frame,
     packet, read_packet_id, read_string, read_varint)
@@ -34,6 +35,11 @@ RETAIN_AS_PUBLISHED = 0x08
 RETAIN_HANDLING = 0x30  # >> 4: 0 send retained, 1 only for a new subscription, 2 never
 
 _FIRST_BYTES = {PUBACK: 0x40, PUBREC: 0x50, PUBREL: 0x62, PUBCOMP: 0x70}
+
+# what a packet leaves out first when it would exceed the receiver's Maximum Packet Size: the reason
+# string and user properties ([MQTT-3.2.2-19], [MQTT-3.2.2-20]; the same statements stand for each
+# ack, SUBACK, UNSUBACK, DISCONNECT and AUTH)
+DIAGNOSTIC = frozenset((props_codec.REASON_STRING, props_codec.USER_PROPERTY))
 
 
 def _properties(body: bytes | memoryview, pos: int, kind: int, max_user: int) -> tuple[Properties, int]:
@@ -364,6 +370,28 @@ def encode_auth(code: int = 0, properties: Properties | None = None) -> bytes:
     if not properties and not code:
         return b"\xf0\x00"
     return packet(0xF0, bytes((code,)) + props_codec.encode(properties))
+
+
+def within(limit: int, encode: Callable[[Properties | None], bytes], properties: Properties | None = None,
+           optional: frozenset[int] = frozenset()) -> bytes | None:
+    """The packet `encode(properties)` makes, at most `limit` bytes long (0: any length): without its
+    reason string and user properties if need be, then also without the `optional` properties; None
+    when even that is too long, and the packet must not be sent [MQTT-3.1.2-24]."""
+    packet = encode(properties)
+    if not limit or len(packet) <= limit:
+        return packet
+    for left_out in (DIAGNOSTIC, DIAGNOSTIC | optional):
+        if properties:
+            properties = {ident: value for ident, value in properties.items() if ident not in left_out}
+        packet = encode(properties)
+        if len(packet) <= limit:
+            return packet
+    return None
+
+
+def refusal(exc: MalformedPacket) -> str:
+    """What a refused packet is logged and told as: its reason code's name, then what broke."""
+    return f"{reason_name(exc.code)}: {exc}"
 
 
 def describe(code: int) -> str:
