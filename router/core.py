@@ -103,6 +103,9 @@ class Router(Lifecycle, Subscribing):
         self.seq = 1  # orders the stored messages
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
+        # (old worker, conn) -> the CONNECT (worker, header, payload) that takes its session over from
+        # another worker, waiting for that connection's last records (Lifecycle._take_over)
+        self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.received = 0
         self.delivered = 0
         self.dropped = 0
@@ -117,6 +120,7 @@ class Router(Lifecycle, Subscribing):
             wire.ACK: self._on_ack,
             wire.REL: self._on_rel,
             wire.GONE: self._on_gone,
+            wire.KICKED: self._on_kicked,
             wire.SESSION_EXPIRY: self._on_session_expiry,
             wire.STATS: self._on_stats,
             wire.CLIENTS: self._on_clients,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import orjson
 
@@ -39,6 +40,7 @@ class Lifecycle:
     routed: dict[bytes, list[int]]
     batches: dict[bytes, wire.Batch]
     links: Links
+    takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A worker opens a join (new, restarted, or after its link lost frames): its sessions that
@@ -58,6 +60,7 @@ class Lifecycle:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
         for session in sessions:
             self._disconnect(session, publish_will=session.conn not in live)
+        self._forget_takeovers(worker, lambda conn: conn not in live)
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
         return [session for (w, _conn), session in self.by_conn.items() if w == worker]
@@ -82,6 +85,7 @@ class Lifecycle:
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
         for session in sessions:
             self._disconnect(session, publish_will=True)
+        self._forget_takeovers(worker, lambda conn: True)
         link = self.links.links[worker]
         label = wire.label(link.node, link.worker_id)
         self.reports.pop(label, None)  # it holds no clients as far as anyone knows
@@ -138,6 +142,8 @@ class Lifecycle:
             return
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
+            if old.worker != worker and not fresh:
+                return self._take_over(old, worker, conn, header, payload)
             self._disconnect(old, publish_will=True)
             old = self.sessions.get(client_id)
         present = old is not None and not fresh
@@ -175,11 +181,38 @@ class Lifecycle:
                     self.store.record(db.INCOMING_DELETE, (client_id,))
             self._resend(session, out)
 
+    def _take_over(self, old: Session, worker: bytes, conn: int, header: bytes, payload: bytes) -> None:
+        """A connection on `worker` resumes a session that is live on another worker, which has been
+        told to close it (KICK). Records of two workers are not ordered, so that connection's last
+        acknowledgements may still be on their way: the session is resumed once its worker has said
+        the connection is closed (KICKED, or GONE), or has been taken for dead (`_disconnect`), and
+        not before (else a PUBREC in flight would be lost and the PUBLISH sent again, not PUBREL)."""
+        key = (old.worker, old.conn)
+        earlier = self.takeovers.get(key)  # type: ignore[arg-type]
+        if earlier is not None:  # a third connection came meanwhile: the second loses
+            self.out(earlier[0]).add(wire.KICK, wire.CONN.pack(earlier[1]))
+        self.takeovers[key] = (worker, conn, header, payload)  # type: ignore[index]
+
+    def _forget_takeovers(self, worker: bytes, gone: Callable[[int], bool]) -> None:
+        """Connections of `worker` that waited to take a session over and are `gone`: they will not."""
+        for key, (new_worker, new_conn, _header, _payload) in list(self.takeovers.items()):
+            if new_worker == worker and gone(new_conn):
+                del self.takeovers[key]
+
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, publish_will = wire.GONE_HEAD.unpack(header)
         session = self.by_conn.get((worker, conn))
         if session is not None:
             self._disconnect(session, bool(publish_will))
+        elif self.takeovers:
+            self._forget_takeovers(worker, lambda waiting: waiting == conn)
+
+    def _on_kicked(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
+        any takeover)."""
+        session = self.by_conn.get((worker, wire.CONN.unpack(header)[0]))
+        if session is not None:
+            self._disconnect(session, publish_will=True)
 
     def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
@@ -195,10 +228,12 @@ class Lifecycle:
             session.clean = True
 
     def _disconnect(self, session: Session, publish_will: bool) -> None:
-        """The session's connection ended: publish its will if asked, keep it only if persistent."""
+        """The session's connection ended: publish its will if asked, keep it only if persistent, and
+        let a connection that waited to take it over (`_take_over`) have it."""
         if session.unacked:
             self._reshare(session)
-        del self.by_conn[(session.worker, session.conn)]  # type: ignore[index]
+        key = (session.worker, session.conn)
+        del self.by_conn[key]  # type: ignore[index]
         will = session.will
         session.will = None
         if session.clean:
@@ -223,6 +258,9 @@ class Lifecycle:
                                                      will.qos, will.retain, will.props, will.expiry))
             else:
                 self._publish_will(will)
+        waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]
+        if waiting is not None:  # the connection that takes the session over may have it now
+            self._on_connect(waiting[0], waiting[2], waiting[3])
 
     def _take_will(self, session: Session) -> Will | None:
         """Take the will away from the session (to publish it, or because its client came back), and

@@ -31,6 +31,7 @@ SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry 
 PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 BYE = 15  # nothing: a node's worker is stopping and has closed its clients: taken for dead at once (wills out)
+KICKED = 16  # CONN: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
 # router -> worker
 SESSION = 20  # orjson [conn, session_present, [[filter, grant], ...] of a present session (its worker judges them against the ACL)]
 SUBACK = 21  # orjson [conn, packet_id, [code, ...], [[filter, QoS its worker serves it with, or -1: the router does], ...]]

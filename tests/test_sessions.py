@@ -9,6 +9,8 @@ one worker's records reach the router in order, so the router sees GONE before t
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -358,3 +360,37 @@ def test_an_ack_for_an_id_not_in_flight_is_harmless(broker: Broker, ack: str) ->
     c.send(p.PINGREQ_PACKET)
     assert c.recv() == (0xD0, b"")
     disconnect(c)
+
+
+def test_a_takeover_from_another_worker_waits_for_the_old_connections_last_acks(
+        start_broker: Callable[..., Broker]) -> None:
+    """Frames of two workers reach the router in no set order: a session taken over from another
+    worker is resumed only once that worker has closed the old connection, so a PUBREC the old
+    connection sent is never lost. Worker 0 is stopped with the PUBREC unread in its socket: the new
+    connection (worker 1) gets no CONNACK meanwhile; then it gets the PUBREL if worker 0 read the
+    PUBREC before closing the connection, else the PUBLISH again."""
+    b = start_broker("--workers", "2")
+    cid, topic = f"move-{uid()}", f"sess/move/{uid()}"
+    old = raw_on(b, want=0)
+    assert old.connect(cid, clean=False) == (False, 0)
+    assert subscribe(old, 1, [(topic, 2)]) == [2]
+    publish(connect(b.port), topic, b"two", 2)
+    m = as_pub(*old.recv())
+    worker = b.workers()[0]
+    new = raw_on(b, want=1)
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        old.send(p.encode_pubrec(m.packet_id))
+        new.send(p.encode_connect(cid, False))
+        with pytest.raises(TimeoutError):
+            new.recv(timeout=1.0)  # the router waits for worker 0
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    released = old.read_until_closed() == p.encode_pubrel(m.packet_id)
+    assert new.recv() == (0x20, b"\x01\x00")
+    again = new.recv()
+    if released:
+        assert again == (0x62, m.packet_id.to_bytes(2, "big"))
+    else:
+        assert again[0] == 0x3C and as_pub(*again).packet_id == m.packet_id  # DUP, QoS 2
+    new.close()

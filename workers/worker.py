@@ -368,6 +368,7 @@ class Worker:
                 if conn is not None:
                     conn.kicked = True
                     conn.close("taken over by a new connection with the same client id", code=reasons.SESSION_TAKEN_OVER)
+                self.link.batch.add(wire.KICKED, header)  # after its last records: the session may move on
         self.flush_soon()
 
     def _list_clients(self, request: dict) -> None:
