@@ -58,9 +58,9 @@ class Lifecycle:
         ended = [session for session in sessions if session.conn not in live]
         if ended:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
+        self._forget_takeovers(worker, lambda conn: conn not in live)
         for session in sessions:
             self._disconnect(session, publish_will=session.conn not in live)
-        self._forget_takeovers(worker, lambda conn: conn not in live)
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
         return [session for (w, _conn), session in self.by_conn.items() if w == worker]
@@ -83,9 +83,9 @@ class Lifecycle:
         sessions = self._sessions_on(worker)
         log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
+        self._forget_takeovers(worker, lambda conn: True)
         for session in sessions:
             self._disconnect(session, publish_will=True)
-        self._forget_takeovers(worker, lambda conn: True)
         link = self.links.links[worker]
         label = wire.label(link.node, link.worker_id)
         self.reports.pop(label, None)  # it holds no clients as far as anyone knows
@@ -142,6 +142,7 @@ class Lifecycle:
             return
         if old is not None and old.worker is not None:
             self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
+            self._refuse_waiting((old.worker, old.conn))
             if old.worker != worker and not fresh:
                 return self._take_over(old, worker, conn, header, payload)
             self._disconnect(old, publish_will=True)
@@ -187,11 +188,13 @@ class Lifecycle:
         acknowledgements may still be on their way: the session is resumed once its worker has said
         the connection is closed (KICKED, or GONE), or has been taken for dead (`_disconnect`), and
         not before (else a PUBREC in flight would be lost and the PUBLISH sent again, not PUBREL)."""
-        key = (old.worker, old.conn)
-        earlier = self.takeovers.get(key)  # type: ignore[arg-type]
-        if earlier is not None:  # a third connection came meanwhile: the second loses
-            self.out(earlier[0]).add(wire.KICK, wire.CONN.pack(earlier[1]))
-        self.takeovers[key] = (worker, conn, header, payload)  # type: ignore[index]
+        self.takeovers[(old.worker, old.conn)] = (worker, conn, header, payload)  # type: ignore[index]
+
+    def _refuse_waiting(self, key: tuple[bytes, int]) -> None:
+        """A connection that waited to take over the session of `key` loses it to a newer one."""
+        waiting = self.takeovers.pop(key, None)
+        if waiting is not None:
+            self.out(waiting[0]).add(wire.KICK, wire.CONN.pack(waiting[1]))
 
     def _forget_takeovers(self, worker: bytes, gone: Callable[[int], bool]) -> None:
         """Connections of `worker` that waited to take a session over and are `gone`: they will not."""
