@@ -234,6 +234,9 @@ class Peer:
         self.raw.close()
 
 
+TOGGLE_LAG = 100  # messages a toggle's answer may lag behind: a stream of 8,000 makes 70 rounds at least
+
+
 class Stream(threading.Thread):
     """Publishes `count` numbered messages (payload: `tag` + 6 digits) from `peer`, each to every one of
     `topics` in turn, at `qos`: in a thread (start, finish) or in the caller's (run, then `error`).
@@ -326,6 +329,7 @@ class Toggler:
         self.peer, self.filters, self.qos, self.stream = peer, filters, qos, stream
         peer.clock = lambda: stream.sent  # read by the reader just after each SUBACK/UNSUBACK
         self.pending: tuple[int, int] | None = None  # (SUBACK or UNSUBACK, packet id) awaited
+        self.asked_at = 0  # messages sent when it was asked for
         self.subscribed = False
         self.ending = False
         self.hold_until = 0
@@ -338,7 +342,11 @@ class Toggler:
         if self.pending is not None:
             at = self.peer.answered(*self.pending)
             if at is None:
-                return
+                if self.stream.sent - self.asked_at < TOGGLE_LAG:
+                    return
+                # a busy machine answers late: wait, so that a stream has its rounds whatever the load
+                self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]
+                at = self.peer.answered(*self.pending)
             kind = self.pending[0]
             self.pending = None
             k = len(self.rounds)
@@ -356,6 +364,7 @@ class Toggler:
         elif self.stream.sent < self.hold_until:
             return
         f = self.filters[len(self.rounds) % len(self.filters)]
+        self.asked_at = self.stream.sent
         if self.subscribed:
             self.confirmed = self.stream.confirmed
             self.pending = (UNSUBACK, self.peer.send_unsubscribe([f]))
