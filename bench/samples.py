@@ -101,10 +101,18 @@ class SampleWriter:
 def records_region(data: bytes | memoryview, kind: Kind) -> tuple[memoryview, str | None, int]:
     """The whole records of a sample file, why anything was left out (None if nothing), and how many bytes."""
     view = memoryview(data).cast("B")
-    if len(view) < HEADER.size:
-        return view[:0], "truncated header", len(view)
-    magic, version, size = HEADER.unpack_from(view)
+    count, damage, skipped = records_in(view[: HEADER.size], len(view), kind)
+    return view[HEADER.size : HEADER.size + count * kind.record.size], damage, skipped
+
+
+def records_in(header: bytes | memoryview, file_bytes: int, kind: Kind) -> tuple[int, str | None, int]:
+    """How many whole records follow a sample file's `header` in its `file_bytes`, why anything was left
+    out (None if nothing), and how many bytes: what a reader that streams the file needs to know first."""
+    if len(header) < HEADER.size:
+        return 0, "truncated header", file_bytes
+    magic, version, size = HEADER.unpack_from(header)
     if magic != MAGIC or version != VERSION or size != kind.record.size:
-        return view[:0], f"not a plexmq {kind.name} sample file (v{VERSION})", len(view)
-    end = HEADER.size + (len(view) - HEADER.size) // size * size
-    return view[HEADER.size : end], None if end == len(view) else "truncated last record", len(view) - end
+        return 0, f"not a plexmq {kind.name} sample file (v{VERSION})", file_bytes
+    count = (file_bytes - HEADER.size) // size
+    tail = file_bytes - HEADER.size - count * size
+    return count, "truncated last record" if tail else None, tail

@@ -19,6 +19,14 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def setting(text: str) -> tuple[str, str]:
+    """A Spark setting from `key=value`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r} (e.g. spark.local.dir=/big/disk)")
+    return key.strip(), value
+
+
 def moment(text: str) -> datetime:
     """An ISO 8601 date or time, UTC unless it names its offset."""
     try:
@@ -43,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
     common.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit was given)")
+    common.add_argument("--driver-memory", help="the driver's heap, e.g. 2g (spark.driver.memory; Spark's default: 1g)")
+    common.add_argument("--conf", type=setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting, e.g. spark.local.dir=/big/disk (repeatable)")
     common.add_argument("--verbose", action="store_true", help="Spark's own logs and web UI")
     main_parser = argparse.ArgumentParser(prog="plexmq pipeline", description=__doc__)
     jobs = main_parser.add_subparsers(dest="job", required=True)
@@ -68,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(args.job)
     progress(f"starting Spark ({args.master or 'its default master'})")
     try:
-        with spark_session(args.master, args.verbose) as spark:
+        conf = dict(args.conf)
+        if args.driver_memory:
+            conf["spark.driver.memory"] = args.driver_memory
+        with spark_session(args.master, args.verbose, conf) as spark:
             if args.job == "traffic":
                 traffic.run(spark, args.archive, args.out, args.since, args.until, args.silence, args.top, progress)
             else:

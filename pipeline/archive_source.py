@@ -7,22 +7,24 @@ messages, empty for a 5.0 message without any.
 
 Chunks map onto Arrow columns with NumPy (the format keeps each column contiguous), so decoding costs
 no Python per record. The payload itself stays in the segments: the traffic analysis needs only its
-size, and leaving it out keeps the cached records small.
+size, and leaving it out keeps the persisted records small.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.inputs import BadInput, Decoded, FileAccount, binary_files, decode
-from workers.archive_format import SEGMENT_SUFFIX, Chunk, decode_segment
+from pipeline.inputs import BadInput, Decoded, FileAccount, decode, input_files
+from workers.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader
 
 SCHEMA = pa.schema(
     [
@@ -45,24 +47,29 @@ SCHEMA = pa.schema(
 def read_archive(
     spark: SparkSession, archive: str, since: datetime | None, until: datetime | None
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """The records received in [since, until) (cached while the context lasts) and an account of the
-    segments read. Only the `date=/hour=` partitions that overlap the window are read."""
-    files = binary_files(spark, archive, SEGMENT_SUFFIX)
-    if "hour" not in files.columns:
-        raise BadInput(f"no segments under {archive} (no date=YYYY-MM-DD/hour=HH directories)")
-    hour_start = F.unix_timestamp(F.col("date").cast("timestamp")) + F.col("hour") * 3600
-    if since is not None:
-        files = files.where(hour_start + 3600 > since.timestamp())
-    if until is not None:
-        files = files.where(hour_start < until.timestamp())
-    with decode(files, _decode, SCHEMA) as (records, accounts):
-        if not accounts:
-            raise BadInput(f"no segments under {archive}{window(since, until)}")
+    """The records received in [since, until) (persisted on disk while the context lasts) and an account
+    of the segments read. Only the `date=/hour=` partitions that overlap the window are read."""
+    files = [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if _overlaps(path, since, until)]
+    if not files:
+        raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
+    with decode(spark, archive, files, _decode, SCHEMA) as (records, accounts):
         if since is not None:
             records = records.where(F.col("recv_time") >= since)
         if until is not None:
             records = records.where(F.col("recv_time") < until)
         yield records, accounts
+
+
+_PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)/hour=(\d\d)/[^/]+$")
+
+
+def _overlaps(path: str, since: datetime | None, until: datetime | None) -> bool:
+    """Whether a segment's `date=/hour=` partition overlaps [since, until); False outside the layout."""
+    found = _PARTITION.search(path)
+    if found is None:
+        return False
+    hour_start = datetime.fromisoformat(found[1]).replace(tzinfo=UTC) + timedelta(hours=int(found[2]))
+    return (since is None or hour_start + timedelta(hours=1) > since) and (until is None or hour_start < until)
 
 
 def window(since: datetime | None, until: datetime | None) -> str:
@@ -71,11 +78,11 @@ def window(since: datetime | None, until: datetime | None) -> str:
     return start + (f" until {until:%Y-%m-%d %H:%M:%S}" if until else "")
 
 
-def _decode(data: memoryview) -> Decoded:
-    segment = decode_segment(data)
-    worker_id = segment.worker_id or 0  # None only for a segment without chunks
-    batches = [_batch(chunk, worker_id) for chunk in segment.chunks]
-    return Decoded(batches, segment.records, segment.damage, segment.skipped_bytes)
+def _decode(file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+    reader = SegmentReader(file, size)
+    for chunk in reader.chunks():
+        yield _batch(chunk, reader.worker_id or 0)
+    return Decoded(reader.records, reader.damage, reader.skipped_bytes)
 
 
 def _batch(c: Chunk, worker_id: int) -> pa.RecordBatch:

@@ -3,18 +3,27 @@
 Why one helper: the archive segments and the benchmark samples are both files of our own binary
 format that Python decodes into Arrow columns (`mapInArrow`, no per-record Python), and both need a
 per-file account (records read, damage, bytes skipped) for the report. The account travels in the same
-Arrow stream as one extra row per file, so decoding runs once and its result is cached for the many
-aggregations that follow.
+Arrow stream as one extra row per file, so decoding runs once.
+
+Why paths, not contents: Spark's `binaryFile` source hands a whole file to Python as one row, so a
+task holds a whole segment (64 MiB, or more) several times over in the JVM and in Python. Instead each
+task gets one file's path and the decoder reads that file itself, piece by piece, yielding Arrow
+batches of one piece each: a task's memory is bounded by a piece (a segment's chunk), whatever the
+file's size. The decoded records are persisted on disk only, not in memory, for the many aggregations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import BinaryIO
 
 import pyarrow as pa
-from pyspark.errors import AnalysisException
+import pyarrow.fs as pafs
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -26,12 +35,16 @@ class BadInput(Exception):
 
 @dataclass(frozen=True)
 class Decoded:
-    """What a decoder got out of one file."""
+    """What a decoder got out of one file, besides the record batches it yielded."""
 
-    batches: list[pa.RecordBatch]  # in the decoder's record schema
     records: int
     damage: str | None  # why part of the file was skipped; None when all of it was read
     skipped_bytes: int
+
+
+# Decodes one open file of the given size: yields its records as batches (in the decoder's record
+# schema), a bounded piece of the file at a time, and returns the file's account.
+Decoder = Callable[[BinaryIO, int], Generator[pa.RecordBatch, None, Decoded]]
 
 
 @dataclass(frozen=True)
@@ -56,42 +69,66 @@ _ACCOUNT = pa.schema(
 )
 
 
-def binary_files(spark: SparkSession, root: str, suffix: str, recursive: bool = False) -> DataFrame:
-    """The `*suffix` files under `root` as Spark's binaryFile rows, with the Hive-style partition
-    columns of the directories (`name=value/`) unless `recursive`; BadInput when `root` is unreadable."""
-    reader = spark.read.format("binaryFile").option("pathGlobFilter", f"*{suffix}")
-    if recursive:
-        reader = reader.option("recursiveFileLookup", "true")
+def input_files(root: str, suffix: str) -> list[tuple[str, int]]:
+    """The `*suffix` files under `root` as (path relative to `root`, bytes), sorted; like Spark's
+    sources, names starting with `_` or `.` are left out (a broker's `_writing/`). BadInput when `root`
+    is unreadable."""
     try:
-        return reader.load(root)
-    except AnalysisException as e:
+        fs, base = _filesystem(root)
+        found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    except (OSError, pa.ArrowException) as e:
         raise BadInput(f"cannot read {root}: {str(e).splitlines()[0]}") from e
+    files = []
+    for info in found:
+        relative = PurePosixPath(info.path).relative_to(base)
+        if info.is_file and info.base_name.endswith(suffix) and not any(p[0] in "_." for p in relative.parts):
+            files.append((str(relative), info.size))
+    return sorted(files)
+
+
+def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of `root` and its path there: a local or mounted directory, or a URI that pyarrow
+    opens (hdfs://, s3://, gs://)."""
+    if "://" in root:
+        return pafs.FileSystem.from_uri(root)
+    return pafs.LocalFileSystem(), os.path.abspath(root).rstrip("/") or "/"
 
 
 @contextmanager
 def decode(
-    files: DataFrame, decoder: Callable[[memoryview], Decoded], schema: pa.Schema
+    spark: SparkSession, root: str, files: list[tuple[str, int]], decoder: Decoder, schema: pa.Schema
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """Decode every file with `decoder` (on the executors) into a DataFrame of `schema`, cached until
-    the context ends, and account for every file."""
+    """Decode the `files` under `root` with `decoder` (on the executors, one task per file) into a
+    DataFrame of `schema`, persisted on disk until the context ends, and account for every file."""
     combined = pa.schema(list(schema) + list(_ACCOUNT))
 
     def batches(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        fs, base = _filesystem(root)
         for batch in inputs:
-            paths = batch.column("path").to_pylist()
-            for path, content in zip(paths, batch.column("content")):
-                data = memoryview(content.as_buffer())
-                decoded = decoder(data)
-                for records in decoded.batches:
-                    nulls = [pa.nulls(records.num_rows, f.type) for f in _ACCOUNT]
-                    yield pa.RecordBatch.from_arrays(records.columns + nulls, schema=combined)
-                account = [path, len(data), decoded.records, decoded.damage, decoded.skipped_bytes]
+            for path, size in zip(batch.column("path").to_pylist(), batch.column("size").to_pylist()):
+                with fs.open_input_stream(f"{base}/{path}") as file:
+                    decoded = yield from _with_account_columns(decoder(file, size), combined)
+                account = [f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage, decoded.skipped_bytes]
                 yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, account))], schema=combined)
 
-    both = files.select("path", "content").mapInArrow(batches, from_arrow_schema(combined)).cache()
+    listing = spark.createDataFrame(spark.sparkContext.parallelize(files, max(1, len(files))), "path string, size long")
+    both = listing.mapInArrow(batches, from_arrow_schema(combined)).persist(StorageLevel.DISK_ONLY)
     try:
         accounts = both.where(F.col("file").isNotNull()).select(*_ACCOUNT.names).collect()
         records = both.where(F.col("file").isNull()).drop(*_ACCOUNT.names)
         yield records, sorted((FileAccount(*row) for row in accounts), key=lambda a: a.path)
     finally:
         both.unpersist()
+
+
+def _with_account_columns(
+    decoding: Generator[pa.RecordBatch, None, Decoded], combined: pa.Schema
+) -> Generator[pa.RecordBatch, None, Decoded]:
+    """The decoder's batches with the account columns added (null), and its account."""
+    while True:
+        try:
+            records = next(decoding)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        nulls = [pa.nulls(records.num_rows, f.type) for f in _ACCOUNT]
+        yield pa.RecordBatch.from_arrays(records.columns + nulls, schema=combined)

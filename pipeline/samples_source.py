@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from bench.samples import KINDS, SUFFIX, Kind, records_region
-from pipeline.inputs import BadInput, Decoded, FileAccount, binary_files, decode
+from bench.samples import HEADER, KINDS, SUFFIX, Kind, records_in
+from pipeline.inputs import BadInput, Decoded, FileAccount, decode, input_files
 
 # Spark has no unsigned integers: every integer field becomes a long.
 _ARROW_TYPES = {"q": pa.int64(), "Q": pa.int64(), "I": pa.int64(), "d": pa.float64()}
 
 
+# Records per Arrow batch: a task holds one batch of a sample file at a time, whatever the file's size.
+PIECE_RECORDS = 65536
+
+
 @contextmanager
 def read_samples(spark: SparkSession, samples: str) -> Iterator[tuple[dict[str, DataFrame], list[FileAccount]]]:
-    """The samples of every kind found, by kind name (cached while the context lasts), and an
+    """The samples of every kind found, by kind name (persisted on disk while the context lasts), and an
     account of the files read."""
-    listing = binary_files(spark, samples, SUFFIX, recursive=True).select("path").collect()
+    listing = input_files(samples, SUFFIX)
     if not listing:
         raise BadInput(f"no {SUFFIX} sample files under {samples}")
-    found = {row.path.rsplit("/", 2)[-2] for row in listing}  # DIR/<kind>/<name>.smp
     frames: dict[str, DataFrame] = {}
     accounts: list[FileAccount] = []
     with ExitStack() as stack:
         for kind in KINDS:
-            if kind.name in found:
-                files = binary_files(spark, f"{samples.rstrip('/')}/{kind.name}", SUFFIX)
-                frame, kind_accounts = stack.enter_context(decode(files, _Decoder(kind), _schema(kind)))
+            files = [(path, size) for path, size in listing if path.split("/")[-2:-1] == [kind.name]]  # <kind>/<name>.smp
+            if files:
+                frame, kind_accounts = stack.enter_context(decode(spark, samples, files, _Decoder(kind), _schema(kind)))
                 frames[kind.name] = frame
                 accounts += kind_accounts
         yield frames, accounts
@@ -50,9 +54,14 @@ class _Decoder:
             [(n, "S" + c[:-1] if c.endswith("s") else "<" + c) for n, c in kind.fields]
         )
 
-    def __call__(self, data: memoryview) -> Decoded:
-        region, damage, skipped = records_region(data, self.kind)
-        rows = np.frombuffer(region, self.dtype)
+    def __call__(self, file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+        count, damage, skipped = records_in(file.read(HEADER.size), size, self.kind)
+        for start in range(0, count, PIECE_RECORDS):
+            rows = np.frombuffer(file.read(min(PIECE_RECORDS, count - start) * self.kind.record.size), self.dtype)
+            yield self._batch(rows)
+        return Decoded(count, damage, skipped)
+
+    def _batch(self, rows: np.ndarray) -> pa.RecordBatch:
         columns = []
         for field in self.schema:
             values = rows[field.name]
@@ -60,5 +69,4 @@ class _Decoder:
                 columns.append(pa.array([v.decode() for v in values.tolist()], pa.string()))
             else:
                 columns.append(pa.array(values.astype(field.type.to_pandas_dtype())))
-        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
-        return Decoded([batch] if len(rows) else [], len(rows), damage, skipped)
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)

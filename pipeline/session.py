@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
@@ -26,10 +26,12 @@ logger.gateway.level = error
 
 
 @contextmanager
-def spark_session(master: str | None, verbose: bool) -> Iterator[SparkSession]:
+def spark_session(master: str | None, verbose: bool, conf: Mapping[str, str] | None = None) -> Iterator[SparkSession]:
     """The active session if there is one (a test's, a notebook's), else a new one stopped on exit.
 
-    Without `master` Spark picks its default: `local[*]`, or what spark-submit was given. The Spark UI
+    Without `master` Spark picks its default: `local[*]`, or what spark-submit was given. `conf` goes to
+    the builder, so `spark.driver.memory` takes effect when this starts the driver's JVM (embedded);
+    under spark-submit, whose JVM already runs, give spark-submit the driver's settings. The Spark UI
     and logs are off unless `verbose`; the console progress bar stays on.
     """
     active = SparkSession.getActiveSession()
@@ -41,6 +43,8 @@ def spark_session(master: str | None, verbose: bool) -> Iterator[SparkSession]:
     builder = SparkSession.builder.appName("plexmq-pipeline").config("spark.ui.showConsoleProgress", "true")
     if master:
         builder = builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     if verbose:
         spark = builder.getOrCreate()
     else:

@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import sysconfig
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -133,6 +134,29 @@ def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tm
     assert "truncated chunk" in page
     assert "<td>text/plain</td><td>5</td>" in page and "<td>unit</td><td>5</td>" in page
     assert "<td>not recorded (format 2 segments)</td><td>1</td>" in page
+
+
+def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, tmp_path: Path) -> None:
+    """An archive of 1.2 GB through a 512 MB driver (Spark's least; embedded, the driver is the only
+    executor): each task streams its segment chunk by chunk and the records are persisted on disk.
+    Reading whole segments into the JVM (binaryFile) ran out of heap here. Few large payloads make
+    the archive big and quick to write; the job needs only their sizes."""
+    payload = b"p" * (1 << 20)
+    for worker in range(2):  # one 600 MB segment each
+        writer = ArchiveWriter(str(tmp_path / "archive"), worker, ["#"], 1 << 40, 3600.0)
+        for i in range(600):
+            writer.append(Record(at(i / 60), f"big/{i % 3}", 0, False, payload, f"dev-{worker}", None).run())
+            writer.flush()
+        writer.close()
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+    done = subprocess.run([sys.executable, "-m", "pipeline", "traffic", "--archive", str(tmp_path / "archive"),
+                           "--out", str(out), "--master", "local[2]", "--driver-memory", "512m",
+                           "--conf", "spark.sql.shuffle.partitions=2"],
+                          check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    topics = {r.topic: (r.messages, r.bytes) for r in spark.read.parquet(str(out / "topics")).collect()}
+    assert topics == {f"big/{t}": (400, 400 << 20) for t in range(3)}
 
 
 def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int]]]:

@@ -29,12 +29,13 @@ layout, 5.0 properties dropped) are still read; their records have level 0, "not
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from workers.mqtt import properties as props
 from workers.mqtt import v4, v5
@@ -176,33 +177,60 @@ class Segment:
 
 
 def decode_segment(data: bytes | memoryview) -> Segment:
-    """Parse a segment, keeping every good chunk before the first torn or damaged one."""
-    view = memoryview(data).cast("B")
-    if len(view) < SEGMENT_HEADER.size:
-        return Segment(None, [], "truncated segment header", len(view))
-    magic, version, worker_id = SEGMENT_HEADER.unpack_from(view)
-    if magic != MAGIC or version not in READABLE:
-        return Segment(None, [], f"not a plexmq archive segment (v{READABLE[0]} to v{VERSION})", len(view))
-    chunks: list[Chunk] = []
-    damage = None
-    pos = SEGMENT_HEADER.size
-    while pos < len(view):
-        if len(view) - pos < CHUNK_HEADER.size:
-            damage = "truncated chunk header"
-            break
-        size, count, crc = CHUNK_HEADER.unpack_from(view, pos)
-        start = pos + CHUNK_HEADER.size
-        if start + size > len(view):
-            damage = "truncated chunk"
-            break
-        body = view[start : start + size]
-        chunk = _chunk(body, count, version) if count and zlib.crc32(body) == crc else None
-        if chunk is None:
-            damage = "damaged chunk"
-            break
-        chunks.append(chunk)
-        pos = start + size
-    return Segment(worker_id, chunks, damage, len(view) - pos)
+    """Parse a segment held in memory (tools and tests; the pipeline streams files with SegmentReader)."""
+    reader = SegmentReader(io.BytesIO(data), len(data))
+    chunks = list(reader.chunks())
+    return Segment(reader.worker_id, chunks, reader.damage, reader.skipped_bytes)
+
+
+class SegmentReader:
+    """Reads a segment file chunk by chunk, keeping every good chunk before the first torn or damaged
+    one: a reader holds one chunk at a time, however large the segment."""
+
+    def __init__(self, file: BinaryIO, size: int) -> None:
+        """`size`: the file's length in bytes, from its listing."""
+        self._file = file
+        self._size = size
+        self.worker_id: int | None = None  # None when the header itself is unreadable
+        self.records = 0
+        self.damage: str | None = None  # why the tail from `skipped_bytes` on was not read
+        self.skipped_bytes = 0
+        self._version = 0
+        header = file.read(SEGMENT_HEADER.size)
+        if len(header) < SEGMENT_HEADER.size:
+            self._skip("truncated segment header", 0)
+            return
+        magic, version, worker_id = SEGMENT_HEADER.unpack(header)
+        if magic != MAGIC or version not in READABLE:
+            self._skip(f"not a plexmq archive segment (v{READABLE[0]} to v{VERSION})", 0)
+            return
+        self.worker_id, self._version = worker_id, version
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The good chunks in file order; `damage`, `skipped_bytes` and `records` are final once it ends."""
+        if self.damage is not None:
+            return
+        pos = SEGMENT_HEADER.size
+        while pos < self._size:
+            header = self._file.read(CHUNK_HEADER.size)
+            if len(header) < CHUNK_HEADER.size:
+                self._skip("truncated chunk header", pos)
+                return
+            size, count, crc = CHUNK_HEADER.unpack(header)
+            body = self._file.read(size) if pos + CHUNK_HEADER.size + size <= self._size else None
+            if body is None or len(body) < size:
+                self._skip("truncated chunk", pos)
+                return
+            chunk = _chunk(memoryview(body), count, self._version) if count and zlib.crc32(body) == crc else None
+            if chunk is None:
+                self._skip("damaged chunk", pos)
+                return
+            self.records += chunk.count
+            yield chunk
+            pos += CHUNK_HEADER.size + size
+
+    def _skip(self, damage: str, pos: int) -> None:
+        self.damage, self.skipped_bytes = damage, self._size - pos
 
 
 def _chunk(body: memoryview, r: int, version: int) -> Chunk | None:
