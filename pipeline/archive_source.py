@@ -23,8 +23,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.inputs import BadInput, Decoded, FileAccount, decode, input_files
-from workers.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader
+from pipeline.inputs import BadInput, Decoded, FileAccount, decode, filesystem, input_files
+from workers.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
 
 SCHEMA = pa.schema(
     [
@@ -52,12 +52,25 @@ def read_archive(
     files = [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if _overlaps(path, since, until)]
     if not files:
         raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
+    _check_versions(archive, files)
     with decode(spark, archive, files, _decode, SCHEMA) as (records, accounts):
         if since is not None:
             records = records.where(F.col("recv_time") >= since)
         if until is not None:
             records = records.where(F.col("recv_time") < until)
         yield records, accounts
+
+
+def _check_versions(archive: str, files: list[tuple[str, int]]) -> None:
+    """BadInput, before any Spark work, for a segment of a format version this plexmq cannot read (a
+    newer broker's): a report without it would look complete. Reads each segment's header."""
+    fs, base = filesystem(archive)
+    for path, size in files:
+        with fs.open_input_stream(f"{base}/{path}") as file:
+            try:
+                SegmentReader(file, size)
+            except UnknownVersion as e:
+                raise BadInput(f"{archive.rstrip('/')}/{path}: {e}") from e
 
 
 _PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)/hour=(\d\d)/[^/]+$")

@@ -74,7 +74,7 @@ def input_files(root: str, suffix: str) -> list[tuple[str, int]]:
     sources, names starting with `_` or `.` are left out (a broker's `_writing/`). BadInput when `root`
     is unreadable."""
     try:
-        fs, base = _filesystem(root)
+        fs, base = filesystem(root)
         found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
     except (OSError, pa.ArrowException) as e:
         raise BadInput(f"cannot read {root}: {str(e).splitlines()[0]}") from e
@@ -86,7 +86,7 @@ def input_files(root: str, suffix: str) -> list[tuple[str, int]]:
     return sorted(files)
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem of `root` and its path there: a local or mounted directory, or a URI that pyarrow
     opens (hdfs://, s3://, gs://)."""
     if "://" in root:
@@ -103,7 +103,7 @@ def decode(
     combined = pa.schema(list(schema) + list(_ACCOUNT))
 
     def batches(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fs, base = _filesystem(root)
+        fs, base = filesystem(root)
         for batch in inputs:
             for path, size in zip(batch.column("path").to_pylist(), batch.column("size").to_pylist()):
                 with fs.open_input_stream(f"{base}/{path}") as file:

@@ -49,6 +49,9 @@ def run(
     progress(f"reading the archive {archive}")
     with read_archive(spark, archive, since, until) as (records, accounts):
         progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
+        for account in accounts:
+            if account.damage is not None:
+                progress(f"damaged segment {account.path}: skipped {account.damage}")
         totals = _totals(records)
         if totals["messages"] == 0:
             damaged = sum(a.damage is not None for a in accounts)

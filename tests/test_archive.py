@@ -22,6 +22,7 @@ from workers.archive_format import (
     Record,
     VERSION,
     Run,
+    UnknownVersion,
     decode_segment,
     encode_chunk,
     records,
@@ -149,18 +150,40 @@ def test_a_torn_or_damaged_chunk_is_skipped_and_counted(tmp_path: Path) -> None:
     first = [Record(T0, "a", 0, False, b"one", "c", None)]
     second = [Record(T0 + 1, "b", 1, True, b"two", "c", "u")] * 3
     data = segment_header(1) + chunk(first) + chunk(second)
+    at = len(segment_header(1) + chunk(first))  # where the second chunk starts
     for cut in (1, 10, len(chunk(second)) - 1):
         segment = decode_segment(data[:-cut])
         assert list(records(segment)) == first
-        assert segment.damage is not None and segment.damage.startswith("truncated")
+        what = "truncated chunk header" if cut > len(chunk(second)) - 12 else "truncated chunk"
+        assert segment.damage == f"{what} at byte {at} ({len(chunk(second)) - cut} bytes)"
         assert segment.skipped_bytes == len(chunk(second)) - cut
     zero_filled = decode_segment(segment_header(1) + chunk(first) + bytes(4096))
     assert list(records(zero_filled)) == first and zero_filled.skipped_bytes == 4096
-    flipped = bytearray(data)
-    flipped[-2] ^= 0x10  # one bit of the last payload
-    damaged = decode_segment(bytes(flipped))
-    assert list(records(damaged)) == first and damaged.damage == "damaged chunk"
-    assert decode_segment(b"PK\x03\x04 not a segment").damage == f"not a plexmq archive segment (v2 to v{VERSION})"
+    assert zero_filled.damage == f"unreadable chunk header at byte {at} (4096 bytes)"
+    assert decode_segment(b"PK\x03\x04 not a segment").damage == "not a plexmq archive segment at byte 0 (18 bytes)"
+
+
+def test_reading_goes_on_after_a_damaged_chunk_and_says_where() -> None:
+    """A bit flipped in a chunk's body (bad storage) or a body that does not parse costs that chunk
+    only: the reader skips it by its length and keeps the chunks after it."""
+    runs = [[Record(T0 + i, "t", 0, False, b"payload %d" % i, "c", None)] for i in range(4)]
+    chunks = [chunk(r) for r in runs]
+    data = bytearray(segment_header(1) + b"".join(chunks))
+    starts = [len(segment_header(1)) + sum(map(len, chunks[:i])) for i in range(4)]
+    data[starts[2] - 2] ^= 0x10  # the end of the second chunk's payload
+    data[starts[3] - 2] ^= 0x10  # and of the third's
+    segment = decode_segment(bytes(data))
+    assert list(records(segment)) == runs[0] + runs[3]
+    assert segment.damage == (f"damaged chunk at byte {starts[1]} ({len(chunks[1])} bytes); "
+                              f"damaged chunk at byte {starts[2]} ({len(chunks[2])} bytes)")
+    assert segment.skipped_bytes == len(chunks[1]) + len(chunks[2])
+
+
+def test_a_segment_of_an_unknown_version_stops_the_reader() -> None:
+    newer = struct.pack("<4sII", b"PXAR", VERSION + 1, 1) + chunk([Record(T0, "t", 0, False, b"x", "c", None)])
+    expected = f"^segment format version {VERSION + 1}; this plexmq reads versions 2 and 3$"
+    with pytest.raises(UnknownVersion, match=expected):
+        decode_segment(newer)
 
 
 def test_a_restarted_worker_seals_what_its_crashed_predecessor_left(tmp_path: Path) -> None:
@@ -240,7 +263,9 @@ def test_a_5_0_run_whose_property_block_does_not_fit_is_a_damaged_chunk() -> Non
     bad_run: Run = (T0, sender("c", None, 5), v4.encode_publish(b"a", b"\x05abc"))  # no property block
     data = segment_header(1) + chunk([good]) + b"".join(encode_chunk([bad_run]))
     segment = decode_segment(data)
-    assert list(records(segment)) == [good] and segment.damage == "damaged chunk"
+    assert list(records(segment)) == [good]
+    at = len(segment_header(1) + chunk([good]))
+    assert segment.damage == f"damaged chunk at byte {at} ({len(data) - at} bytes)"
 
 
 def publish_properties(content_type: str | None, pairs: list[tuple[str, str]]) -> Properties:

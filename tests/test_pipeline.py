@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +26,7 @@ from tests.mqtt import Client
 from tests.test_archive import publish_properties, version_2_segment
 from pipeline.session import spark_session
 from workers.archive import ArchiveWriter
-from workers.archive_format import Record
+from workers.archive_format import VERSION, Record, encode_chunk, segment_header
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -157,6 +158,43 @@ def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, 
     assert done.returncode == 0, done.stderr[-3000:]
     topics = {r.topic: (r.messages, r.bytes) for r in spark.read.parquet(str(out / "topics")).collect()}
     assert topics == {f"big/{t}": (400, 400 << 20) for t in range(3)}
+
+
+def test_a_damaged_chunk_is_reported_where_it_is_and_the_rest_is_counted(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bit flipped in the middle of a segment costs that chunk's records only; the log and the report
+    name the segment and the byte where the damage starts."""
+    runs = [[Record(at(i), "t", 0, False, b"x" * (i + 1), "dev", None)] * 10 for i in range(3)]
+    chunks = [b"".join(encode_chunk([r.run() for r in records])) for records in runs]
+    data = bytearray(segment_header(0) + b"".join(chunks))
+    damaged_at = len(segment_header(0) + chunks[0])
+    data[damaged_at + len(chunks[1]) - 1] ^= 1  # the second chunk's last payload byte
+    segment = tmp_path / "archive/date=2024-05-01/hour=00/w0-1.seg"
+    segment.parent.mkdir(parents=True)
+    segment.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert main(["traffic", "--archive", str(tmp_path / "archive"), "--out", str(out)]) == 0
+
+    (row,) = spark.read.parquet(str(out / "topics")).collect()
+    assert (row.messages, row.bytes) == (20, 10 * 1 + 10 * 3)
+    damage = f"damaged chunk at byte {damaged_at} ({len(chunks[1])} bytes)"
+    assert f"damaged segment {segment}: skipped {damage}" in capsys.readouterr().err
+    page = (out / "report.html").read_text()
+    assert f"<td>{segment}</td><td>{damage}</td><td>20</td><td>{len(chunks[1])}</td>" in page
+
+
+def test_a_segment_of_an_unknown_version_stops_the_job_with_one_line(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A newer broker's segment: no report that looks complete without it, one line naming it."""
+    record = Record(at(0), "t", 0, False, b"x", "dev", None)
+    hour = tmp_path / "archive/date=2024-05-01/hour=00"
+    hour.mkdir(parents=True)
+    (hour / "w0-1.seg").write_bytes(segment_header(0) + b"".join(encode_chunk([record.run()])))
+    (hour / "w1-1.seg").write_bytes(struct.pack("<4sII", b"PXAR", VERSION + 1, 1) + b"new chunks")
+    assert main(["traffic", "--archive", str(tmp_path / "archive"), "--out", str(tmp_path / "out")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]  # not progress
+    expected = f"{hour / 'w1-1.seg'}: segment format version {VERSION + 1}; this plexmq reads versions 2 and 3"
+    assert errors == [f"plexmq pipeline traffic: {expected}"]
 
 
 def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int]]]:

@@ -8,7 +8,7 @@ packet bytes), with no work per message. The reader pays instead: it parses the 
 (`Chunk`) that the Spark side maps straight onto Arrow buffers. Nothing is compressed on the hot
 path (the pipeline's Parquet tables are the compressed copy). A CRC32 per chunk lets readers tell good
 chunks from what a crash, a power loss or bad storage leaves (a torn, zero-filled or damaged chunk):
-they keep the chunks before it and skip and count the rest.
+they skip a damaged chunk by its length and read on, skip a torn tail, and say where (`SegmentReader`).
 
 Layout, all integers little-endian:
 
@@ -168,7 +168,7 @@ class Segment:
 
     worker_id: int | None  # None when the header itself is unreadable
     chunks: list[Chunk]
-    damage: str | None  # why the tail from `skipped_bytes` on was not read; None for a whole segment
+    damage: str | None  # what was skipped, where; None for a whole segment
     skipped_bytes: int
 
     @property
@@ -177,60 +177,97 @@ class Segment:
 
 
 def decode_segment(data: bytes | memoryview) -> Segment:
-    """Parse a segment held in memory (tools and tests; the pipeline streams files with SegmentReader)."""
+    """Parse a segment held in memory (tools and tests; the pipeline streams files with SegmentReader).
+    UnknownVersion for a segment of a version this reader does not know."""
     reader = SegmentReader(io.BytesIO(data), len(data))
     chunks = list(reader.chunks())
     return Segment(reader.worker_id, chunks, reader.damage, reader.skipped_bytes)
 
 
+class UnknownVersion(Exception):
+    """A segment of a format version this reader does not know (a newer plexmq wrote it): reading on
+    would silently misread or skip it all, so the reader stops."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A part of a segment a reader skipped: what it found, where, and how many bytes."""
+
+    what: str
+    offset: int
+    bytes: int
+
+    def __str__(self) -> str:
+        return f"{self.what} at byte {self.offset} ({self.bytes} bytes)"
+
+
 class SegmentReader:
-    """Reads a segment file chunk by chunk, keeping every good chunk before the first torn or damaged
-    one: a reader holds one chunk at a time, however large the segment."""
+    """Reads a segment file chunk by chunk (a reader holds one chunk at a time, however large the
+    segment), skipping and recording what is damaged.
+
+    A chunk whose body fails its CRC or does not parse is skipped by its header's length, and reading
+    goes on with the next chunk: the chunks after a bit flip or a bad sector are kept. A header that
+    cannot be right (no runs, a body too short for them, or longer than the file) leaves no length to
+    trust, so the rest of the file is skipped: a torn or zero-filled tail after a crash.
+    """
 
     def __init__(self, file: BinaryIO, size: int) -> None:
-        """`size`: the file's length in bytes, from its listing."""
+        """`size`: the file's length in bytes, from its listing. UnknownVersion for a segment of a
+        version this reader does not know."""
         self._file = file
         self._size = size
         self.worker_id: int | None = None  # None when the header itself is unreadable
         self.records = 0
-        self.damage: str | None = None  # why the tail from `skipped_bytes` on was not read
-        self.skipped_bytes = 0
+        self.damages: list[Damage] = []
         self._version = 0
         header = file.read(SEGMENT_HEADER.size)
         if len(header) < SEGMENT_HEADER.size:
-            self._skip("truncated segment header", 0)
+            self._skip("truncated segment header", 0, size)
             return
         magic, version, worker_id = SEGMENT_HEADER.unpack(header)
-        if magic != MAGIC or version not in READABLE:
-            self._skip(f"not a plexmq archive segment (v{READABLE[0]} to v{VERSION})", 0)
-            return
-        self.worker_id, self._version = worker_id, version
+        if magic != MAGIC:
+            self._skip("not a plexmq archive segment", 0, size)
+        elif version not in READABLE:
+            known = " and ".join(map(str, READABLE))
+            raise UnknownVersion(f"segment format version {version}; this plexmq reads versions {known}")
+        else:
+            self.worker_id, self._version = worker_id, version
+
+    @property
+    def damage(self) -> str | None:
+        """Every skipped part, where and how long; None when the whole segment was read."""
+        return "; ".join(map(str, self.damages)) or None
+
+    @property
+    def skipped_bytes(self) -> int:
+        return sum(d.bytes for d in self.damages)
 
     def chunks(self) -> Iterator[Chunk]:
-        """The good chunks in file order; `damage`, `skipped_bytes` and `records` are final once it ends."""
-        if self.damage is not None:
-            return
-        pos = SEGMENT_HEADER.size
+        """The good chunks in file order; `damages` and `records` are final once it ends."""
+        pos = SEGMENT_HEADER.size if self.worker_id is not None else self._size
         while pos < self._size:
             header = self._file.read(CHUNK_HEADER.size)
             if len(header) < CHUNK_HEADER.size:
-                self._skip("truncated chunk header", pos)
+                self._skip("truncated chunk header", pos, self._size - pos)
                 return
             size, count, crc = CHUNK_HEADER.unpack(header)
-            body = self._file.read(size) if pos + CHUNK_HEADER.size + size <= self._size else None
-            if body is None or len(body) < size:
-                self._skip("truncated chunk", pos)
+            if not count or size < FIXED_BYTES_PER_RUN * count:
+                self._skip("unreadable chunk header", pos, self._size - pos)
                 return
-            chunk = _chunk(memoryview(body), count, self._version) if count and zlib.crc32(body) == crc else None
+            body = self._file.read(size) if pos + CHUNK_HEADER.size + size <= self._size else b""
+            if len(body) < size:
+                self._skip("truncated chunk", pos, self._size - pos)
+                return
+            chunk = _chunk(memoryview(body), count, self._version) if zlib.crc32(body) == crc else None
             if chunk is None:
-                self._skip("damaged chunk", pos)
-                return
-            self.records += chunk.count
-            yield chunk
+                self._skip("damaged chunk", pos, CHUNK_HEADER.size + size)
+            else:
+                self.records += chunk.count
+                yield chunk
             pos += CHUNK_HEADER.size + size
 
-    def _skip(self, damage: str, pos: int) -> None:
-        self.damage, self.skipped_bytes = damage, self._size - pos
+    def _skip(self, what: str, offset: int, length: int) -> None:
+        self.damages.append(Damage(what, offset, length))
 
 
 def _chunk(body: memoryview, r: int, version: int) -> Chunk | None:
