@@ -10,6 +10,8 @@ import time
 from datetime import UTC, datetime
 
 from router.units import parse_duration
+from workers.mqtt.topics import valid_filter
+
 
 def duration(text: str) -> float:
     """Seconds from `90`, `90s`, `10m`, `2h` or `1d`."""
@@ -25,6 +27,13 @@ def setting(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r} (e.g. spark.local.dir=/big/disk)")
     return key.strip(), value
+
+
+def topic_filter(text: str) -> str:
+    """A valid MQTT topic filter."""
+    if not valid_filter(text):
+        raise argparse.ArgumentTypeError(f"not a topic filter: {text!r} (e.g. sensors/+/telemetry)")
+    return text
 
 
 def moment(text: str) -> datetime:
@@ -63,6 +72,12 @@ def parser() -> argparse.ArgumentParser:
     traffic.add_argument("--until", type=moment, help="receive time to stop before; the end of the window")
     traffic.add_argument("--silence", type=duration, default=600.0, help="silent devices: idle longer than this (10m)")
     traffic.add_argument("--top", type=int, default=10, help="how many topics and clients the report ranks (10)")
+    fields = jobs.add_parser("fields", parents=[common], help="roll up the numeric fields of JSON payloads")
+    fields.add_argument("--archive", required=True, help="the archive directory ([archive] dir)")
+    fields.add_argument("--topics", required=True, nargs="+", type=topic_filter, metavar="FILTER",
+                        help="the topic filters whose payloads are JSON telemetry (+ and # wildcards)")
+    fields.add_argument("--schema", metavar="DDL", help="the payloads' schema as Spark DDL, e.g. 'temp double, "
+                        "battery struct<level: int>' (default: inferred from a sample)")
     bench = jobs.add_parser("bench", parents=[common], help="report on a benchmark's raw samples")
     bench.add_argument("--samples", required=True, help="the benchmark's --out directory")
     return main_parser
@@ -72,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run one job; 0 when done, 2 when its input is unusable (one line on stderr)."""
     args = parser().parse_args(argv)
     # Spark is imported only once the arguments are good: `--help` stays instant.
-    from pipeline import benchmark, traffic
+    from pipeline import benchmark, fields, traffic
     from pipeline.inputs import BadInput
     from pipeline.session import spark_session
 
@@ -85,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         with spark_session(args.master, args.verbose, conf) as spark:
             if args.job == "traffic":
                 traffic.run(spark, args.archive, args.out, args.since, args.until, args.silence, args.top, progress)
+            elif args.job == "fields":
+                fields.run(spark, args.archive, args.out, args.topics, args.schema, progress)
             else:
                 benchmark.run(spark, args.samples, args.out, progress)
     except BadInput as e:

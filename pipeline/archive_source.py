@@ -1,4 +1,5 @@
-"""The traffic archive as a Spark DataFrame: one row per archived PUBLISH (payload bytes left out).
+"""The traffic archive as a Spark DataFrame: one row per archived PUBLISH (payload bytes left out), or,
+for the topics a job asks for, the payloads themselves (`read_payloads`).
 
 `protocol_level` is the publisher's (3: MQTT 3.1, 4: 3.1.1, 5: 5.0; null for segments of format
 version 2, which did not record it). `content_type` and `user_properties` (the pairs in the order sent,
@@ -16,6 +17,7 @@ import re
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import BinaryIO
 
 import numpy as np
@@ -25,6 +27,7 @@ from pyspark.sql import functions as F
 
 from pipeline.inputs import BadInput, Decoded, FileAccount, decode, filesystem, input_files
 from workers.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
+from workers.mqtt.topics import matches
 
 SCHEMA = pa.schema(
     [
@@ -42,6 +45,15 @@ SCHEMA = pa.schema(
     ]
 )
 
+PAYLOADS = pa.schema(
+    [
+        ("recv_time", pa.timestamp("us", tz="UTC")),
+        ("topic", pa.string()),
+        ("client_id", pa.string()),
+        ("payload", pa.binary()),
+    ]
+)
+
 
 @contextmanager
 def read_archive(
@@ -49,16 +61,34 @@ def read_archive(
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
     """The records received in [since, until) (persisted on disk while the context lasts) and an account
     of the segments read. Only the `date=/hour=` partitions that overlap the window are read."""
-    files = [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if _overlaps(path, since, until)]
-    if not files:
-        raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
-    _check_versions(archive, files)
-    with decode(spark, archive, files, _decode, SCHEMA) as (records, accounts):
+    with decode(spark, archive, _segments(archive, since, until), _decode, SCHEMA) as (records, accounts):
         if since is not None:
             records = records.where(F.col("recv_time") >= since)
         if until is not None:
             records = records.where(F.col("recv_time") < until)
         yield records, accounts
+
+
+@contextmanager
+def read_payloads(
+    spark: SparkSession, archive: str, filters: list[str]
+) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
+    """The messages on topics matching any of `filters` with their payloads (`PAYLOADS`, persisted on
+    disk while the context lasts) and an account of the segments read. The topics are matched as the
+    chunks are decoded, so other topics' payloads (binary, large) never become rows."""
+    decoder = partial(_decode_payloads, filters)
+    with decode(spark, archive, _segments(archive, None, None), decoder, PAYLOADS) as found:
+        yield found
+
+
+def _segments(archive: str, since: datetime | None, until: datetime | None) -> list[tuple[str, int]]:
+    """The segments whose partitions overlap [since, until); BadInput when there are none or one has a
+    version this plexmq cannot read."""
+    files = [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if _overlaps(path, since, until)]
+    if not files:
+        raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
+    _check_versions(archive, files)
+    return files
 
 
 def _check_versions(archive: str, files: list[tuple[str, int]]) -> None:
@@ -95,6 +125,21 @@ def _decode(file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decode
     reader = SegmentReader(file, size)
     for chunk in reader.chunks():
         yield _batch(chunk, reader.worker_id or 0)
+    return Decoded(reader.records, reader.damage, reader.skipped_bytes)
+
+
+def _decode_payloads(filters: list[str], file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+    reader = SegmentReader(file, size)
+    for c in reader.chunks():
+        topics = _text(c.topic_len, c.topic)
+        wanted = pa.array([any(matches(f, t) for f in filters) for t in topics.to_pylist()], pa.bool_())
+        columns = [
+            pa.array(_numbers(c.recv_us, "<i8"), pa.timestamp("us", tz="UTC")),
+            topics,
+            _text(c.client_len, c.client_id),
+            pa.Array.from_buffers(pa.binary(), c.count, [*_offsets(c.payload_len), pa.py_buffer(c.payload)]),
+        ]
+        yield pa.RecordBatch.from_arrays(columns, schema=PAYLOADS).filter(wanted)  # copies the kept rows only
     return Decoded(reader.records, reader.damage, reader.skipped_bytes)
 
 
