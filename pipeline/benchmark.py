@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from pipeline import report
 from pipeline.samples_source import read_samples
+from pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
 OVERALL_PERCENTILES = [0.5, 0.9, 0.99, 0.999]
@@ -36,14 +37,9 @@ def run(spark: SparkSession, samples: str, out: str, progress: Callable[[str], N
             tables["latency"] = _latency(frames["latency"])
         if "processes" in frames:
             tables["load"] = _load(frames["processes"])
-        for name, table in tables.items():
-            progress(f"writing {out}/{name}/")
-            table.write.mode("overwrite").parquet(f"{out}/{name}")
+        saved = save(spark, tables, out, progress)
         progress("writing the report")
-        rows = {
-            name: spark.read.schema(t.schema).parquet(f"{out}/{name}").orderBy("second").collect()
-            for name, t in tables.items()
-        }
+        rows = {name: table.orderBy("second").collect() for name, table in saved.items()}
         start = min((table[0].second for table in rows.values() if table), default=0)
         sections = []
         if "throughput" in rows:

@@ -30,6 +30,7 @@ from pyspark.sql.types import DataType, NumericType, StringType, StructField, St
 from pipeline import report
 from pipeline.archive_source import read_payloads
 from pipeline.inputs import BadInput
+from pipeline.tables import save
 
 SAMPLE = 1000
 KEPT = 5
@@ -54,11 +55,8 @@ def run(
         progress(f"schema {schema.simpleString()}; numeric fields: {', '.join(numeric) or 'none'}")
         checked = _check(text, schema)
         tables = {"fields": _fields(checked, numeric), "topics": _topics(checked), "flagged": _flagged(checked)}
-        for name, table in tables.items():
-            progress(f"writing {out}/{name}/")
-            table.write.mode("overwrite").parquet(f"{out}/{name}")
+        saved = save(spark, tables, out, progress)
     progress("writing the report")
-    saved = {name: spark.read.schema(t.schema).parquet(f"{out}/{name}") for name, t in tables.items()}
     sections = [
         ("Messages per topic", report.table(["topic", "messages", "parsed", "not JSON", "breaking the schema"],
                                             saved["topics"].orderBy("topic").collect())),

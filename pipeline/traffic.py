@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pipeline import report
 from pipeline.archive_source import read_archive, window
 from pipeline.inputs import BadInput
+from pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
 
@@ -61,11 +62,8 @@ def run(
         tables = {"messages": records, "minutes": _minutes(records), "topics": _topics(records),
                   "clients": _clients(records, end)}
         tables["silent"] = tables["clients"].where(F.col("silent_s") > silence_s)
-        for name, table in tables.items():
-            progress(f"writing {out}/{name}/")
-            table.write.mode("overwrite").parquet(f"{out}/{name}")
+        saved = save(spark, tables, out, progress)
         progress("writing the report")
-        saved = {name: spark.read.schema(t.schema).parquet(f"{out}/{name}") for name, t in tables.items()}
         sections = [
             ("Summary", _summary(totals, start, end)),
             ("Traffic per minute", _per_minute(saved["minutes"])),
