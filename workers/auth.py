@@ -182,13 +182,17 @@ class Auth:
         except (DatabaseError, TimeoutError) as exc:
             self._unavailable(database, exc)
 
+    def _refresh_rules(self, database: UserDatabase) -> None:
+        """Read the ACL table again in the background once it is older than its cache time (one read at a time)."""
+        if not database.acl_is_fresh() and (self._reading is None or self._reading.done()):
+            self._reading = asyncio.ensure_future(self._read_rules(database))
+
     def checker(self, username: str | None, client_id: str) -> Checker | None:
         """The connection's ACL checker; None when there is no ACL (everything allowed)."""
         database = self.database
         if database is None or not database.with_acl:
             return None if self.acl is None else self.acl.checker(username, client_id)
-        if not database.acl_is_fresh() and (self._reading is None or self._reading.done()):
-            self._reading = asyncio.ensure_future(self._read_rules(database))
+        self._refresh_rules(database)
         acl = database.acl  # None before they were read once: nothing is allowed
         return Checker(NO_RULES) if acl is None else acl.checker(username, client_id)
 
@@ -199,8 +203,7 @@ class Auth:
         database = self.database
         if database is None or not database.with_acl:
             return False
-        if not database.acl_is_fresh() and (self._reading is None or self._reading.done()):
-            self._reading = asyncio.ensure_future(self._read_rules(database))
+        self._refresh_rules(database)
         acl, judged = database.acl, self._judged
         if acl is None or acl is judged:
             return False
