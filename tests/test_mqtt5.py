@@ -193,6 +193,7 @@ def test_session_expiry_set_at_disconnect_after_0_is_a_protocol_error(broker: Br
 def test_takeover_tells_the_old_connection_0x8e(broker: Broker) -> None:
     cid = f"v5-take-{uid()}"
     old, _ = raw5(broker.port, cid)
+    assert subscribe5(old, 1, [(f"v5/take/{uid()}", 0)]) == [0]  # the router has it (a clean session's CONNACK comes first)
     new, (_present, code, _) = raw5(broker.port, cid)
     assert code == 0
     assert disconnect_of(old)[0] == 0x8E
@@ -519,6 +520,9 @@ def test_acks_and_disconnects_leave_out_their_reason_string_where_it_would_not_f
     assert c.read_until_closed() == bytes.fromhex("e001 81")
     cid = f"v5-fit-{uid()}"
     old, _ = raw5(broker.port, cid, properties={P.MAXIMUM_PACKET_SIZE: 20})
+    # a clean session has its CONNACK before the router has it: a SUBACK says the router has it, else
+    # the new connection's CONNECT, from another worker, could reach the router first
+    assert subscribe5(old, 1, [(f"v5/fit/{uid()}", 0)]) == [0]
     new, _ = raw5(broker.port, cid)
     assert old.read_until_closed() == bytes.fromhex("e001 8e")
     new.close()
