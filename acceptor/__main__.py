@@ -1,5 +1,5 @@
 import sys
 
-from acceptor.cli import main
+from plexmq.acceptor.cli import main
 
 sys.exit(main())

@@ -7,8 +7,8 @@ import importlib
 import sys
 from typing import Any
 
-from acceptor import config as cfg
-from router.process import setup_logging
+from plexmq.acceptor import config as cfg
+from plexmq.process import setup_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,13 +44,13 @@ def _parser() -> argparse.ArgumentParser:
 
 # subcommands that parse their own arguments: name -> (module with main(argv) -> int, help)
 TOOLS = {
-    "bench": ("bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
-    "pipeline": ("pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
-    "status": ("acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
-    "clients": ("acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
-    "reload": ("acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
-    "keys": ("acceptor.keys", "create the CURVE keys a router and its nodes share (plexmq keys DIR)"),
-    "passwd": ("acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
+    "bench": ("plexmq.bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
+    "pipeline": ("plexmq.pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
+    "status": ("plexmq.acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
+    "clients": ("plexmq.acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
+    "reload": ("plexmq.acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
+    "keys": ("plexmq.acceptor.keys", "create the CURVE keys a router and its nodes share (plexmq keys DIR)"),
+    "passwd": ("plexmq.acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"plexmq: {exc}", file=sys.stderr)
             return 2
         setup_logging(config["log_level"], config["log_format"])
-        from acceptor.serve import serve
+        from plexmq.acceptor.serve import serve
 
         return serve(config, lambda: cfg.load(ns.config, overrides))
     parser.print_help()

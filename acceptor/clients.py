@@ -15,7 +15,7 @@ import urllib.request
 
 import orjson
 
-from router import admin
+from plexmq.router import admin
 
 
 class Refused(Exception):

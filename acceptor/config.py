@@ -17,14 +17,14 @@ from typing import Any, Callable
 import zmq
 import zmq.auth
 
-from router.files import Access, others_may_read
-from router.shared import STRATEGIES
-from router.units import parse_duration
-from workers import tls
-from workers.acl import AclFile
-from workers.passwords import PasswordFile
-from workers.sqlauth import connect_args
-from workers.tokens import TokenVerifier
+from plexmq.files import Access, others_may_read
+from plexmq.router.shared import STRATEGIES
+from plexmq.units import parse_duration
+from plexmq.workers import tls
+from plexmq.workers.acl import AclFile
+from plexmq.workers.passwords import PasswordFile
+from plexmq.workers.sqlauth import connect_args
+from plexmq.workers.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.acceptor")
 

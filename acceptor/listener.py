@@ -13,9 +13,9 @@ import os
 import socket
 import time
 
-from acceptor.admission import Admission
-from acceptor.supervisor import Child
-from workers import handoff
+from plexmq.acceptor.admission import Admission
+from plexmq.acceptor.supervisor import Child
+from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import orjson
 import psutil
 
-from acceptor import config as cfg
+from plexmq.acceptor import config as cfg
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -78,10 +78,10 @@ def write(path: str, config: dict[str, Any]) -> None:
 
 
 def _is_broker(cmdline: list[str]) -> bool:
-    """`plexmq [serve] ...` or `python -m acceptor [serve] ...` (not its router or workers)."""
+    """`plexmq [serve] ...` or `python -m plexmq.acceptor [serve] ...` (not its router or workers)."""
     for i, word in enumerate(cmdline):
         if word == "-m":
-            return cmdline[i + 1:i + 2] == ["acceptor"]
+            return cmdline[i + 1:i + 2] == ["plexmq.acceptor"]
         if os.path.basename(word) == "plexmq":
             rest = cmdline[i + 1:]
             return not rest or rest[0] == "serve" or rest[0].startswith("-")

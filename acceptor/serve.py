@@ -13,15 +13,15 @@ import sys
 import tempfile
 from typing import Callable
 
-from acceptor.config import curve_keys, listeners, security_line
-from acceptor import reload
-from acceptor.admission import Admission
-from acceptor.listener import Listener
-from acceptor.supervisor import Supervisor
-from router.process import connections_per_worker, raise_fd_limit
-from router.files import Access, private_dir
-from router.store import Store, StoreError
-from workers import handoff
+from plexmq.acceptor.config import curve_keys, listeners, security_line
+from plexmq.acceptor import reload
+from plexmq.acceptor.admission import Admission
+from plexmq.acceptor.listener import Listener
+from plexmq.acceptor.supervisor import Supervisor
+from plexmq.process import connections_per_worker, raise_fd_limit
+from plexmq.files import Access, private_dir
+from plexmq.router.store import Store, StoreError
+from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 

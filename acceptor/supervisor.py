@@ -1,6 +1,6 @@
 """Spawning, watching and restarting the router and the workers.
 
-Children are fresh interpreters (`python -m router`, `python -m workers`) that read their config from
+Children are fresh interpreters (`python -m plexmq.router`, `python -m plexmq.workers`) that read their config from
 the environment; each dies with the acceptor (PR_SET_PDEATHSIG), so no orphan survives even a SIGKILL.
 A child that dies is restarted at once and the reason logged; one that keeps dying stops the broker.
 """
@@ -20,8 +20,8 @@ from typing import Callable
 
 import orjson
 
-from router.process import CONFIG_ENV, STORE_FAILED
-from workers import handoff
+from plexmq.process import CONFIG_ENV, STORE_FAILED
+from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -84,12 +84,12 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         if child.worker_id is None:
-            child.proc = subprocess.Popen([sys.executable, "-m", "router"], env=self.env, preexec_fn=_ignore_sighup)
+            child.proc = subprocess.Popen([sys.executable, "-m", "plexmq.router"], env=self.env, preexec_fn=_ignore_sighup)
         else:
             mine, theirs = handoff.channel_pair()
             mine.setblocking(False)
             child.proc = subprocess.Popen(
-                [sys.executable, "-m", "workers", str(child.worker_id), str(theirs.fileno())],
+                [sys.executable, "-m", "plexmq.workers", str(child.worker_id), str(theirs.fileno())],
                 env=self.env, pass_fds=(theirs.fileno(),), preexec_fn=_ignore_sighup)
             theirs.close()
             child.channel = mine

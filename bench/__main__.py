@@ -1,7 +1,7 @@
-"""`python -m bench ...` is `plexmq bench ...`."""
+"""`python -m plexmq.bench ...` is `plexmq bench ...`."""
 
 import sys
 
-from bench.cli import main
+from plexmq.bench.cli import main
 
 sys.exit(main())

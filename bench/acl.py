@@ -1,4 +1,4 @@
-"""`python -m bench.acl`: what judging read access at every delivery costs (issue 19), with the C
+"""`python -m plexmq.bench.acl`: what judging read access at every delivery costs (issue 19), with the C
 generator mqload as the load, each (scenario, broker) on a fresh broker as in bench.mqload.
 
 The ACL has 100 rules for anonymous clients: `bench/#` readwrite, 98 read rules elsewhere and one
@@ -15,8 +15,8 @@ import os
 import sys
 import tempfile
 
-from bench import brokers, compare, presets
-from bench.mqload import DEFAULT_BINARY, measure
+from plexmq.bench import brokers, compare, presets
+from plexmq.bench.mqload import DEFAULT_BINARY, measure
 
 RULES = 100
 DENIES = {"covered": "topic deny elsewhere/denied", "checked": "topic deny bench/never/denied"}
@@ -42,7 +42,7 @@ def spec(name: str, log_dir: str) -> brokers.BrokerSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.acl", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.acl", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="fanin0,fanout0,fanin1", help="presets (default fanin0,fanout0,fanin1)")
     parser.add_argument("--brokers", default="plexmq,plexmq-covered,plexmq-checked,mosquitto,mosquitto-checked",
                         help="comma-separated, first is the base: plexmq or mosquitto, -covered or -checked for an ACL")

@@ -17,11 +17,11 @@ import socket
 from multiprocessing.connection import Connection
 from time import monotonic_ns
 
-from bench import limits
-from bench.client import DISCONNECT, PINGREQ, Client, Publisher, Subscriber
-from bench.connector import READY, Connector, Raw
-from bench.plan import Options, Share
-from bench.rawout import LatencySamples
+from plexmq.bench import limits
+from plexmq.bench.client import DISCONNECT, PINGREQ, Client, Publisher, Subscriber
+from plexmq.bench.connector import READY, Connector, Raw
+from plexmq.bench.plan import Options, Share
+from plexmq.bench.rawout import LatencySamples
 
 BATCH = 64  # messages per publisher per loop turn at max rate
 TICK = 0.001  # rate-limited publishing: seconds between scheduling rounds

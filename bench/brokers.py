@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from bench import runner
-from bench.plan import Options
+from plexmq.bench import runner
+from plexmq.bench.plan import Options
 
 ROOT = Path(__file__).resolve().parent.parent
 MOSQUITTO = "/usr/sbin/mosquitto"
@@ -71,11 +71,11 @@ class RunningBroker:
                 with open(conf, "w") as f:
                     f.write(f'acl_file = "{spec.acl_file}"\nallow_anonymous = true\n')
                 extra += ["--config", conf]
-            cmd = [sys.executable, "-m", "acceptor", "serve", "--port", str(self.port),
+            cmd = [sys.executable, "-m", "plexmq.acceptor", "serve", "--port", str(self.port),
                    "--workers", str(spec.workers), *extra]
         elif spec.kind == "nodes":
             self.ports.append(free_port())
-            cmd = [sys.executable, "-m", "bench.topology", "--ports", ",".join(map(str, self.ports)),
+            cmd = [sys.executable, "-m", "plexmq.bench.topology", "--ports", ",".join(map(str, self.ports)),
                    "--workers", str(spec.workers), *(f"--node-arg={arg}" for arg in spec.extra)]
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")

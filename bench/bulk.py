@@ -16,11 +16,11 @@ import itertools
 import struct
 from typing import TYPE_CHECKING
 
-from bench import wire
-from workers.mqtt.framing import MalformedPacket, frame
+from plexmq.bench import wire
+from plexmq.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
-    from bench.client import Subscriber
+    from plexmq.bench.client import Subscriber
 
 MIN_PACKETS = 4  # below this the per-packet loop is as fast
 _shapes: dict[tuple[int, int, int, int], struct.Struct | None] = {}

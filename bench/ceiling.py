@@ -1,4 +1,4 @@
-"""`python -m bench.ceiling`: the most messages a second one router routes, the limit of a router with
+"""`python -m plexmq.bench.ceiling`: the most messages a second one router routes, the limit of a router with
 nodes (docs/architecture.md, section 12).
 
 A router and two nodes (bench/topology.py) on this host; p2p pairs at max rate whose publisher and
@@ -18,14 +18,14 @@ import time
 
 import psutil
 
-from bench import brokers, runner
-from bench.brokers import BrokerSpec
-from bench.monitor import cpu_seconds, process_name
-from bench.plan import Options
+from plexmq.bench import brokers, runner
+from plexmq.bench.brokers import BrokerSpec
+from plexmq.bench.monitor import cpu_seconds, process_name
+from plexmq.bench.plan import Options
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.ceiling", description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--pairs", type=int, default=200, help="p2p pairs, each across the two nodes (200)")
     parser.add_argument("-q", "--qos", type=int, choices=(0, 1), default=0)
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="publish seconds (10)")

@@ -1,4 +1,4 @@
-"""`plexmq bench SCENARIO [options]` (also `python -m bench`): run one scenario against any MQTT 3.1.1 or 5.0 broker.
+"""`plexmq bench SCENARIO [options]` (also `python -m plexmq.bench`): run one scenario against any MQTT 3.1.1 or 5.0 broker.
 
 SCENARIO is a kind (conn, fanin, fanout, p2p) or a preset of bench.presets (p2p2k1, ...), so one name
 means the same run here, in compare and in RESULTS.md; options given on the command line override the preset's.
@@ -15,10 +15,10 @@ import argparse
 import json
 import sys
 
-from bench import presets
-from bench.client import MIN_SIZE
-from bench.plan import SCENARIOS, Options
-from bench.wire import LEVELS
+from plexmq.bench import presets
+from plexmq.bench.client import MIN_SIZE
+from plexmq.bench.plan import SCENARIOS, Options
+from plexmq.bench.wire import LEVELS
 
 _EPILOG = """scenarios:
   conn    open -c clients at --conn-rate, hold them -d seconds with keepalive pings
@@ -123,19 +123,19 @@ def exit_status(result: dict) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "compare":
-        from bench import compare
+        from plexmq.bench import compare
         return compare.main(args[1:])
     if args and args[0] == "sweep":
-        from bench import sweep
+        from plexmq.bench import sweep
         return sweep.main(args[1:])
     if args and args[0] == "protocols":
-        from bench import protocols
+        from plexmq.bench import protocols
         return protocols.main(args[1:])
     if args and args[0] == "profile":
-        from bench import profile
+        from plexmq.bench import profile
         return profile.main(args[1:])
     if args and args[0] == "mqload":
-        from bench import mqload
+        from plexmq.bench import mqload
         return mqload.main(args[1:])
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
                                      epilog=_EPILOG.format(presets=", ".join(presets.PRESETS)),
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     add_options(parser)
     ns = parser.parse_args(args)
     opts = scenario_options(parser, ns, ns.scenario)
-    from bench import report, runner
+    from plexmq.bench import report, runner
 
     result = runner.run(opts)
     text = report.table(result)

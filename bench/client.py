@@ -24,12 +24,12 @@ from functools import lru_cache
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
-from bench import bulk, wire
-from workers.mqtt.framing import MalformedPacket, frame
+from plexmq.bench import bulk, wire
+from plexmq.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
-    from bench.agent import Agent
-    from bench.connector import Raw
+    from plexmq.bench.agent import Agent
+    from plexmq.bench.connector import Raw
 
 PAYLOAD = struct.Struct(">QIII")  # send time ns, run id, publisher index, sequence
 MIN_SIZE = PAYLOAD.size

@@ -1,4 +1,4 @@
-"""`python -m bench.codec`: ns/op of plexmq's MQTT codecs (5.0 and 3.1.1) against mqtt5, the Rust/PyO3
+"""`python -m plexmq.bench.codec`: ns/op of plexmq's MQTT codecs (5.0 and 3.1.1) against mqtt5, the Rust/PyO3
 MQTT 5 codec on PyPI, on the same packets.
 
 It exists because the issue asked to evaluate mqtt5 against our decoder by benchmark; the verdict and
@@ -22,13 +22,13 @@ import timeit
 from importlib import metadata
 from typing import Any, Callable
 
-from workers.mqtt import v4
-from workers.mqtt.connect import decode_connect, encode_connect
-from workers.mqtt.framing import MAX_REMAINING_LENGTH, frame
-from workers.mqtt.kinds import CONNECT, PUBACK, PUBLISH, SUBSCRIBE
-from workers.mqtt.properties import (MESSAGE_EXPIRY_INTERVAL, RECEIVE_MAXIMUM, SESSION_EXPIRY_INTERVAL,
+from plexmq.mqtt import v4
+from plexmq.mqtt.connect import decode_connect, encode_connect
+from plexmq.mqtt.framing import MAX_REMAINING_LENGTH, frame
+from plexmq.mqtt.kinds import CONNECT, PUBACK, PUBLISH, SUBSCRIBE
+from plexmq.mqtt.properties import (MESSAGE_EXPIRY_INTERVAL, RECEIVE_MAXIMUM, SESSION_EXPIRY_INTERVAL,
                                      SUBSCRIPTION_IDENTIFIER, USER_PROPERTY)
-from workers.mqtt.v5 import decode_publish, decode_subscribe, encode_ack, encode_publish, encode_subscribe
+from plexmq.mqtt.v5 import decode_publish, decode_subscribe, encode_ack, encode_publish, encode_subscribe
 
 try:  # not a dependency of plexmq: only measured where installed
     import mqtt5
@@ -119,7 +119,7 @@ def ns_per_op(stmt: str, number: int, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.codec", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.codec", description=__doc__.split("\n\n")[0])
     parser.add_argument("--number", type=int, default=200_000, help="calls per timing run (200000)")
     parser.add_argument("--repeat", type=int, default=5, help="timing runs; the best one counts (5)")
     args = parser.parse_args(argv)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     mqtt5_version = metadata.version("mqtt5") if mqtt5 is not None else "not installed"
     print(f"python {platform.python_version()} ({platform.python_implementation()}, {platform.system()} "
           f"{platform.machine()}), mqtt5 {mqtt5_version}")
-    print(f"command: python -m bench.codec --number {args.number} --repeat {args.repeat}"
+    print(f"command: python -m plexmq.bench.codec --number {args.number} --repeat {args.repeat}"
           f"  (ns/op, best of {args.repeat} x {args.number} calls)\n")
     print("| operation | plexmq 5.0 | mqtt5 | plexmq 3.1.1 |")
     print("|---|---:|---:|---:|")

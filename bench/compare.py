@@ -1,4 +1,4 @@
-"""`python -m bench.compare` (or `plexmq bench compare`): the same scenarios, the same load generator,
+"""`python -m plexmq.bench.compare` (or `plexmq bench compare`): the same scenarios, the same load generator,
 against plexmq and mosquitto (Nagle on, and `set_tcp_nodelay true`) in one run; a table with ratios.
 
 Every (scenario, broker) pair gets a fresh broker on a free loopback port. A broker that cannot
@@ -15,8 +15,8 @@ import os
 import sys
 import tempfile
 
-from bench import brokers, limits, presets, report, wire
-from bench.brokers import BrokerSpec
+from plexmq.bench import brokers, limits, presets, report, wire
+from plexmq.bench.brokers import BrokerSpec
 
 BROKERS = ("plexmq", "mosquitto", "mosquitto-nodelay")
 PER_WORKER = 18_000  # connections a plexmq worker takes under the 20,000 open-file limit, with room to spare
@@ -81,7 +81,7 @@ def table(results: dict[str, dict[str, dict]], names: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     groups = "; ".join(f"{g} = {','.join(members)}" for g, members in presets.GROUPS.items())
-    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default=",".join(presets.DEFAULT),
                         help=f"comma-separated, of: {', '.join(presets.PRESETS)}, or a group: {groups} "
                              f"(default {','.join(presets.DEFAULT)})")

@@ -17,12 +17,12 @@ import socket
 from time import monotonic
 from typing import TYPE_CHECKING
 
-from bench import limits, wire
-from workers.mqtt.framing import MalformedPacket, frame
+from plexmq.bench import limits, wire
+from plexmq.mqtt.framing import MalformedPacket, frame
 
 if TYPE_CHECKING:
-    from bench.agent import Agent
-    from bench.client import Client
+    from plexmq.bench.agent import Agent
+    from plexmq.bench.client import Client
 
 CONNECTING, HANDSHAKE, WRAPPING, READY, DONE = range(5)
 PINGRESP = 0xD0

@@ -1,4 +1,4 @@
-"""`python -m bench.durability`: what 10,000 offline persistent sessions with 100 queued messages each
+"""`python -m plexmq.bench.durability`: what 10,000 offline persistent sessions with 100 queued messages each
 cost plexmq, and how fast it serves again after a restart (issue 4).
 
 Phases, against a broker it starts itself on a free loopback port with a fresh data dir:
@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-from bench.brokers import BrokerSpec, RunningBroker
-from bench.monitor import process_name
-from workers.mqtt.v4 import (
+from plexmq.bench.brokers import BrokerSpec, RunningBroker
+from plexmq.bench.monitor import process_name
+from plexmq.mqtt.v4 import (
     MalformedPacket,
     decode_connack,
     encode_connect,
@@ -455,7 +455,7 @@ def table(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.durability", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.durability", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", "--sessions", type=int, default=10_000, help="offline persistent sessions (10000)")
     parser.add_argument("-m", "--messages", type=int, default=100, help="QoS 1 messages queued per session (100)")

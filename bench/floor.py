@@ -1,4 +1,4 @@
-"""`python -m bench.floor`: what one idle TCP connection costs a worker before any MQTT state, the
+"""`python -m plexmq.bench.floor`: what one idle TCP connection costs a worker before any MQTT state, the
 floor under the worker's share of idle100k's KB per connection.
 
 A server adopts N accepted sockets as a worker does (`socket.socket(fileno=...)`, then its Poller,
@@ -21,7 +21,7 @@ import time
 import psutil
 import uvloop
 
-from workers.sockets import Poller
+from plexmq.workers.sockets import Poller
 
 
 class _Idle(asyncio.Protocol):
@@ -77,7 +77,7 @@ async def _serve(count: int, how: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.floor", description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--connections", type=int, default=8000)
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--uvloop", dest="how", action="store_const", const="uvloop", default="poller",

@@ -16,10 +16,10 @@ def process_name(proc: psutil.Process) -> str:
     except psutil.Error:
         return "?"
     module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
-    if module == "router":
+    if module == "plexmq.router":
         return "router"
-    if module == "workers":
-        i = cmd.index("workers")
+    if module == "plexmq.workers":
+        i = cmd.index(module)
         return f"worker-{cmd[i + 1]}" if i + 1 < len(cmd) else "worker"
     if any("acceptor" in part for part in cmd):
         return "acceptor"

@@ -1,4 +1,4 @@
-"""`python -m bench.mqload` (or `plexmq bench mqload`): compare's presets and table, with the independent
+"""`python -m plexmq.bench.mqload` (or `plexmq bench mqload`): compare's presets and table, with the independent
 C generator mqload (../shared/tools/mqload) as the load instead of ours.
 
 Why: at light load a broker's cost depends on how its messages arrive. Our generator publishes at a
@@ -19,10 +19,10 @@ import tempfile
 import threading
 import time
 
-from bench import brokers, compare, limits, presets
-from bench.monitor import BrokerMonitor
-from bench.plan import Options
-from bench.report import per_connect_us
+from plexmq.bench import brokers, compare, limits, presets
+from plexmq.bench.monitor import BrokerMonitor
+from plexmq.bench.plan import Options
+from plexmq.bench.report import per_connect_us
 
 DEFAULT_BINARY = os.environ.get("MQLOAD", str(brokers.ROOT.parent / "shared" / "tools" / "mqload" / "mqload"))
 PROGRESS_S = 0.1  # mqload's progress interval: how late the start of its run phase is seen
@@ -114,7 +114,7 @@ def _watch(stream, running: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.mqload", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.mqload", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default="light", help="presets or groups, as for compare (default light)")
     parser.add_argument("--brokers", default="plexmq,mosquitto", help="comma-separated, first is the base")
     parser.add_argument("-d", "--duration", type=float, help="publish seconds per run (default: the preset's)")

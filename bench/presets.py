@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.plan import Options, with_defaults
+from plexmq.bench.plan import Options, with_defaults
 
 PRESETS: dict[str, dict] = {
     "fanin0": {"scenario": "fanin", "pubs": 100, "subs": 1, "qos": 0, "rate": 0.0},

@@ -1,11 +1,11 @@
-"""`python -m bench.profile PID` (or `plexmq bench profile`): where a running broker's CPU goes, per
+"""`python -m plexmq.bench.profile PID` (or `plexmq bench profile`): where a running broker's CPU goes, per
 process and per thread, over one window: CPU %, voluntary and involuntary context switches per second,
 and with `--py-spy` a sampled profile of the router and one worker, summed by function (self and
 inclusive % of the busy samples).
 
 Why per thread: py-spy sees only Python threads, but each ZeroMQ socket has a native I/O thread
 (`ZMQbg/IO/0`) whose wake-ups are part of every hop; /proc shows what it costs. Run it while a
-scenario loads the broker (`python -m bench p2p2k1 -p PORT ... &`). Works for any broker pid
+scenario loads the broker (`python -m plexmq.bench p2p2k1 -p PORT ... &`). Works for any broker pid
 (mosquitto is one process, one thread).
 """
 
@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 
-from bench.monitor import BrokerMonitor
+from plexmq.bench.monitor import BrokerMonitor
 
 PROFILED = ("router", "worker-0")  # the processes --py-spy samples: one of each role is enough
 
@@ -106,7 +106,7 @@ def _function(frame: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("pid", type=int, help="the broker's pid (plexmq: the acceptor; its children are found)")
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="window seconds (10)")
     parser.add_argument("--py-spy", action="store_true", help=f"also sample {', '.join(PROFILED)} with py-spy")

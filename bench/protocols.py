@@ -1,4 +1,4 @@
-"""`python -m bench.protocols` (or `plexmq bench protocols`): the same scenarios with MQTT 3.1.1 and
+"""`python -m plexmq.bench.protocols` (or `plexmq bench protocols`): the same scenarios with MQTT 3.1.1 and
 5.0 clients against one plexmq build, side by side, with the ratio 5.0/3.1.1.
 
 Why: 5.0 clients should cost the broker about what 3.1.1 clients cost (issue 12: within 10 %). On a
@@ -16,8 +16,8 @@ import statistics
 import sys
 import tempfile
 
-from bench import brokers, presets, report, wire
-from bench.brokers import BrokerSpec
+from plexmq.bench import brokers, presets, report, wire
+from plexmq.bench.brokers import BrokerSpec
 
 DEFAULT = ("fanin0", "fanin1", "fanout0", "fanout1")
 
@@ -49,7 +49,7 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.protocols", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.protocols", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", default=",".join(DEFAULT),
                         help=f"comma-separated presets, of: {', '.join(presets.PRESETS)} (default {','.join(DEFAULT)})")
     parser.add_argument("-n", "--repeat", type=int, default=3, help="runs per scenario and level (3)")

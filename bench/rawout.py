@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
+from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 
 
 def utc_offset_ns() -> int:

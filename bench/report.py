@@ -7,8 +7,8 @@ arrives after a later one of the same publisher fills a gap and counts as reorde
 
 from __future__ import annotations
 
-from bench import stats, wire
-from bench.plan import Options
+from plexmq.bench import stats, wire
+from plexmq.bench.plan import Options
 
 KEYS = (  # the JSON document always has these
     "scenario", "broker", "run_id", "protocol", "qos", "size", "rate", "window", "e2e_window", "duration", "pubs",

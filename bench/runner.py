@@ -19,9 +19,9 @@ from time import monotonic_ns
 
 import psutil
 
-from bench import agent, limits, rawout, report
-from bench.monitor import BrokerMonitor, cpu_seconds
-from bench.plan import Options, assign, with_defaults
+from plexmq.bench import agent, limits, rawout, report
+from plexmq.bench.monitor import BrokerMonitor, cpu_seconds
+from plexmq.bench.plan import Options, assign, with_defaults
 
 DRAIN_IDLE_S = 1.0  # nothing new for this long after the window: the rest is lost
 

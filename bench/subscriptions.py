@@ -1,4 +1,4 @@
-"""`python -m bench.subscriptions`: what one subscription costs a broker's memory. One client
+"""`python -m plexmq.bench.subscriptions`: what one subscription costs a broker's memory. One client
 subscribes N distinct filters (`bench/<i>/state`) in SUBSCRIBEs of `--batch` each; printed: the RSS
 growth per subscription of the router, of the worker and of the whole broker (for mosquitto, its one
 process), from after the CONNACK to after the last SUBACK. plexmq runs with max_subscriptions = 0.
@@ -13,9 +13,9 @@ import tempfile
 
 import psutil
 
-from bench.brokers import BrokerSpec, RunningBroker
-from bench.monitor import process_name
-from workers.mqtt import v4 as p
+from plexmq.bench.brokers import BrokerSpec, RunningBroker
+from plexmq.bench.monitor import process_name
+from plexmq.mqtt import v4 as p
 
 
 def _rss(broker: RunningBroker) -> dict[str, int]:
@@ -62,7 +62,7 @@ def measure(spec: BrokerSpec, count: int, batch: int, persistent: bool, log_dir:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.subscriptions", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.subscriptions", description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--subscriptions", type=int, default=90_000)
     parser.add_argument("--batch", type=int, default=10_000, help="filters per SUBSCRIBE")
     parser.add_argument("--persistent", action="store_true", help="clean session 0 (the router stores them)")

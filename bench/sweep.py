@@ -1,4 +1,4 @@
-"""`python -m bench.sweep` (or `plexmq bench sweep`): one scenario against plexmq with --workers 1..K.
+"""`python -m plexmq.bench.sweep` (or `plexmq bench sweep`): one scenario against plexmq with --workers 1..K.
 
 Why: the right worker count depends on the cores left to the router and the load generator; this
 measures it instead of guessing. The scenario is a preset name (see bench.presets) or a scenario
@@ -12,12 +12,12 @@ import json
 import sys
 import tempfile
 
-from bench import brokers, cli, presets, report
-from bench.brokers import BrokerSpec
+from plexmq.bench import brokers, cli, presets, report
+from plexmq.bench.brokers import BrokerSpec
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario", help=f"a preset ({', '.join(presets.PRESETS)}) or conn/fanin/fanout/p2p")
     parser.add_argument("-K", "--max-workers", type=int, default=3, help="sweep --workers 1..K (3)")
     parser.add_argument("--plexmq-arg", action="append", default=[], help="extra argument for plexmq serve")

@@ -1,4 +1,4 @@
-"""`python -m bench.topology --ports P1,P2`: a router and one node per port on this host, as one
+"""`python -m plexmq.bench.topology --ports P1,P2`: a router and one node per port on this host, as one
 process tree, so that compare measures them as it measures one broker (`plexmq-nodes`).
 
 The link is tcp:// on loopback with CURVE keys made for the run, as between real hosts; the router
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from acceptor.keys import ensure
+from plexmq.acceptor.keys import ensure
 
 ROUTER_WAIT = 20.0  # seconds the router gets to bind its link
 
@@ -38,7 +38,7 @@ def _listening(port: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.topology", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m plexmq.bench.topology", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ports", required=True, help="comma-separated MQTT ports, one node each")
     parser.add_argument("--workers", type=int, default=1, help="workers per node (default 1)")
     parser.add_argument("--node-arg", action="append", default=[], help="extra argument for each node's plexmq serve")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = os.path.join(run_dir, "keys")
     ensure(keys)
     link = f"tcp://127.0.0.1:{_free_port()}"
-    serve = [sys.executable, "-m", "acceptor", "serve", "--router-curve-dir", keys, "--metrics-port", "-1"]
+    serve = [sys.executable, "-m", "plexmq.acceptor", "serve", "--router-curve-dir", keys, "--metrics-port", "-1"]
     procs = [subprocess.Popen([*serve, "--role", "router", "--router-bind", link,
                                "--data-dir", os.path.join(run_dir, "data")])]
     stopping = False

@@ -1,5 +1,5 @@
 """The bench's packets at one protocol level (4: MQTT 3.1.1, 5: MQTT 5.0), built and read by the
-broker's own codec (workers.mqtt).
+broker's own codec (plexmq.mqtt).
 
 Why a module of its own: the clients (bench.client, bench.connector, bench.bulk) then differ by
 version in one place only, the property block a 5.0 PUBLISH carries after its topic and packet id.
@@ -9,9 +9,9 @@ a DISCONNECT from the broker) is decided here, off the hot path.
 
 from __future__ import annotations
 
-from workers.mqtt import v4, v5
-from workers.mqtt.framing import MalformedPacket, read_varint
-from workers.mqtt.properties import SESSION_EXPIRY_INTERVAL
+from plexmq.mqtt import v4, v5
+from plexmq.mqtt.framing import MalformedPacket, read_varint
+from plexmq.mqtt.properties import SESSION_EXPIRY_INTERVAL
 
 LEVELS = (4, 5)
 NAMES = {4: "3.1.1", 5: "5.0"}

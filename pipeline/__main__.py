@@ -1,4 +1,4 @@
-"""`plexmq pipeline ...` and `python -m pipeline ...`: the PySpark jobs over the traffic archive and the
+"""`plexmq pipeline ...` and `python -m plexmq.pipeline ...`: the PySpark jobs over the traffic archive and the
 benchmark samples (see deploy/spark.md for a cluster)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from router.units import parse_duration
-from workers.mqtt.topics import valid_filter
+from plexmq.units import parse_duration
+from plexmq.mqtt.topics import valid_filter
 
 
 def duration(text: str) -> float:
@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one job; 0 when done, 2 when its input is unusable (one line on stderr)."""
     args = parser().parse_args(argv)
     # Spark is imported only once the arguments are good: `--help` stays instant.
-    from pipeline import benchmark, fields, traffic
-    from pipeline.inputs import BadInput
-    from pipeline.session import spark_session
+    from plexmq.pipeline import benchmark, fields, traffic
+    from plexmq.pipeline.inputs import BadInput
+    from plexmq.pipeline.session import spark_session
 
     progress = Progress(args.job)
     progress(f"starting Spark ({args.master or 'its default master'})")

@@ -25,9 +25,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.inputs import BadInput, Decoded, FileAccount, decode, filesystem, input_files
-from workers.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
-from workers.mqtt.topics import matches
+from plexmq.pipeline.inputs import BadInput, Decoded, FileAccount, decode, filesystem, input_files
+from plexmq.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
+from plexmq.mqtt.topics import matches
 
 SCHEMA = pa.schema(
     [

@@ -17,9 +17,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import report
-from pipeline.samples_source import read_samples
-from pipeline.tables import save
+from plexmq.pipeline import report
+from plexmq.pipeline.samples_source import read_samples
+from plexmq.pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
 OVERALL_PERCENTILES = [0.5, 0.9, 0.99, 0.999]

@@ -27,10 +27,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, NumericType, StringType, StructField, StructType
 
-from pipeline import report
-from pipeline.archive_source import read_payloads
-from pipeline.inputs import BadInput
-from pipeline.tables import save
+from plexmq.pipeline import report
+from plexmq.pipeline.archive_source import read_payloads
+from plexmq.pipeline.inputs import BadInput
+from plexmq.pipeline.tables import save
 
 SAMPLE = 1000
 KEPT = 5

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from pipeline.inputs import FileAccount
+from plexmq.pipeline.inputs import FileAccount
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from bench.samples import HEADER, KINDS, SUFFIX, Kind, records_in
-from pipeline.inputs import BadInput, Decoded, FileAccount, decode, input_files
+from plexmq.bench.samples import HEADER, KINDS, SUFFIX, Kind, records_in
+from plexmq.pipeline.inputs import BadInput, Decoded, FileAccount, decode, input_files
 
 # Spark has no unsigned integers: every integer field becomes a long.
 _ARROW_TYPES = {"q": pa.int64(), "Q": pa.int64(), "I": pa.int64(), "d": pa.float64()}

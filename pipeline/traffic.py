@@ -28,10 +28,10 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import report
-from pipeline.archive_source import read_archive, window
-from pipeline.inputs import BadInput
-from pipeline.tables import save
+from plexmq.pipeline import report
+from plexmq.pipeline.archive_source import read_archive, window
+from plexmq.pipeline.inputs import BadInput
+from plexmq.pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
 

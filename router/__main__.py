@@ -1,3 +1,3 @@
-from router.main import main
+from plexmq.router.main import main
 
 main()

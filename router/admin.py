@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import orjson
 import psutil
 
-from router.process import CONFIG_ENV
+from plexmq.process import CONFIG_ENV
 
 log = logging.getLogger("plexmq.router")
 
@@ -57,7 +57,7 @@ def find(port: int) -> list[str]:
     found = []
     for proc in psutil.process_iter(["uids", "cmdline"]):
         uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
-        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "router"]:
+        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "plexmq.router"]:
             continue
         try:
             config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))

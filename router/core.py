@@ -12,22 +12,22 @@ import logging
 import time
 from typing import Callable
 
-from router import grants
-from router import store as db
-from router import wire
-from router.grants import Matched
-from router.retain import RetainedStore
-from router.links import Links
-from router.routes import RouteTable
-from router.deadlines import Deadlines
-from router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
-from router.shared import SharedGroup
-from router.lifecycle import Lifecycle
-from router.listing import ClientListing
-from router.store import Store
-from router.subscribing import Subscribing
-from router.trie import SubscriptionTrie
-from workers.mqtt import framing
+from plexmq import grants
+from plexmq.router import store as db
+from plexmq import wire
+from plexmq.grants import Matched
+from plexmq.router.retain import RetainedStore
+from plexmq.router.links import Links
+from plexmq.router.routes import RouteTable
+from plexmq.router.deadlines import Deadlines
+from plexmq.router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
+from plexmq.router.shared import SharedGroup
+from plexmq.router.lifecycle import Lifecycle
+from plexmq.router.listing import ClientListing
+from plexmq.router.store import Store
+from plexmq.router.subscribing import Subscribing
+from plexmq.trie import SubscriptionTrie
+from plexmq.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
@@ -63,7 +63,7 @@ class Targets:
         self.online = online  # per worker: (worker, packed clean subscribers, persistent (session, granted))
         self.offline = offline  # persistent sessions without a connection
         # online subscribers whose subscriptions are not plain (MQTT 5 options or identifiers):
-        # each message is resolved for each of them (router/grants.py)
+        # each message is resolved for each of them (plexmq/grants.py)
         self.special = special
         self.groups = groups  # shared subscriptions: one member of each is chosen per message
         # whether any subscription matches (offline sessions and shared groups count; one of the
@@ -308,7 +308,7 @@ class Router(Lifecycle, Subscribing):
     def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
               source: tuple[bytes, int] | None = None) -> Targets:
         """Route one message to every matching subscriber (returned): matched once, one record per worker.
-        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (router/wire.py);
+        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
         `source`: the publishing connection (worker, conn), for no local."""
         if retain:
             name = topic.decode()

@@ -15,7 +15,7 @@ from itertools import count
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from router.sessions import Session
+    from plexmq.router.sessions import Session
 
 
 class Deadlines:

@@ -13,14 +13,14 @@ from collections.abc import Callable
 
 import orjson
 
-from router import store as db
-from router import wire
-from router.deadlines import Deadlines
-from router.links import Links
-from router.listing import ClientDisconnect, ClientListing
-from router.routes import RouteTable
-from router.sessions import Session, Will
-from router.store import Store
+from plexmq.router import store as db
+from plexmq import wire
+from plexmq.router.deadlines import Deadlines
+from plexmq.router.links import Links
+from plexmq.router.listing import ClientDisconnect, ClientListing
+from plexmq.router.routes import RouteTable
+from plexmq.router.sessions import Session, Will
+from plexmq.router.store import Store
 
 log = logging.getLogger("plexmq.router")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from router import wire
+from plexmq import wire
 
 _pack_link = wire.LINK.pack
 _unpack_link = wire.LINK.unpack

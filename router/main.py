@@ -15,14 +15,14 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from router import wire
-from router.core import Router
-from router.listing import ClientListing, Request
-from router.metrics import TurnMetrics, serve_metrics
-from router.stats import Stats
-from router.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
-from router.store import Store, StoreError
-from router.units import parse_duration
+from plexmq import wire
+from plexmq.router.core import Router
+from plexmq.router.listing import ClientListing, Request
+from plexmq.router.metrics import TurnMetrics, serve_metrics
+from plexmq.router.stats import Stats
+from plexmq.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
+from plexmq.router.store import Store, StoreError
+from plexmq.units import parse_duration
 
 log = logging.getLogger("plexmq.router")
 

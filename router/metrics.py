@@ -19,10 +19,10 @@ from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
-from router import admin, listing
-from router.admin import Gate
-from router.httpd import Endpoint
-from router.stats import Stats
+from plexmq.router import admin, listing
+from plexmq.router.admin import Gate
+from plexmq.router.httpd import Endpoint
+from plexmq.router.stats import Stats
 
 log = logging.getLogger("plexmq.router")
 

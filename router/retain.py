@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from workers.mqtt.topics import matches
+from plexmq.mqtt.topics import matches
 
-# payload, qos, properties (as router/wire.py carries them), expiry
+# payload, qos, properties (as plexmq/wire.py carries them), expiry
 Retained = tuple[bytes, int, bytes, int]
 
 

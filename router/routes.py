@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import orjson
 
-from router import wire
+from plexmq import wire
 
 ROUTER = b""  # the place of a subscription only the router can serve
 Places = bytes | dict[bytes, int]  # one subscription's place, or each place with its subscriptions

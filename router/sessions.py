@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Iterator
 
-from router.wire import ROUTER_PIDS_FROM
+from plexmq.wire import ROUTER_PIDS_FROM
 
 if TYPE_CHECKING:
-    from router.shared import SharedGroup
+    from plexmq.router.shared import SharedGroup
 
 QUEUED = 0  # never sent to the client
 SENT = 1  # sent, neither PUBACK nor PUBREC seen: resend with DUP
@@ -29,7 +29,7 @@ Share = tuple["SharedGroup", int]
 
 class Pending:
     """One outgoing QoS 1/2 message of a persistent session (or a shared subscription's, of any
-    session); `props` are its MQTT 5 properties as they travel (see router/wire.py), `expiry` the
+    session); `props` are its MQTT 5 properties as they travel (see plexmq/wire.py), `expiry` the
     time.time() second it expires at (0: never)."""
 
     __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expiry", "share")
@@ -51,7 +51,7 @@ DEFAULT_EXPIRY = -1  # a 3.1/3.1.1 session: kept under persistent_client_expirat
 
 
 class Will:
-    """A connection's will; MQTT 5 adds its properties (as they travel, router/wire.py), its message
+    """A connection's will; MQTT 5 adds its properties (as they travel, plexmq/wire.py), its message
     expiry interval (seconds, 0: none) and the delay before it is published (seconds)."""
 
     __slots__ = ("topic", "payload", "qos", "retain", "props", "expiry", "delay")
@@ -104,7 +104,7 @@ class Session:
             self.dropped += 1
             return -1
         self.bytes += len(payload)
-        # a clean session's own ids are its worker's (router/wire.py: ROUTER_PIDS_FROM)
+        # a clean session's own ids are its worker's (plexmq/wire.py: ROUTER_PIDS_FROM)
         first = ROUTER_PIDS_FROM if self.clean else 1
         pid = max(self.next_pid, first)
         while pid in unacked:

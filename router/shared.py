@@ -14,13 +14,13 @@ import random
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from router.sessions import Session
+    from plexmq.router.sessions import Session
 
 STRATEGIES = ("round_robin", "random", "sticky")
 
 
 class SharedGroup:
-    """The members of one share name and filter, with their grants (router/grants.py)."""
+    """The members of one share name and filter, with their grants (plexmq/grants.py)."""
 
     __slots__ = ("name", "filter", "members", "order", "turn", "strategy")
 

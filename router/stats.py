@@ -14,17 +14,15 @@ from typing import TYPE_CHECKING, Iterator
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from router import VERSION
+from plexmq import VERSION
+from plexmq.mqtt import PROTOCOLS
 
 if TYPE_CHECKING:
-    from router.core import Router
+    from plexmq.router.core import Router
 
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
-PROTOCOLS = {3: "3.1", 4: "3.1.1", 5: "5.0"}
-
-
 class Stats:
     """Worker reports and the router's counters. The router's loop calls `refresh` once a second;
     the metrics thread reads only the snapshot it leaves (never the router's live dicts)."""
@@ -194,9 +192,4 @@ def _in_order(item: tuple[str, dict]) -> tuple[str, int]:
     """Workers by node, then by number (`10` after `9`)."""
     node, _, number = item[0].rpartition("/")
     return node, int(number)
-
-
-def process_usage(proc: psutil.Process) -> tuple[float, int]:
-    """(CPU percent since the last call, RSS bytes) of a process, for a worker's report."""
-    return proc.cpu_percent(), proc.memory_info().rss
 

@@ -18,9 +18,9 @@ import sqlite3
 from dataclasses import dataclass, field
 from itertools import groupby
 
-from router.files import private_dir, private_file
-from router.retain import Retained
-from router.sessions import QUEUED, Pending, Session, Will
+from plexmq.files import private_dir, private_file
+from plexmq.router.retain import Retained
+from plexmq.router.sessions import QUEUED, Pending, Session, Will
 
 SCHEMA_VERSION = 5
 FILE_NAME = "plexmq.db"

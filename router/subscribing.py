@@ -10,17 +10,17 @@ import time
 
 import orjson
 
-from router import grants
-from router import store as db
-from router import wire
-from router.retain import Retained, RetainedStore
-from router.routes import ROUTER, RouteTable
-from router.sessions import Session
-from router.shared import SharedGroup
-from router.store import Store
-from router.trie import SubscriptionTrie
-from workers.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
-from workers.mqtt.topics import shared, valid_subscription
+from plexmq import grants
+from plexmq.router import store as db
+from plexmq import wire
+from plexmq.router.retain import Retained, RetainedStore
+from plexmq.router.routes import ROUTER, RouteTable
+from plexmq.router.sessions import Session
+from plexmq.router.shared import SharedGroup
+from plexmq.router.store import Store
+from plexmq.trie import SubscriptionTrie
+from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
+from plexmq.mqtt.topics import shared, valid_subscription
 
 
 class Subscribing:

@@ -49,7 +49,7 @@ class Broker:
         if "--metrics-port" not in args:  # brokers side by side: each its own metrics port
             args = [*args, "--metrics-port", "0"]
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "acceptor", "serve", "--port", "0", *args],
+            [*prefix, sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
         try:
             wait_for(self._ready, 20, "the broker to serve")
@@ -91,14 +91,14 @@ class Broker:
                 cmd = child.cmdline()
             except psutil.Error:
                 continue
-            if "workers" in cmd:
-                found[int(cmd[cmd.index("workers") + 1])] = child
+            if "plexmq.workers" in cmd:
+                found[int(cmd[cmd.index("plexmq.workers") + 1])] = child
         return found
 
     def router(self) -> psutil.Process | None:
         for child in self.children():
             try:
-                if "router" in child.cmdline():
+                if "plexmq.router" in child.cmdline():
                     return child
             except psutil.Error:
                 continue

@@ -25,7 +25,7 @@ from itertools import accumulate
 
 from tests.mqtt import RawClient
 from tests.test_packets import FIXTURES, MALFORMED
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 SEED_PACKETS: tuple[bytes, ...] = tuple(f[2] for f in FIXTURES) + tuple(m[1] for m in MALFORMED)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from acceptor.status import Samples, scrape
+from plexmq.acceptor.status import Samples, scrape
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
 from tests.steps import uid
@@ -106,7 +106,7 @@ class Host:
             log.write(f"---- start {self.starts}\n".encode())
             log.flush()
             self.mark = self.log_path.stat().st_size
-            command = [sys.executable, "-m", "acceptor", "serve", "--config", str(conf), *args]
+            command = [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(conf), *args]
             self.proc = subprocess.Popen(["ip", "netns", "exec", self.ns, *command], cwd=ROOT, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
 

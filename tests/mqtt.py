@@ -12,8 +12,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 
 class RawClient:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 BARRIER_PID = 0xBEEF
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.mqtt.topics import matches
-from workers import acl as acl_module
-from workers.acl import AclError, AclFile, covers, may_publish, overlaps
+from plexmq.mqtt.topics import matches
+from plexmq.workers import acl as acl_module
+from plexmq.workers.acl import AclError, AclFile, covers, may_publish, overlaps
 
 
 def load(tmp_path: Path, text: str) -> AclFile:

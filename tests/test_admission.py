@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 def from_address(port: int, source: str) -> RawClient:

@@ -15,9 +15,9 @@ from paho.mqtt.properties import Properties
 
 from tests.conftest import Broker
 from tests.mqtt import Client
-from workers import archive
-from workers.archive import ArchiveWriter
-from workers.archive_format import (
+from plexmq.workers import archive
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.archive_format import (
     HOUR_US,
     Record,
     VERSION,
@@ -29,7 +29,7 @@ from workers.archive_format import (
     segment_header,
     sender,
 )
-from workers.mqtt import v4
+from plexmq.mqtt import v4
 
 T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
 

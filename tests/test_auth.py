@@ -19,8 +19,8 @@ import pytest
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, sync, uid
-from workers.mqtt import v4 as p
-from workers.passwords import set_password
+from plexmq.mqtt import v4 as p
+from plexmq.workers.passwords import set_password
 
 CHEAP = 2 ** 10  # scrypt cost for test users: the file says it, the broker honours it
 
@@ -173,7 +173,7 @@ def test_mosquitto_clients_log_in(secured: Broker) -> None:
 
 
 def test_without_authentication_the_broker_stays_on_loopback(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "acceptor", "serve", "--host", "0.0.0.0", "--port", "0",
+    result = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "serve", "--host", "0.0.0.0", "--port", "0",
                              "--data-dir", str(tmp_path / "data")], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "listening beyond loopback needs authentication" in result.stderr

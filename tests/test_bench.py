@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples
-from bench.plan import Options, assign, with_defaults
+from plexmq.bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples
+from plexmq.bench.plan import Options, assign, with_defaults
 from tests.conftest import ROOT
 from tests.mqtt import RawClient
 
@@ -122,7 +122,7 @@ def test_floor_measures_a_bare_connection_both_ways() -> None:
     kilobyte, the worker's Poller well under half of that (each run as its own process: RSS growth
     means nothing in one that has freed memory before)."""
     def per_connection(*how: str) -> int:
-        said = subprocess.run([sys.executable, "-m", "bench.floor", "-n", "2000", *how], capture_output=True,
+        said = subprocess.run([sys.executable, "-m", "plexmq.bench.floor", "-n", "2000", *how], capture_output=True,
                               text=True, check=True, timeout=120, cwd=ROOT).stdout
         return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]
     uvloop_transport = per_connection("--uvloop")
@@ -259,7 +259,7 @@ def test_durability_script_small(capsys) -> None:
 
 def test_latency_samples_are_decimated_evenly_and_stay_aligned() -> None:
     """Past the cap every other kept sample goes and the stride doubles; the columns stay rows."""
-    from bench.rawout import LatencySamples
+    from plexmq.bench.rawout import LatencySamples
 
     kept = LatencySamples(8)
     for i in range(100):

@@ -1,5 +1,5 @@
 """The command line and the config: `--help`, TOML errors (one line: file, line, key), precedence,
-`python -m acceptor` versus the `plexmq` console script, and `acceptor.config.load` itself."""
+`python -m plexmq.acceptor` versus the `plexmq` console script, and `acceptor.config.load` itself."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import pytest
 
-from acceptor import config as cfg
+from plexmq.acceptor import config as cfg
 from tests.conftest import ROOT, Broker, free_port
 
-MODULE = [sys.executable, "-m", "acceptor"]
+MODULE = [sys.executable, "-m", "plexmq.acceptor"]
 
 
 def run(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
@@ -265,7 +265,7 @@ def test_startup_says_who_may_connect(tmp_path: Path, broker: Broker) -> None:
 
 def test_max_connections_picks_enough_workers_or_says_so(start_broker: Callable[..., Broker]) -> None:
     """Each worker holds what the open-file limit leaves it: more connections need more workers."""
-    from router.process import connections_per_worker
+    from plexmq.process import connections_per_worker
 
     per_worker = connections_per_worker(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     wanted = per_worker + 1  # one more than a worker can hold: two workers

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
 

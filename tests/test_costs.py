@@ -11,8 +11,8 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, uid
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 
 def cpu_seconds(b: Broker, worker: int) -> float:

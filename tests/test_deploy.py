@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptor import config as cfg
+from plexmq.acceptor import config as cfg
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -167,7 +167,7 @@ def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(t
     services = compose["services"]
     assert {"keys", "router", "node1", "node2"} <= set(services)
     keys = tmp_path / "keys"
-    assert subprocess.run([sys.executable, "-m", "acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "plexmq.acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
     assert services["keys"]["command"] == ["keys", "/var/lib/plexmq-keys"]
     loaded = {}
     for name in ("router-config", "node-config"):

@@ -29,7 +29,7 @@ import orjson
 import psutil
 import pytest
 
-from router.process import CONFIG_ENV
+from plexmq.process import CONFIG_ENV
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
 from tests.steps import (
@@ -44,9 +44,9 @@ from tests.steps import (
     worker_of,
 )
 from tests.test_processes import OwnBroker, alive, descendants, ping
-from workers.mqtt import properties as P
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 RESUME_LIMIT = 5.0  # seconds the issue allows for traffic to resume after the router's death
 QUEUE = 20_000  # max_queued_messages for these tests: the streams must not overflow an offline queue
@@ -578,7 +578,7 @@ def refused_start(tmp_path: Path, *args: str, timeout: float = 30.0) -> str:
     or serves a client."""
     log_path = tmp_path / f"refused-{uid()}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "acceptor", "serve", "--port", "0", "--workers", "1", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", "--workers", "1", *args],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         def ended_or_serving() -> bool:

@@ -19,9 +19,9 @@ from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
 from tests.test_archive import T0, run
-from workers.archive import ArchiveWriter
-from router.files import Access
-from workers.passwords import set_password
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.files import Access
+from plexmq.workers.passwords import set_password
 
 
 def mode(path: Path) -> int:
@@ -81,7 +81,7 @@ def test_the_archive_may_be_shared_with_one_group(tmp_path: Path, loose_umask: N
 def test_an_unknown_archive_group_stops_startup(tmp_path: Path) -> None:
     config = tmp_path / "plexmq.toml"
     config.write_text('[archive]\nenabled = true\ngroup = "no-such-group-here"\n')
-    out = subprocess.run([sys.executable, "-m", "acceptor", "serve", "--config", str(config)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(config)], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0
     assert "archive.group" in out.stderr and "no group 'no-such-group-here' on this host" in out.stderr
@@ -114,7 +114,7 @@ def test_strict_file_modes_refuse_a_password_file_others_may_read(tmp_path: Path
     path = passwords(tmp_path, 0o604)
     config = tmp_path / "plexmq.toml"
     config.write_text(f'password_file = "{path}"\nstrict_file_modes = true\n')
-    out = subprocess.run([sys.executable, "-m", "acceptor", "serve", "--config", str(config)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(config)], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode != 0
     assert f"password_file: {path} is readable by other users (mode 604)" in out.stderr

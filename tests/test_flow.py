@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import Pub, connect, publish, read_until, subscribe, sync, uid
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 

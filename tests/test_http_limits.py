@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from router.httpd import CONNECTIONS, THREADS, TIMEOUT
+from plexmq.router.httpd import CONNECTIONS, THREADS, TIMEOUT
 from tests.conftest import Broker, wait_for
 from tests.test_operations import health, metrics_url
 

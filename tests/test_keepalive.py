@@ -7,7 +7,7 @@ import time
 
 from tests.conftest import Broker
 from tests.mqtt import RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 def closed_after(raw: RawClient, timeout: float) -> float | None:

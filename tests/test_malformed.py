@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 def string(text: str | bytes) -> bytes:

@@ -16,8 +16,8 @@ from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_passwords import passwd
-from workers.mqtt import properties as P
-from workers.mqtt import v4, v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 

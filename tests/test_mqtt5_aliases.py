@@ -15,8 +15,8 @@ from paho.mqtt.properties import Properties
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import uid
-from workers.mqtt import properties as P
-from workers.mqtt import v4, v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 
 
 def publish0(topic: str, payload: bytes, alias: int = 0) -> tuple[int, bytes]:

@@ -19,8 +19,8 @@ from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_config import names_line, one_error_line, run, write
 from tests.test_mqtt5 import disconnect_of, raw5
-from workers.mqtt import properties as P
-from workers.mqtt import v4, v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 

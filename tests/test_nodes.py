@@ -26,9 +26,9 @@ from tests.mqtt import RawClient
 from tests.steps import Pub, as_pub, publish, subscribe, sync, uid
 from tests.test_durability import receive
 from tests.test_processes import ping
-from workers.mqtt import properties as P
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 MARGIN = 3.0  # seconds beyond link_timeout for the router's notice: the last word may be a heartbeat period (1 s)
 # before the kill or cut, the router checks for silence once a second, and 1 s of slack
@@ -136,7 +136,7 @@ def check_all_acked_came(acked: set[int], *got: list[Pub]) -> None:
 
 def plexmq(*args: str) -> str:
     """The output of a `plexmq` tool run as a subprocess (in the root namespace)."""
-    done = subprocess.run([sys.executable, "-m", "acceptor", *args], cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "plexmq.acceptor", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, f"plexmq {' '.join(args)}: exit {done.returncode}\n{done.stdout}{done.stderr}"
     return done.stdout
@@ -363,13 +363,13 @@ def test_sigkill_of_the_router_loses_no_acknowledged_message(net: Net) -> None:
     end without the publisher sending anything twice."""
     n, n1, n2 = 3000, net.host("n1"), net.host("n2")
     cid, topic, reader, pub = across(net, "rk")
-    old = net.router.child("router")
+    old = net.router.child("plexmq.router")
     assert old is not None, f"no router process under the router host's acceptor: {net.router.processes()}"
 
     acked = stream(pub, topic, n, kill_at=n // 3, kill=old.kill)
 
     def restarted() -> psutil.Process | None:
-        fresh = net.router.child("router")
+        fresh = net.router.child("plexmq.router")
         return fresh if fresh is not None and fresh.pid != old.pid else None
     wait_for(restarted, 10, "the router host's acceptor to start a new router")
     for node in (n1, n2):

@@ -18,11 +18,11 @@ import paho.mqtt.client as paho
 import psutil
 import pytest
 
-from acceptor.status import scrape
+from plexmq.acceptor.status import scrape
 from tests.conftest import ROOT, Broker, wait_for
-from workers.mqtt import properties as P
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.users import as_nobody
@@ -35,7 +35,7 @@ def metrics_url(b: Broker) -> str:
 
 def cli(command: str, url: str, *args: str) -> str:
     """What `plexmq COMMAND --metrics URL ARGS` prints (it must exit 0)."""
-    out = subprocess.run([sys.executable, "-m", "acceptor", command, "--metrics", url, *args],
+    out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", command, "--metrics", url, *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -159,7 +159,7 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     else:
         raise AssertionError("a third connection was served with max_connections = 2")
     config.write_text("max_connections = bogus\n")
-    reload = subprocess.run([sys.executable, "-m", "acceptor", "reload", "--pid", str(b.proc.pid)],
+    reload = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "reload", "--pid", str(b.proc.pid)],
                             cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert reload.returncode == 0, reload.stderr
     wait_for(lambda: "config not reloaded" in b.output(), 10, "the bad file refused")
@@ -298,7 +298,7 @@ def test_an_administrator_disconnects_a_client_which_keeps_its_session_and_sends
     assert again.connect5(client_id, clean_start=False)[0] is True  # the session stayed
     again.send(v5.encode_disconnect())
     again.read_until_closed()
-    out = subprocess.run([sys.executable, "-m", "acceptor", "clients", "--metrics", url, "--disconnect", client_id],
+    out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "clients", "--metrics", url, "--disconnect", client_id],
                          cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and out.stderr.strip() == f"plexmq clients: {client_id} is not connected"
     watcher.disconnect()

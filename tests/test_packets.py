@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.mqtt import v4 as p
-from workers.mqtt.v4 import Connect, MalformedPacket, Will
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt.v4 import Connect, MalformedPacket, Will
 
 
 class Pub(NamedTuple):

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.mqtt import kinds
-from workers.mqtt import properties as P
-from workers.mqtt import v4
-from workers.mqtt import v5 as p
-from workers.mqtt.connect import Connect, Will
-from workers.mqtt.framing import MalformedPacket, UnsupportedProtocol
+from plexmq.mqtt import kinds
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4
+from plexmq.mqtt import v5 as p
+from plexmq.mqtt.connect import Connect, Will
+from plexmq.mqtt.framing import MalformedPacket, UnsupportedProtocol
 
 MALFORMED_CODE = 0x81
 PROTOCOL_ERROR = 0x82

@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_config import one_error_line
-from workers import passwords as pw
-from workers.passwords import PasswordFile, PasswordFileError
+from plexmq.workers import passwords as pw
+from plexmq.workers.passwords import PasswordFile, PasswordFileError
 
 CHEAP = 16  # scrypt n for the tests
 

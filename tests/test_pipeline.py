@@ -19,14 +19,14 @@ import pytest
 from paho.mqtt.client import MQTTv5
 from pyspark.sql import SparkSession
 
-from bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
-from pipeline.__main__ import main
+from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
+from plexmq.pipeline.__main__ import main
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
 from tests.test_archive import publish_properties, version_2_segment
-from pipeline.session import spark_session
-from workers.archive import ArchiveWriter
-from workers.archive_format import VERSION, Record, encode_chunk, segment_header
+from plexmq.pipeline.session import spark_session
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -151,7 +151,7 @@ def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, 
         writer.close()
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "traffic", "--archive", str(tmp_path / "archive"),
+    done = subprocess.run([sys.executable, "-m", "plexmq.pipeline", "traffic", "--archive", str(tmp_path / "archive"),
                            "--out", str(out), "--master", "local[2]", "--driver-memory", "512m",
                            "--conf", "spark.sql.shuffle.partitions=2"],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -19,10 +19,10 @@ import orjson
 import psutil
 import pytest
 
-from router.process import CONFIG_ENV
+from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 STOP_LIMIT = 5.0  # seconds the issue allows for every process to be gone
 PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 @pytest.mark.parametrize("pub_qos", [0, 1, 2])

@@ -11,9 +11,9 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers.mqtt import properties as P
-from workers.mqtt import v4 as p
-from workers.mqtt import v5
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 
 def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:

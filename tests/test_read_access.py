@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
-from workers.passwords import set_password
+from plexmq.workers.passwords import set_password
 
 CHEAP = 2 ** 10  # scrypt cost for test users
 VERSIONS = [pytest.param(paho.MQTTv311, id="3.1.1"), pytest.param(paho.MQTTv5, id="5.0")]

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 

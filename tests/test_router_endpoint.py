@@ -17,9 +17,9 @@ import pytest
 import zmq
 import zmq.auth
 
-from acceptor import config as cfg
-from router import wire
-from router.process import CONFIG_ENV
+from plexmq.acceptor import config as cfg
+from plexmq import wire
+from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.test_config import names_line, one_error_line, run, write

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import orjson
 
-from router import wire
-from router.routes import ROUTER, RouteTable
+from plexmq import wire
+from plexmq.router.routes import ROUTER, RouteTable
 
 WORKERS = {b"w0": 100, b"w1": 101}
 

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 

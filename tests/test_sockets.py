@@ -15,7 +15,7 @@ import struct
 import pytest
 import uvloop
 
-from workers.sockets import HIGH_WATER, Poller, SocketTransport
+from plexmq.workers.sockets import HIGH_WATER, Poller, SocketTransport
 
 
 class Recorder(asyncio.Protocol):

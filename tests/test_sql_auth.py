@@ -23,13 +23,13 @@ import paho.mqtt.client as paho
 import pymysql
 import pytest
 
-from acceptor import config as cfg
+from plexmq.acceptor import config as cfg
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from workers.mqtt import v4 as p
-from workers.passwords import hash_password
-from workers.sqlauth import connect_args
+from plexmq.mqtt import v4 as p
+from plexmq.workers.passwords import hash_password
+from plexmq.workers.sqlauth import connect_args
 
 SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
 SERVER = shutil.which("mariadbd", path=SEARCH) or shutil.which("mysqld", path=SEARCH)

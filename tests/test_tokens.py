@@ -16,8 +16,8 @@ from tests.test_admission import from_address
 from tests.mqtt import RawClient
 from tests.steps import uid
 from tests.test_auth import config, login, users
-from workers.mqtt import properties as P
-from workers.mqtt import v4 as p
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_a_password_with_two_dots_is_still_a_password(tmp_path: Path, start_brok
 
 
 def test_a_bad_jwks_file_stops_startup(tmp_path: Path) -> None:
-    from acceptor import config as cfg
+    from plexmq.acceptor import config as cfg
 
     (tmp_path / "jwks.json").write_text("{nope")
     with pytest.raises(cfg.ConfigError, match="not a usable JWKS file"):

@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 

@@ -34,7 +34,7 @@ from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Eve
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.test_config import one_error_line, run, write
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
 

@@ -1,4 +1,4 @@
-"""Tests for router/trie.py (the subscription index) and workers/mqtt/topics.py (the MQTT 3.1.1 topic rules)."""
+"""Tests for plexmq/trie.py (the subscription index) and plexmq/mqtt/topics.py (the MQTT 3.1.1 topic rules)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.mqtt.topics import matches, topic_name_error, valid_filter
-from router import grants
-from router.trie import SubscriptionTrie
+from plexmq.mqtt.topics import matches, topic_name_error, valid_filter
+from plexmq import grants
+from plexmq.trie import SubscriptionTrie
 
 # (filter, topic, expected)
 MATCH_TABLE = [
@@ -141,7 +141,7 @@ def test_overlapping_filters_of_one_key_give_max_qos() -> None:
 
 
 def test_grants_with_options_or_identifiers_are_all_kept() -> None:
-    """MQTT 5 subscriptions (router/grants.py) of one key that match one topic: every grant when any
+    """MQTT 5 subscriptions (plexmq/grants.py) of one key that match one topic: every grant when any
     is not plain, so that routing can apply each one's options and carry each identifier."""
     trie = SubscriptionTrie()
     with_id = grants.make(1, 7)
@@ -294,7 +294,7 @@ def test_many_subscriptions() -> None:
     assert trie.match("devices/99999/cmd") == {"monitor": 0, "archive": 2}
 
 
-# --- randomized: the trie agrees with brute force over workers.mqtt.topics.matches ---------------------------
+# --- randomized: the trie agrees with brute force over plexmq.mqtt.topics.matches ---------------------------
 
 _FILTER_LEVEL = st.sampled_from(["a", "b", "", "$a", "+", "#"])
 _TOPIC_LEVEL = st.sampled_from(["a", "b", "", "$a", "$"])
@@ -337,7 +337,7 @@ def test_random_against_brute_force(ops, topics) -> None:
     assert trie.node_count() == 1
 
 
-# --- workers/mqtt/topics.py ----------------------------------------------------------------------------------
+# --- plexmq/mqtt/topics.py ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
     "topic_filter,valid",

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from workers.mqtt import v4 as p
+from plexmq.mqtt import v4 as p
 
 
 

@@ -1,3 +1,3 @@
-from workers.worker import main
+from plexmq.workers.worker import main
 
 main()

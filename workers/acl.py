@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from workers.mqtt.topics import SHARED_PREFIX, matches, valid_filter
+from plexmq.mqtt.topics import SHARED_PREFIX, matches, valid_filter
 
 READ, WRITE = 1, 2
 ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": 0}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from workers.negotiated import Negotiated
+    from plexmq.workers.negotiated import Negotiated
 
 ALIASES_MAX = 1024  # the most aliases one connection is sent, whatever it allows: bounds the topics kept
 _SHORTEST = 4  # the shortest topic name an alias makes smaller

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from router.files import Access
-from workers.mqtt.topics import matches
-from workers.archive_format import (
+from plexmq.files import Access
+from plexmq.mqtt.topics import matches
+from plexmq.archive_format import (
     HOUR_US,
     SEGMENT_SUFFIX,
     Run,

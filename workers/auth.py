@@ -22,10 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from workers.acl import NO_RULES, AclFile, Checker
-from workers.passwords import PasswordFile
-from workers.sqlauth import DatabaseError, UserDatabase
-from workers.tokens import TokenVerifier
+from plexmq.workers.acl import NO_RULES, AclFile, Checker
+from plexmq.workers.passwords import PasswordFile
+from plexmq.workers.sqlauth import DatabaseError, UserDatabase
+from plexmq.workers.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.worker")
 

@@ -19,23 +19,23 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from router import wire
-from workers import aliases
-from workers.handlers import HANDLERS
-from workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
-from workers.mqtt import properties as props
-from workers.mqtt import v4 as p
-from workers.mqtt import reasons, v5
-from workers.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
-from workers.mqtt.topics import subscribed
-from workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
-from workers.tls import common_name
+from plexmq import wire
+from plexmq.workers import aliases
+from plexmq.workers.handlers import HANDLERS
+from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import reasons, v5
+from plexmq.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
+from plexmq.mqtt.topics import subscribed
+from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
+from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
-    from workers.acl import Checker
-    from workers.archive_format import Sender
-    from workers.negotiated import Negotiated
-    from workers.worker import Worker
+    from plexmq.workers.acl import Checker
+    from plexmq.archive_format import Sender
+    from plexmq.workers.negotiated import Negotiated
+    from plexmq.workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
 
@@ -48,7 +48,7 @@ _LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 # 3.1.1 fixed their flags at 0b0010
 _DUP_IN_31 = frozenset((PUBREL, SUBSCRIBE, UNSUBSCRIBE))
 
-# What an MQTT 5 message carries besides its payload: (properties as router/wire.py has them, the
+# What an MQTT 5 message carries besides its payload: (properties as plexmq/wire.py has them, the
 # time.time() second it expires at or 0)
 Extra = tuple[bytes, int]
 # An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0, extra);

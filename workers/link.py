@@ -9,7 +9,7 @@ from typing import Callable
 
 import zmq
 
-from router import wire
+from plexmq import wire
 
 _pack_pub = wire.PUB_HEAD.pack
 _pack_ack = wire.ACK_HEAD.pack

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workers.aliases import ALIASES_MAX
-from workers.mqtt import properties as props
-from workers.mqtt.connect import Connect
+from plexmq.workers.aliases import ALIASES_MAX
+from plexmq.mqtt import properties as props
+from plexmq.mqtt.connect import Connect
 
 if TYPE_CHECKING:
-    from workers.scram import Exchange
+    from plexmq.workers.scram import Exchange
 
 
 class Negotiated:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from router.trie import SubscriptionTrie
+from plexmq.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
 _UNKNOWN = object()

@@ -2,7 +2,7 @@
 
 Why: a uvloop transport costs ~1.4 KB of RSS per idle connection and a coroutine and a task per
 adopted socket; here a connection costs its socket object, one slotted `SocketTransport` and a dict
-slot (~0.4 KB with a one-slot protocol: `python -m bench.floor`), and adopting it is a plain call.
+slot (~0.4 KB with a one-slot protocol: `python -m plexmq.bench.floor`), and adopting it is a plain call.
 The epoll set's own fd is one reader of the uvloop loop, so timers, ZeroMQ and TLS transports run
 beside it as before.
 

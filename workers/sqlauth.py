@@ -25,8 +25,8 @@ from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from workers import passwords
-from workers.acl import AclBuilder, AclFile
+from plexmq.workers import passwords
+from plexmq.workers.acl import AclBuilder, AclFile
 
 USERS, ACL = "plexmq_users", "plexmq_acl"
 CACHED_MAX = 100_000  # cached users and remembered good passwords; emptied when full

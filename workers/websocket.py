@@ -21,7 +21,7 @@ from wsproto.handshake import H11Handshake
 from wsproto.utilities import RemoteProtocolError
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")  # MQTT 3.1.1 names "mqtt"; mosquitto also answers the 3.1 name
 BINARY = 0x82  # FIN + binary opcode; a server's frames are not masked

@@ -24,26 +24,27 @@ import orjson
 import psutil
 import uvloop
 
-from router import wire
-from router.files import Access
-from router.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
-from router.stats import PROTOCOLS, process_usage
-from workers import handoff, tls
-from workers.archive import ArchiveWriter
-from workers.auth import Auth
-from workers.archive_format import archived_publish, sender
-from workers.mqtt import properties as props
-from workers.mqtt import reasons, v5
-from workers.mqtt import v4 as p
-from workers.mqtt.framing import packets_in
-from workers.connection import Connection, Extra, Forms, peer_name
-from workers.states import CLOSED, CONNECTED, CONNECTING
-from workers.keepalive import TimerWheel
-from workers.negotiated import Negotiated
-from workers.link import RouterLink, local_address
-from workers.routes import LocalRoutes, Subscriber
-from workers.sockets import Poller
-from workers.websocket import WebSocket
+from plexmq import wire
+from plexmq.files import Access
+from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
+from plexmq.mqtt import PROTOCOLS
+from plexmq.process import process_usage
+from plexmq.workers import handoff, tls
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.workers.auth import Auth
+from plexmq.archive_format import archived_publish, sender
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import reasons, v5
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt.framing import packets_in
+from plexmq.workers.connection import Connection, Extra, Forms, peer_name
+from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
+from plexmq.workers.keepalive import TimerWheel
+from plexmq.workers.negotiated import Negotiated
+from plexmq.workers.link import RouterLink, local_address
+from plexmq.workers.routes import LocalRoutes, Subscriber
+from plexmq.workers.sockets import Poller
+from plexmq.workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
 
@@ -234,7 +235,7 @@ class Worker:
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
         """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
-        and 1, not retained), else to the router; `props` and `expiry` as router/wire.py carries them."""
+        and 1, not retained), else to the router; `props` and `expiry` as plexmq/wire.py carries them."""
         name = topic.encode()
         if self.archive is not None:
             to_archive = self.known_topics.get(name)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from workers.handlers import acks, auth, connect, ping, publish, subscribe
-from workers.mqtt import kinds
+from plexmq.workers.handlers import acks, auth, connect, ping, publish, subscribe
+from plexmq.mqtt import kinds
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 Handler = Callable[["Connection", int, bytes], None]
 

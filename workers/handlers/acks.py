@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from router import wire
-from workers.mqtt import reasons, v4, v5
-from workers.mqtt.framing import PROTOCOL_ERROR
+from plexmq import wire
+from plexmq.mqtt import reasons, v4, v5
+from plexmq.mqtt.framing import PROTOCOL_ERROR
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 log = logging.getLogger("plexmq.worker")
 

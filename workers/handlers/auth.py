@@ -9,15 +9,15 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from workers import scram
-from workers.handlers.connect import accept, challenge, client_address, fail_login
-from workers.mqtt import properties as props
-from workers.mqtt import reasons, v5
-from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
-from workers.states import CHALLENGED, CONNECTED
+from plexmq.workers import scram
+from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import reasons, v5
+from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers.states import CHALLENGED, CONNECTED
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 log = logging.getLogger("plexmq.worker")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from router import wire
-from workers.mqtt import properties as props
-from workers.mqtt import reasons, v4, v5
-from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq import wire
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import reasons, v4, v5
+from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 
 def handle_pingreq(conn: Connection, flags: int, body: bytes) -> None:

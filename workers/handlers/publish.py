@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from workers.acl import may_publish
-from workers.mqtt import properties as props
-from workers.mqtt import reasons, v4, v5
-from workers.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
-from workers.states import CLOSED
+from plexmq.workers.acl import may_publish
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import reasons, v4, v5
+from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers.states import CLOSED
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
-    from workers.negotiated import Negotiated
+    from plexmq.workers.connection import Connection
+    from plexmq.workers.negotiated import Negotiated
 
 
 def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
@@ -51,7 +51,7 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
 
 
 def _carried(properties: props.Properties) -> tuple[bytes, int]:
-    """What of a PUBLISH's properties travels to its subscribers, byte for byte (router/wire.py), and
+    """What of a PUBLISH's properties travels to its subscribers, byte for byte (plexmq/wire.py), and
     the time.time() second its message expiry interval ends (0: none; a second early at most)."""
     interval = properties.get(props.MESSAGE_EXPIRY_INTERVAL)
     expiry = int(time.time()) + interval if interval is not None else 0  # type: ignore[operator]

@@ -1,5 +1,5 @@
 """SUBSCRIBE and UNSUBSCRIBE: filters checked here (syntax, ACL), answered by the router (SUBACK,
-UNSUBACK), which owns the subscriptions. Each filter goes to the router as its grant (router/grants.py:
+UNSUBACK), which owns the subscriptions. Each filter goes to the router as its grant (plexmq/grants.py:
 the options, with a 5.0 client's subscription identifier) or, refused, as its reason code (0x80 and
 up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80. A client holds at most
 max_subscriptions filters (counted in `conn.subs`, which holds a resumed session's too): each costs
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router import grants, wire
-from workers.mqtt import properties as props
-from workers.mqtt import reasons, v4, v5
-from workers.mqtt.topics import subscribed, valid_subscription
+from plexmq import grants, wire
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import reasons, v4, v5
+from plexmq.mqtt.topics import subscribed, valid_subscription
 
 if TYPE_CHECKING:
-    from workers.connection import Connection
+    from plexmq.workers.connection import Connection
 
 
 def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:

@@ -11,18 +11,18 @@ import math
 import struct
 from typing import Callable
 
-from workers.mqtt import properties as props_codec
-from workers.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
-from workers.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
+from plexmq.mqtt import properties as props_codec
+from plexmq.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
+from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
     MAX_REMAINING_LENGTH, PROTOCOL_ERROR, U16, MalformedPacket, UnsupportedProtocol, encode_remaining_length, encode_string, frame,
     packet, read_packet_id, read_string, read_varint)
-from workers.mqtt.kinds import (  # noqa: F401
+from plexmq.mqtt.kinds import (  # noqa: F401
     AUTH, CONNACK, CONNECT, DISCONNECT, PINGREQ, PINGREQ_PACKET, PINGRESP, PINGRESP_PACKET, PUBACK, PUBCOMP,
     PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
-from workers.mqtt.properties import Properties
-from workers.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
-from workers.mqtt.topics import SHARED_PREFIX, topic_name_error
-from workers.mqtt.v4 import publish_header as v4_publish_header
+from plexmq.mqtt.properties import Properties
+from plexmq.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
+from plexmq.mqtt.topics import SHARED_PREFIX, topic_name_error
+from plexmq.mqtt.v4 import publish_header as v4_publish_header
 
 _B_B_U16 = struct.Struct(">BBH")
 _U32 = struct.Struct(">I")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-from workers.mqtt import properties
+from plexmq.mqtt import properties
 
 NO_LOCAL = 0x04
 RETAIN_AS_PUBLISHED = 0x08

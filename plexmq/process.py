@@ -14,6 +14,7 @@ import signal
 import sys
 
 import orjson
+import psutil
 
 PR_SET_PDEATHSIG = 1
 CONFIG_ENV = "PLEXMQ_CONFIG"
@@ -81,3 +82,8 @@ def missed_reload(config: dict) -> bool:
     except (OSError, orjson.JSONDecodeError):
         return False  # the reload itself says why when it reads the file
     return written != {key: value for key, value in config.items() if key != "parent_pid"}
+
+
+def process_usage(proc: psutil.Process) -> tuple[float, int]:
+    """(CPU percent since the last call, RSS bytes) of a process, for a worker's report."""
+    return proc.cpu_percent(), proc.memory_info().rss

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.mqtt import kinds
+from plexmq.mqtt import kinds
 
 SUCCESS = 0x00  # also: normal disconnection, granted QoS 0
 GRANTED_QOS_1 = 0x01

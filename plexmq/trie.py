@@ -2,8 +2,8 @@
 
 Each trie level is one topic level; the wildcards `+` and `#` are stored as ordinary child keys, which is
 safe because topic names never contain them (workers refuse such PUBLISH topics with
-`workers.mqtt.topics.topic_name_error`, and filters are checked with `workers.mqtt.topics.valid_filter` before they
-get here). `workers.mqtt.topics.matches` is the reference semantics; the trie must agree with it.
+`plexmq.mqtt.topics.topic_name_error`, and filters are checked with `plexmq.mqtt.topics.valid_filter` before they
+get here). `plexmq.mqtt.topics.matches` is the reference semantics; the trie must agree with it.
 
 Matching walks the topic level by level, keeping the frontier of nodes whose filter prefix matches the
 topic so far (literal child and `+` child of each), and collects the subscribers of every `#` child met on
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from router.grants import Matched, merge
+from plexmq.grants import Matched, merge
 
 __all__ = ["SubscriptionTrie"]
 
@@ -27,12 +27,12 @@ class _Node:
 
     def __init__(self) -> None:
         self.children: dict[str, _Node] | None = None  # level -> child ("+" and "#" included)
-        self.subs: dict[Hashable, int] | None = None  # key -> grant of the filter ending here (router/grants.py)
+        self.subs: dict[Hashable, int] | None = None  # key -> grant of the filter ending here (plexmq/grants.py)
 
 
 def _collect(subs: dict[Hashable, int], result: dict[Hashable, Matched]) -> None:
     """Merge `subs` into `result`: per key the highest QoS, or every grant when one is not plain
-    (router/grants.py)."""
+    (plexmq/grants.py)."""
     if not result:
         result.update(subs)
         return
@@ -117,7 +117,7 @@ class SubscriptionTrie:
 
     def match(self, topic: str) -> dict[Hashable, Matched]:
         """Every key with a filter matching the topic name -> the highest QoS granted among those filters
-        (plain grants), or all of their grants (router/grants.py)."""
+        (plain grants), or all of their grants (plexmq/grants.py)."""
         result: dict[Hashable, Matched] = {}
         children = self._root.children
         if children is None:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from workers.mqtt import properties as props_codec
-from workers.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, UnsupportedProtocol, encode_binary, encode_string,
+from plexmq.mqtt import properties as props_codec
+from plexmq.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, UnsupportedProtocol, encode_binary, encode_string,
                                   packet, read_binary, read_string)
-from workers.mqtt.kinds import CONNECT
-from workers.mqtt.properties import WILL, Properties
-from workers.mqtt.reasons import TOPIC_NAME_INVALID
-from workers.mqtt.topics import topic_name_error
+from plexmq.mqtt.kinds import CONNECT
+from plexmq.mqtt.properties import WILL, Properties
+from plexmq.mqtt.reasons import TOPIC_NAME_INVALID
+from plexmq.mqtt.topics import topic_name_error
 
 _FIXED = struct.Struct(">BBH")  # protocol level, connect flags, keepalive
 LEVELS = {"MQTT": (4, 5), "MQIsdp": (3,)}  # protocol name -> the levels read with it

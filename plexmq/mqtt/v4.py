@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import struct
 
-from workers.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
+from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
     MAX_REMAINING_LENGTH, U16, MalformedPacket, UnsupportedProtocol, encode_binary, encode_remaining_length,
     encode_string, frame, packet, read_binary, read_packet_id, read_string)
-from workers.mqtt.connect import Connect, Will, decode_connect, encode_connect  # noqa: F401 (one CONNECT codec for all levels)
-from workers.mqtt.kinds import (  # noqa: F401
+from plexmq.mqtt.connect import Connect, Will, decode_connect, encode_connect  # noqa: F401 (one CONNECT codec for all levels)
+from plexmq.mqtt.kinds import (  # noqa: F401
     AUTH, CONNACK, CONNECT, DISCONNECT, PINGREQ, PINGREQ_PACKET, PINGRESP, PINGRESP_PACKET, PUBACK, PUBCOMP,
     PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
-from workers.mqtt.topics import topic_name_error
+from plexmq.mqtt.topics import topic_name_error
 
 DISCONNECT_PACKET = b"\xe0\x00"
 

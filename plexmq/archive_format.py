@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import BinaryIO, NamedTuple
 
-from workers.mqtt import properties as props
-from workers.mqtt import v4, v5
-from workers.mqtt.framing import MalformedPacket, encode_remaining_length
-from workers.mqtt.kinds import PUBLISH
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import v4, v5
+from plexmq.mqtt.framing import MalformedPacket, encode_remaining_length
+from plexmq.mqtt.kinds import PUBLISH
 
 MAGIC = b"PXAR"
 VERSION = 3
@@ -97,7 +97,7 @@ def sender(client_id: str, username: str | None, level: int) -> Sender:
 def archived_publish(level: int, topic: bytes, payload: bytes, qos: int, retain: bool, packet_id: int,
                      carried: bytes) -> bytes:
     """A PUBLISH that the worker decoded, as the archive keeps it: in the publisher's version, a 5.0
-    one with `carried` (the property entries that travel with the message, as router/wire.py has them)."""
+    one with `carried` (the property entries that travel with the message, as plexmq/wire.py has them)."""
     if level == 5:
         block = encode_remaining_length(len(carried)) + carried
         return v5.publish_header(topic, len(payload), qos, retain, False, packet_id, block) + payload
