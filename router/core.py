@@ -16,6 +16,7 @@ from plexmq import grants
 from plexmq.router import store as db
 from plexmq import wire
 from plexmq.grants import Matched
+from plexmq.router.message import Message
 from plexmq.router.retain import RetainedStore
 from plexmq.router.links import Links
 from plexmq.router.routes import RouteTable
@@ -312,7 +313,7 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn), for no local."""
         if retain:
             name = topic.decode()
-            self.retained.put(name, payload, qos, props, expiry)
+            self.retained.put(name, Message(topic, payload, qos, True, props, expiry))
             if self.store is not None and not topic.startswith(b"$SYS/"):  # $SYS is fresh after a restart
                 if payload:
                     self.store.record(db.RETAINED_SAVE, (name, payload, qos, props, expiry))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from plexmq.files import private_dir, private_file
-from plexmq.router.retain import Retained
+from plexmq.router.message import Message
 from plexmq.router.sessions import QUEUED, Pending, Session, Will
 
 SCHEMA_VERSION = 5
@@ -111,7 +111,7 @@ class Loaded:
     """What a restarted router starts from."""
 
     sessions: dict[str, Session] = field(default_factory=dict)
-    retained: dict[str, Retained] = field(default_factory=dict)
+    retained: dict[str, Message] = field(default_factory=dict)
     next_seq: int = 1
 
 
@@ -188,8 +188,9 @@ class Store:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
                     session.receive(pid)
-            for topic, payload, qos, props, expiry in db.execute("SELECT topic, payload, qos, props, expiry FROM retained"):
-                loaded.retained[topic] = (payload, qos, props, expiry)
+            for topic, payload, qos, props, expires_at in db.execute("SELECT topic, payload, qos, props, expiry "
+                                                                     "FROM retained"):
+                loaded.retained[topic] = Message(topic.encode(), payload, qos, True, props, expires_at)
             loaded.next_seq = (db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0) + 1
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {_reason(exc)}") from None

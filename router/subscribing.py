@@ -13,7 +13,8 @@ import orjson
 from plexmq import grants
 from plexmq.router import store as db
 from plexmq import wire
-from plexmq.router.retain import Retained, RetainedStore
+from plexmq.router.message import Message
+from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
@@ -45,7 +46,7 @@ class Subscribing:
         codes = []
         local = []  # [filter, QoS, or -1 where the router serves it]: what its worker serves itself
         placed = False  # whether a filter got a new place: the SUBACK waits for the other workers
-        retained: list[tuple[str, Retained, int, bytes]] = []
+        retained: list[tuple[Message, int, bytes]] = []
         for topic_filter, grant in filters:
             codes.append(grants.suback_code(grant))
             if grants.refused(grant):  # by the worker: the reason code goes back as it is
@@ -59,8 +60,8 @@ class Subscribing:
             if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
                 identifier = grant >> grants.ID_SHIFT
                 ids = grants.identifier_property(identifier) if identifier else b""
-                for topic, message in self.retained.matching(topic_filter, now):
-                    retained.append((topic, message, min(grant & 3, message[1]), ids))
+                for _topic, message in self.retained.matching(topic_filter, now):
+                    retained.append((message, min(grant & 3, message.qos), ids))
         self.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
@@ -68,8 +69,9 @@ class Subscribing:
         if placed:
             out.gate()
         out.add_json(wire.SUBACK, [conn, packet_id, codes, local])
-        for topic, (body, _stored_qos, props, expiry), qos, ids in retained:
-            self._deliver_one(session, out, topic.encode(), body, qos, True, props + ids, expiry)
+        for message, qos, ids in retained:
+            self._deliver_one(session, out, message.topic, message.payload, qos, True, message.props + ids,
+                              message.expires_at)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = orjson.loads(header)
