@@ -13,9 +13,9 @@ import time
 from typing import Callable
 
 from plexmq import grants
-from plexmq.router import store as db
 from plexmq import wire
 from plexmq.grants import Matched
+from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.retain import RetainedStore
 from plexmq.router.links import Links
@@ -99,9 +99,8 @@ class Router(Lifecycle, Subscribing):
         self.pending_limit = max_inflight + max_queued
         self.max_bytes = max_queued_bytes
         self.window = max_inflight
-        self.store = store
+        self.journal = Journal(store)
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
-        self.seq = 1  # orders the stored messages
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         # (old worker, conn) -> the CONNECT (worker, header, payload) that takes its session over from
@@ -145,7 +144,7 @@ class Router(Lifecycle, Subscribing):
             if session.will_at:
                 self.deadlines.add(session.will_at, session)
         self.retained.messages = loaded.retained
-        self.seq = loaded.next_seq
+        self.journal.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
                  store.path, len(loaded.sessions), sum(len(s.unacked) for s in loaded.sessions.values()),
                  len(loaded.retained))
@@ -215,8 +214,7 @@ class Router(Lifecycle, Subscribing):
                 if session is not None:
                     if not session.receive(packet_id):
                         return  # a resend before PUBREL: received exactly once
-                    if not session.clean and self.store is not None:
-                        self.store.record(db.INCOMING_SAVE, (session.client_id, packet_id))
+                    self.journal.incoming_added(session, packet_id)
         if flags & wire.HAS_EXTRA:
             props, expiry, start = wire.read_extra(header, _pub_head_size)
             targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry, (worker, conn))
@@ -282,23 +280,20 @@ class Router(Lifecycle, Subscribing):
         conn, packet_id = wire.CONN_PID.unpack(header)
         session = self.by_conn.get((worker, conn))
         if session is not None and session.released(packet_id):
-            if not session.clean and self.store is not None:
-                self.store.record(db.INCOMING_DELETE_ONE, (session.client_id, packet_id))
+            self.journal.incoming_released(session, packet_id)
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, stage = wire.ACK_HEAD.unpack(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
-        store = self.store if not session.clean else None
         if stage == wire.ACK_DONE:
             session.release(packet_id)
-            if store is not None:
-                store.record(db.MESSAGE_DELETE, (session.client_id, packet_id))
+            self.journal.message_done(session, packet_id)
             if session.queued:
                 self._send_ready(session, self.out(worker))
-        elif session.releasing(packet_id) and store is not None:
-            store.record(db.MESSAGE_RELEASING, (RELEASING, session.client_id, packet_id))
+        elif session.releasing(packet_id):
+            self.journal.message_received(session, packet_id)
 
     def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
                 source: tuple[bytes, int] | None = None) -> Targets:
@@ -313,12 +308,9 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn), for no local."""
         if retain:
             name = topic.decode()
-            self.retained.put(name, Message(topic, payload, qos, True, props, expiry))
-            if self.store is not None and not topic.startswith(b"$SYS/"):  # $SYS is fresh after a restart
-                if payload:
-                    self.store.record(db.RETAINED_SAVE, (name, payload, qos, props, expiry))
-                else:
-                    self.store.record(db.RETAINED_DELETE, (name,))
+            message = Message(topic, payload, qos, True, props, expiry)
+            self.retained.put(name, message)
+            self.journal.retained_set(name, message)
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
@@ -434,16 +426,14 @@ class Router(Lifecycle, Subscribing):
         """The session's connection ended: what shared subscriptions gave it and it has not yet
         acknowledged (PUBREC counts: the client has it) goes to another member, an online one
         unless the session is clean (its copy would be lost); what no member takes stays."""
-        store = self.store if not session.clean else None
         moving = [(pid, pending) for pid, pending in session.unacked.items()
                   if pending.share is not None and pending.state != RELEASING]
         for pid, pending in moving:
             group, own = pending.share  # type: ignore[misc]
             if self._share(group, pending.topic, pending.payload, pending.qos, pending.retain, pending.props[:own],
-                           pending.expiry, exclude=session, online_only=not session.clean):
+                           pending.expires_at, exclude=session, online_only=not session.clean):
                 session.release(pid)
-                if store is not None:
-                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
+                self.journal.message_done(session, pid)
 
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
                      props: bytes, expiry: int, share: Share | None = None) -> bool:
@@ -474,23 +464,21 @@ class Router(Lifecycle, Subscribing):
     def _send_ready(self, session: Session, out: wire.Batch) -> None:
         """Send what waited for room in the session's window; what expired while it waited goes
         (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
-        store = self.store if not session.clean else None
+        journal = self.journal
         now = time.time()
         while True:
             expired = []
             for pid, pending in session.ready(self.window):
-                if pending.expiry and pending.expiry <= now:
+                if pending.expires_at and pending.expires_at <= now:
                     expired.append(pid)
                     continue
-                if store is not None:
-                    store.record(db.MESSAGE_STATE, (SENT, session.client_id, pid))
+                journal.message_sent(session, pid)
                 self._send_pending(session, out, pid, pending, dup=False)
             if not expired:
                 return
             for pid in expired:  # each took a place in the window: give it back, then look again
                 session.release(pid)
-                if store is not None:
-                    store.record(db.MESSAGE_DELETE, (session.client_id, pid))
+                journal.message_done(session, pid)
 
     def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
               expiry: int = 0, share: Share | None = None) -> int:
@@ -501,11 +489,9 @@ class Router(Lifecycle, Subscribing):
         if pid < 0:
             self.dropped += 1
             self._log_drops(session)
-        elif self.store is not None and not session.clean:
-            self.seq += 1
+        else:
             stored = next(reversed(session.unacked))  # the packet id it was kept under
-            self.store.record(db.MESSAGE_SAVE, (session.client_id, stored, self.seq, topic, payload, qos, retain,
-                                                SENT if pid else QUEUED, props, expiry))
+            self.journal.message_kept(session, stored, session.unacked[stored])
         return pid
 
     @staticmethod
@@ -518,4 +504,4 @@ class Router(Lifecycle, Subscribing):
     @staticmethod
     def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
         out.add(wire.DELIVER, wire.deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
-                                            pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)
+                                            pending.expires_at) + _pack_sub(session.conn, pending.qos, pid), pending.payload)

@@ -13,14 +13,13 @@ from collections.abc import Callable
 
 import orjson
 
-from plexmq.router import store as db
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
+from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
-from plexmq.router.store import Store
 
 log = logging.getLogger("plexmq.router")
 
@@ -31,7 +30,7 @@ class Lifecycle:
     sessions: dict[str, Session]
     by_conn: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
-    store: Store | None
+    journal: Journal
     expiration: float
     reports: dict[str, dict]
     listings: dict[int, ClientListing]
@@ -156,8 +155,7 @@ class Lifecycle:
         session.clean = clean
         session.expiry = expiry
         self.sessions[client_id] = session
-        if not clean and self.store is not None:
-            self.store.record(db.SESSION_SAVE, (client_id, time.time(), expiry))
+        self.journal.session_saved(session, time.time())
         session.worker = worker
         session.conn = conn
         self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
@@ -178,8 +176,7 @@ class Lifecycle:
                 # frames are lost, and a live connection never sends a PUBLISH again after its PUBREC,
                 # so no id is left waiting for a release (else the next message with it is dropped)
                 session.incoming = ()
-                if self.store is not None and not session.clean:
-                    self.store.record(db.INCOMING_DELETE, (client_id,))
+                self.journal.incoming_cleared(session)
             self._resend(session, out)
 
     def _take_over(self, old: Session, worker: bytes, conn: int, header: bytes, payload: bytes) -> None:
@@ -227,7 +224,7 @@ class Lifecycle:
         if expiry:
             session.expiry = expiry
         else:
-            self._forget_stored(session)
+            self.journal.session_dropped(session)
             session.clean = True
 
     def _disconnect(self, session: Session, publish_will: bool) -> None:
@@ -245,8 +242,7 @@ class Lifecycle:
             session.worker = None
             session.conn = 0
             session.seen = time.time()
-            if self.store is not None:
-                self.store.record(db.SESSION_SAVE, (session.client_id, session.seen, session.expiry))
+            self.journal.session_saved(session, session.seen)
             if session.subs:
                 self.cache.clear()
             if ends := session.ends_at():
@@ -256,9 +252,7 @@ class Lifecycle:
                 session.will = will
                 session.will_at = session.seen + will.delay
                 self.deadlines.add(session.will_at, session)
-                if self.store is not None:  # kept with the session: a restarted router sends it when due
-                    self.store.record(db.WILL_SAVE, (session.client_id, session.will_at, will.topic, will.payload,
-                                                     will.qos, will.retain, will.props, will.expiry))
+                self.journal.will_saved(session, will)  # a restarted router sends it when due
             else:
                 self._publish_will(will)
         waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]
@@ -269,8 +263,8 @@ class Lifecycle:
         """Take the will away from the session (to publish it, or because its client came back), and
         out of the store when it was waiting out its delay there."""
         will = session.will
-        if session.will_at and self.store is not None:
-            self.store.record(db.WILL_DELETE, (session.client_id,))
+        if session.will_at:
+            self.journal.will_dropped(session)
         session.will, session.will_at = None, 0.0
         return will
 
@@ -285,8 +279,7 @@ class Lifecycle:
                      int(time.time()) + will.expiry if will.expiry else 0)
 
     def _discard(self, session: Session) -> None:
-        if not session.clean:
-            self._forget_stored(session)
+        self.journal.session_dropped(session)
         if session.subs:
             self.cache.clear()
         for topic_filter in list(session.subs):
@@ -294,20 +287,12 @@ class Lifecycle:
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
 
-    def _forget_stored(self, session: Session) -> None:
-        if self.store is not None:
-            client = (session.client_id,)
-            for statement in (db.SESSION_DELETE, db.SUBS_DELETE, db.MESSAGES_DELETE, db.INCOMING_DELETE,
-                              db.WILL_DELETE):
-                self.store.record(statement, client)
-
     def expire(self, now: float) -> int:
         """Remove retained messages past their expiry, and persistent sessions without an expiry
         interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
         sessions went."""
         for topic in self.retained.expire(now):
-            if self.store is not None:
-                self.store.record(db.RETAINED_DELETE, (topic,))
+            self.journal.retained_cleared(topic)
         if not self.expiration:
             return 0
         stale = [s for s in self.sessions.values() if s.worker is None and self._over(s, now)]

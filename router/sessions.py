@@ -29,20 +29,20 @@ Share = tuple["SharedGroup", int]
 
 class Pending:
     """One outgoing QoS 1/2 message of a persistent session (or a shared subscription's, of any
-    session); `props` are its MQTT 5 properties as they travel (see plexmq/wire.py), `expiry` the
+    session); `props` are its MQTT 5 properties as they travel (see plexmq/wire.py), `expires_at` the
     time.time() second it expires at (0: never)."""
 
-    __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expiry", "share")
+    __slots__ = ("topic", "payload", "qos", "retain", "state", "props", "expires_at", "share")
 
     def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, state: int, props: bytes = b"",
-                 expiry: int = 0, share: Share | None = None) -> None:
+                 expires_at: int = 0, share: Share | None = None) -> None:
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
         self.state = state
         self.props = props
-        self.expiry = expiry
+        self.expires_at = expires_at
         self.share = share
 
 

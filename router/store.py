@@ -1,13 +1,13 @@
 """The router's durable store: persistent sessions, their subscriptions and messages, and retained
 messages, in SQLite (WAL mode) under the data dir.
 
-Why it is shaped this way: the router records each change as it happens (`Store.record`, a list
-append) and `commit` writes one turn's changes in one transaction, in the order they were made, with
+Why it is shaped this way: the router records each change as it happens (router/journal.py: a named
+operation that owns its statement appends it to `Store.ops`) and `commit` writes one turn's changes in one transaction, in the order they were made, with
 one `executemany` per run of the same statement. The router commits before it sends the turn's
 acknowledgements, so a publisher's PUBACK/PUBREC and a SUBACK leave only once what they acknowledge is
 on disk; deliveries of QoS 0/1 go out before the commit, so a persistent subscriber's window does not
 wait for the disk (after a crash a copy may come again, which QoS 1 allows).
-Clean sessions are never recorded. `sync = "normal"` survives any crash of the broker's processes;
+Clean sessions are never recorded (the journal decides). `sync = "normal"` survives any crash of the broker's processes;
 `"full"` also survives a power loss (one fsync per commit).
 """
 
@@ -81,27 +81,6 @@ _MIGRATIONS = {  # a version -> the script that takes a store from it to the nex
     4: _TO_VERSION_5,  # the delayed wills of offline sessions are kept: the wills table, which _TABLES makes
 }
 
-# the statements `record` takes, by name
-SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)"
-SESSION_DELETE = "DELETE FROM sessions WHERE client_id = ?"
-SUBS_DELETE = "DELETE FROM subscriptions WHERE client_id = ?"
-MESSAGES_DELETE = "DELETE FROM messages WHERE client_id = ?"
-INCOMING_DELETE = "DELETE FROM incoming WHERE client_id = ?"
-SUB_SAVE = "INSERT OR REPLACE INTO subscriptions VALUES (?, ?, ?)"
-SUB_DELETE = "DELETE FROM subscriptions WHERE client_id = ? AND filter = ?"
-MESSAGE_SAVE = "INSERT OR REPLACE INTO messages (client_id, packet_id, seq, topic, payload, qos, retain, state, " \
-               "props, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-MESSAGE_STATE = "UPDATE messages SET state = ? WHERE client_id = ? AND packet_id = ?"
-MESSAGE_RELEASING = "UPDATE messages SET state = ?, payload = x'' WHERE client_id = ? AND packet_id = ?"
-MESSAGE_DELETE = "DELETE FROM messages WHERE client_id = ? AND packet_id = ?"
-INCOMING_SAVE = "INSERT OR IGNORE INTO incoming VALUES (?, ?)"
-INCOMING_DELETE_ONE = "DELETE FROM incoming WHERE client_id = ? AND packet_id = ?"
-RETAINED_SAVE = "INSERT OR REPLACE INTO retained VALUES (?, ?, ?, ?, ?)"
-RETAINED_DELETE = "DELETE FROM retained WHERE topic = ?"
-WILL_SAVE = "INSERT OR REPLACE INTO wills VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-WILL_DELETE = "DELETE FROM wills WHERE client_id = ?"
-
-
 class StoreError(Exception):
     """One line naming the file and what is wrong with it."""
 
@@ -116,11 +95,11 @@ class Loaded:
 
 
 class Store:
-    """The open database; `record` changes during a turn, `commit` them at its end."""
+    """The open database: the journal appends a turn's changes to `ops`, `commit` writes them at its end."""
 
     def __init__(self, data_dir: str, sync: str) -> None:
         self.path = os.path.join(data_dir, FILE_NAME)
-        self.ops: list[tuple[str, tuple]] = []
+        self.ops: list[tuple[str, tuple]] = []  # this turn's changes, as router/journal.py writes them
         if os.path.exists(data_dir) and not os.path.isdir(data_dir):
             raise StoreError(f"{data_dir}: not a directory")
         try:
@@ -174,10 +153,10 @@ class Store:
                     session.subs[topic_filter] = qos
             rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state, props, expiry "
                               "FROM messages ORDER BY seq")  # the rowid: read in order, nothing to sort
-            for client_id, pid, topic, payload, qos, retain, state, props, expiry in rows:
+            for client_id, pid, topic, payload, qos, retain, state, props, expires_at in rows:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
-                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state, props, expiry))
+                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state, props, expires_at))
             rows = db.execute("SELECT client_id, due, topic, payload, qos, retain, props, expiry FROM wills")
             for client_id, due, topic, payload, qos, retain, props, expiry in rows:
                 session = loaded.sessions.get(client_id)
@@ -196,18 +175,16 @@ class Store:
             raise StoreError(f"{self.path}: {_reason(exc)}") from None
         return loaded
 
-    def record(self, statement: str, args: tuple) -> None:
-        self.ops.append((statement, args))
-
     def commit(self) -> None:
         """Write the turn's changes in one transaction (a failure here stops the router: better a
         restart from the last commit than acknowledging what is not stored)."""
-        ops, self.ops = self.ops, []
+        ops = self.ops
         db = self.db
         db.execute("BEGIN")
         for statement, group in groupby(ops, key=lambda op: op[0]):
             db.executemany(statement, [args for _, args in group])
         db.execute("COMMIT")
+        ops.clear()  # the list itself stays: the journal appends to it
 
     def close(self) -> None:
         if self.ops:

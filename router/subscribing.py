@@ -11,14 +11,13 @@ import time
 import orjson
 
 from plexmq import grants
-from plexmq.router import store as db
 from plexmq import wire
+from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
-from plexmq.router.store import Store
 from plexmq.trie import SubscriptionTrie
 from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
 from plexmq.mqtt.topics import shared, valid_subscription
@@ -32,7 +31,7 @@ class Subscribing:
     groups: dict[str, SharedGroup]
     share_strategy: str
     retained: RetainedStore
-    store: Store | None
+    journal: Journal
     cache: dict
     routes: RouteTable
 
@@ -54,8 +53,7 @@ class Subscribing:
             new, added = self._subscribe(session, topic_filter, grant)
             placed = placed or added
             local.append([topic_filter, grant & 3 if topic_filter in session.local else -1])
-            if not session.clean and self.store is not None:
-                self.store.record(db.SUB_SAVE, (session.client_id, topic_filter, grant))
+            self.journal.subscription_added(session, topic_filter, grant)
             # retained messages are never sent to a shared subscription (MQTT 5, section 4.8.2)
             if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
                 identifier = grant >> grants.ID_SHIFT
@@ -84,8 +82,7 @@ class Subscribing:
                 codes.append(TOPIC_FILTER_INVALID)  # no subscription could exist: say why (MQTT 5)
             elif self._unsubscribe(session, topic_filter):
                 codes.append(0x00)
-                if not session.clean and self.store is not None:
-                    self.store.record(db.SUB_DELETE, (session.client_id, topic_filter))
+                self.journal.subscription_removed(session, topic_filter)
             else:
                 codes.append(NO_SUBSCRIPTION_EXISTED)  # (MQTT 5 tells the client)
         self.cache.clear()
