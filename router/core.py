@@ -3,7 +3,9 @@
 It owns the client-id registry, the subscription trie, retained messages and the persistent
 sessions. It never touches a socket: `main.py` feeds it frames and sends the batches it fills.
 This module holds the state, the frames in and out and the message path; the lives of sessions are
-in `router/lifecycle.py` and subscriptions in `router/subscribing.py` (parts of `Router`).
+in `router/lifecycle.py` and subscriptions in `router/subscribing.py` (parts of `Router`), a session's
+outbox (its QoS 1/2 queue, window and resend) in `router/outbox.py`, and every write to the store goes
+through `router/journal.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from plexmq.router.retain import RetainedStore
 from plexmq.router.links import Links
 from plexmq.router.routes import RouteTable
 from plexmq.router.deadlines import Deadlines
-from plexmq.router.sessions import QUEUED, RELEASING, SENT, Pending, Session, Share
+from plexmq.router.outbox import Outbox, Pending, Share
+from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.router.lifecycle import Lifecycle
 from plexmq.router.listing import ClientListing
@@ -96,10 +99,8 @@ class Router(Lifecycle, Subscribing):
         self.links = Links(link_timeout)
         self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
-        self.pending_limit = max_inflight + max_queued
-        self.max_bytes = max_queued_bytes
-        self.window = max_inflight
         self.journal = Journal(store)
+        self.outbox = Outbox(self.journal, max_inflight, max_inflight + max_queued, max_queued_bytes)
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
@@ -108,7 +109,6 @@ class Router(Lifecycle, Subscribing):
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.received = 0
         self.delivered = 0
-        self.dropped = 0
         self._handlers: dict[int, Callable[[bytes, bytes, bytes], None]] = {
             wire.HELLO: self._on_hello,
             wire.CONNECT: self._on_connect,
@@ -216,8 +216,8 @@ class Router(Lifecycle, Subscribing):
                         return  # a resend before PUBREL: received exactly once
                     self.journal.incoming_added(session, packet_id)
         if flags & wire.HAS_EXTRA:
-            props, expiry, start = wire.read_extra(header, _pub_head_size)
-            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expiry, (worker, conn))
+            props, expires_at, start = wire.read_extra(header, _pub_head_size)
+            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn))
         else:
             targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
         if flags & wire.MATCH_ASKED and not targets.matched:
@@ -287,28 +287,29 @@ class Router(Lifecycle, Subscribing):
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
+        outbox = self.outbox
         if stage == wire.ACK_DONE:
-            session.release(packet_id)
-            self.journal.message_done(session, packet_id)
-            if session.queued:
-                self._send_ready(session, self.out(worker))
-        elif session.releasing(packet_id):
-            self.journal.message_received(session, packet_id)
+            outbox.done(session, packet_id)
+            if session.queued:  # the window has room for what waited
+                outbox.send_ready(session, self.out(worker))
+        else:
+            outbox.received(session, packet_id)
 
-    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
+    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expires_at: int = 0,
                 source: tuple[bytes, int] | None = None) -> Targets:
         """A message from a client (or its will): counted, then routed; its subscribers."""
         self.received += 1
-        return self.route(topic, payload, qos, retain, props, expiry, source)
+        return self.route(topic, payload, qos, retain, props, expires_at, source)
 
-    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expiry: int = 0,
+    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expires_at: int = 0,
               source: tuple[bytes, int] | None = None) -> Targets:
         """Route one message to every matching subscriber (returned): matched once, one record per worker.
-        `props` and `expiry`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
+        The fields of a `Message`, in its order, not one: most messages are only passed on.
+        `props` and `expires_at`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
         `source`: the publishing connection (worker, conn), for no local."""
         if retain:
             name = topic.decode()
-            message = Message(topic, payload, qos, True, props, expiry)
+            message = Message(topic, payload, qos, True, props, expires_at)
             self.retained.put(name, message)
             self.journal.retained_set(name, message)
         targets = self.cache.get(topic)
@@ -316,8 +317,8 @@ class Router(Lifecycle, Subscribing):
             targets = self._match(topic)
         online = targets.online
         offline = targets.offline
-        head = wire.deliver_head(topic, qos, False, False, props, expiry)
-        keep = self._keep
+        head = wire.deliver_head(topic, qos, False, False, props, expires_at)
+        keep = self.outbox.keep
         for worker, clean_subs, persistent in online:
             subs = clean_subs
             if persistent:
@@ -325,7 +326,7 @@ class Router(Lifecycle, Subscribing):
                 for session, granted in persistent:
                     eff = granted if granted < qos else qos
                     if eff:
-                        pid = keep(session, topic, payload, eff, False, props, expiry)
+                        pid = keep(session, Pending(topic, payload, eff, False, props, expires_at))
                         if pid > 0:
                             parts.append(_pack_sub(session.conn, eff, pid))
                     else:
@@ -338,18 +339,18 @@ class Router(Lifecycle, Subscribing):
                 out.add(wire.DELIVER, head + subs, payload)
                 self.delivered += len(subs) // 7
         for session, matched in targets.special:
-            self._deliver_special(session, matched, topic, payload, qos, retain, props, expiry, source)
+            self._deliver_special(session, matched, topic, payload, qos, retain, props, expires_at, source)
         for group in targets.groups:
-            self._share(group, topic, payload, qos, retain, props, expiry)
+            self._share(group, topic, payload, qos, retain, props, expires_at)
         for session, matched in offline:
             if matched.__class__ is int and matched < 4:  # type: ignore[operator]
                 eff = matched if matched < qos else qos  # type: ignore[operator]
                 if eff:
-                    keep(session, topic, payload, eff, False, props, expiry)
+                    keep(session, Pending(topic, payload, eff, False, props, expires_at))
                 continue
             resolved = grants.resolve(matched, qos, retain, False)
             if resolved is not None and resolved[0]:
-                keep(session, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
+                keep(session, Pending(topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at))
         return targets
 
     def _match(self, topic: bytes) -> Targets:
@@ -385,7 +386,7 @@ class Router(Lifecycle, Subscribing):
         return targets
 
     def _deliver_special(self, session: Session, matched: Matched, topic: bytes, payload: bytes, qos: int,
-                         retain: bool, props: bytes, expiry: int, source: tuple[bytes, int] | None) -> None:
+                         retain: bool, props: bytes, expires_at: int, source: tuple[bytes, int] | None) -> None:
         """A message to an online subscriber with MQTT 5 subscription options or identifiers: its own
         record, with its QoS, retain flag and identifiers (none when no local leaves it out)."""
         resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn))
@@ -394,11 +395,11 @@ class Router(Lifecycle, Subscribing):
         out = self.out(session.worker)  # type: ignore[arg-type]
         if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
             out.hold()
-        self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expiry)
+        self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at)
         self.delivered += 1
 
     def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
-               expiry: int, exclude: Session | None = None, online_only: bool = False) -> bool:
+               expires_at: int, exclude: Session | None = None, online_only: bool = False) -> bool:
         """A message to one member of a shared subscription (`SharedGroup.pick`); its QoS 1/2 copy is
         numbered and kept by the router whatever the member's session, so that it can go to another
         member if this one disconnects before acknowledging it. False when no member could take it."""
@@ -413,95 +414,25 @@ class Router(Lifecycle, Subscribing):
         share: Share = (group, len(props))
         if session.worker is None:  # every member is offline: a persistent one keeps it
             if eff:
-                self._keep(session, topic, payload, eff, keep_retain, own_props, expiry, share)
+                self.outbox.keep(session, Pending(topic, payload, eff, keep_retain, own_props, expires_at, share))
             return True
         out = self.out(session.worker)
         if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
             out.hold()
-        if self._deliver_one(session, out, topic, payload, eff, keep_retain, own_props, expiry, share):
+        if self._deliver_one(session, out, topic, payload, eff, keep_retain, own_props, expires_at, share):
             self.delivered += 1
         return True
 
-    def _reshare(self, session: Session) -> None:
-        """The session's connection ended: what shared subscriptions gave it and it has not yet
-        acknowledged (PUBREC counts: the client has it) goes to another member, an online one
-        unless the session is clean (its copy would be lost); what no member takes stays."""
-        moving = [(pid, pending) for pid, pending in session.unacked.items()
-                  if pending.share is not None and pending.state != RELEASING]
-        for pid, pending in moving:
-            group, own = pending.share  # type: ignore[misc]
-            if self._share(group, pending.topic, pending.payload, pending.qos, pending.retain, pending.props[:own],
-                           pending.expires_at, exclude=session, online_only=not session.clean):
-                session.release(pid)
-                self.journal.message_done(session, pid)
-
     def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
-                     props: bytes, expiry: int, share: Share | None = None) -> bool:
+                     props: bytes, expires_at: int, share: Share | None = None) -> bool:
         """One message to one online session in a record of its own; a QoS 1/2 copy is kept and
         numbered by the router for a persistent session, and for any session when a shared
         subscription gave it (`share`). Whether it was written now (not queued, not dropped)."""
         pid = 0
         if qos and (not session.clean or share is not None):
-            pid = self._keep(session, topic, payload, qos, retain, props, expiry, share)
+            pid = self.outbox.keep(session, Pending(topic, payload, qos, retain, props, expires_at, share))
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.add(wire.DELIVER, wire.deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
+        out.add(wire.DELIVER, wire.deliver_head(topic, qos, retain, False, props, expires_at) + _pack_sub(session.conn, qos, pid),
                 payload)
         return True
-
-    # -- a persistent session's queue and window ---------------------------------------------------
-
-    def _resend(self, session: Session, out: wire.Batch) -> None:
-        """Send again what a persistent session has not acknowledged, in order, with original ids,
-        then what waited for it, as far as its window allows."""
-        for pid, pending in session.in_flight():
-            if pending.state == RELEASING:
-                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
-            else:
-                self._send_pending(session, out, pid, pending, dup=True)
-        self._send_ready(session, out)
-
-    def _send_ready(self, session: Session, out: wire.Batch) -> None:
-        """Send what waited for room in the session's window; what expired while it waited goes
-        (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
-        journal = self.journal
-        now = time.time()
-        while True:
-            expired = []
-            for pid, pending in session.ready(self.window):
-                if pending.expires_at and pending.expires_at <= now:
-                    expired.append(pid)
-                    continue
-                journal.message_sent(session, pid)
-                self._send_pending(session, out, pid, pending, dup=False)
-            if not expired:
-                return
-            for pid in expired:  # each took a place in the window: give it back, then look again
-                session.release(pid)
-                journal.message_done(session, pid)
-
-    def _keep(self, session: Session, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
-              expiry: int = 0, share: Share | None = None) -> int:
-        """Session.keep, stored (persistent sessions): the packet id to send it with now, 0 when it
-        waits, -1 when dropped."""
-        pid = session.keep(topic, payload, qos, retain, self.pending_limit, self.max_bytes, self.window, props, expiry,
-                           share)
-        if pid < 0:
-            self.dropped += 1
-            self._log_drops(session)
-        else:
-            stored = next(reversed(session.unacked))  # the packet id it was kept under
-            self.journal.message_kept(session, stored, session.unacked[stored])
-        return pid
-
-    @staticmethod
-    def _log_drops(session: Session) -> None:
-        now = time.monotonic()
-        if now - session.dropped_logged >= 60.0:
-            session.dropped_logged = now
-            log.warning("client %s: queue full, dropping messages (%d so far)", session.client_id, session.dropped)
-
-    @staticmethod
-    def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
-        out.add(wire.DELIVER, wire.deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
-                                            pending.expires_at) + _pack_sub(session.conn, pending.qos, pid), pending.payload)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plexmq.router.sessions import RELEASING, SENT
+from plexmq.router.outbox import RELEASING, SENT
 
 if TYPE_CHECKING:
     from plexmq.router.message import Message
-    from plexmq.router.sessions import Pending, Session, Will
+    from plexmq.router.outbox import Pending
+    from plexmq.router.sessions import Session, Will
     from plexmq.router.store import Store
 
 _SESSION_SAVE = "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)"

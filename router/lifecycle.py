@@ -18,6 +18,7 @@ from plexmq.router.deadlines import Deadlines
 from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
+from plexmq.router.outbox import Outbox
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
 
@@ -31,6 +32,7 @@ class Lifecycle:
     by_conn: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
     journal: Journal
+    outbox: Outbox
     expiration: float
     reports: dict[str, dict]
     listings: dict[int, ClientListing]
@@ -177,7 +179,7 @@ class Lifecycle:
                 # so no id is left waiting for a release (else the next message with it is dropped)
                 session.incoming = ()
                 self.journal.incoming_cleared(session)
-            self._resend(session, out)
+            self.outbox.resend(session, out)
 
     def _take_over(self, old: Session, worker: bytes, conn: int, header: bytes, payload: bytes) -> None:
         """A connection on `worker` resumes a session that is live on another worker, which has been
@@ -231,7 +233,7 @@ class Lifecycle:
         """The session's connection ended: publish its will if asked, keep it only if persistent, and
         let a connection that waited to take it over (`_take_over`) have it."""
         if session.unacked:
-            self._reshare(session)
+            self.outbox.reshare(session, self._share)
         key = (session.worker, session.conn)
         del self.by_conn[key]  # type: ignore[index]
         will = session.will

@@ -206,8 +206,8 @@ def apply_reload(router: Router, path: str) -> float | None:
         log.error("router cannot reload its settings: %s", exc)
         return None
     logging.getLogger().setLevel(config["log_level"].upper())
-    router.pending_limit = config["max_inflight"] + config["max_queued_messages"]
-    router.max_bytes = config["max_queued_bytes"]
+    router.outbox.limit = config["max_inflight"] + config["max_queued_messages"]
+    router.outbox.max_bytes = config["max_queued_bytes"]
     router.expiration = parse_duration(config["persistent_client_expiration"] or "0")
     log.info("router reloaded its settings")
     return router.expiration

@@ -51,7 +51,7 @@ class Stats:
             # with the messages workers delivered themselves (router/routes.py)
             "received": router.received + totals["local_received"],
             "sent": router.delivered + totals["local_sent"],
-            "routed_dropped": router.dropped,
+            "routed_dropped": router.outbox.dropped,
             "subscriptions": sum(len(s.subs) for s in sessions),
             "session_queued": sum(len(s.unacked) for s in sessions),
             "retained": len(router.retained),

@@ -20,7 +20,8 @@ from itertools import groupby
 
 from plexmq.files import private_dir, private_file
 from plexmq.router.message import Message
-from plexmq.router.sessions import QUEUED, Pending, Session, Will
+from plexmq.router.outbox import Pending, restore
+from plexmq.router.sessions import Session, Will
 
 SCHEMA_VERSION = 5
 FILE_NAME = "plexmq.db"
@@ -156,7 +157,7 @@ class Store:
             for client_id, pid, topic, payload, qos, retain, state, props, expires_at in rows:
                 session = loaded.sessions.get(client_id)
                 if session is not None:
-                    _restore(session, pid, Pending(topic, payload, qos, bool(retain), state, props, expires_at))
+                    restore(session, pid, Pending(topic, payload, qos, bool(retain), props, expires_at), state)
             rows = db.execute("SELECT client_id, due, topic, payload, qos, retain, props, expiry FROM wills")
             for client_id, due, topic, payload, qos, retain, props, expiry in rows:
                 session = loaded.sessions.get(client_id)
@@ -190,15 +191,6 @@ class Store:
         if self.ops:
             self.commit()
         self.db.close()
-
-
-def _restore(session: Session, pid: int, pending: Pending) -> None:
-    """Put a stored message back in its session's order; the next new packet id follows the newest."""
-    session.unacked[pid] = pending
-    session.bytes += len(pending.payload)
-    if pending.state == QUEUED:
-        session.enqueue(pid)
-    session.next_pid = pid % 65535 + 1
 
 
 def _reason(exc: BaseException) -> str:
