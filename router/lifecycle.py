@@ -154,6 +154,8 @@ class Lifecycle:
         session = old if present else Session(client_id, clean)
         if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
             session.next_pid = (resume - 1) % 65535 + 1
+        if present and clean and not session.clean:  # resumed with session expiry 0: it ends with this connection
+            self.journal.session_dropped(session)
         session.clean = clean
         session.expiry = expiry
         self.sessions[client_id] = session

@@ -811,6 +811,32 @@ def test_clean_sessions_leave_nothing_behind_a_restart(brokers: Brokers, tmp_pat
     disconnect(pub)
 
 
+def test_a_v5_session_resumed_with_expiry_0_leaves_nothing_behind_a_restart(brokers: Brokers, tmp_path: Path) -> None:
+    """A stored session taken up again by a 5.0 CONNECT with clean start 0 and session expiry 0 ends
+    with that connection: nothing of it is in the store for a restarted router."""
+    data = tmp_path / "data"
+    b = brokers.start(data)
+    cid = f"cs5-{uid()}"
+    c = RawClient(b.port)
+    assert c.connect5(cid, properties={P.SESSION_EXPIRY_INTERVAL: 3600})[:2] == (False, 0)
+    c.send(v5.encode_subscribe(1, [(f"dur/cs5/{cid}", 1)]))
+    assert c.recv()[0] == 0x90  # the SUBACK: the session is stored
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    c = RawClient(b.port)
+    assert c.connect5(cid, clean_start=False)[:2] == (True, 0)  # present, and now without an expiry
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+    brokers.kill_whole(b)
+
+    b = brokers.start(data)
+    c = RawClient(b.port)
+    assert c.connect5(cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 3600})[:2] == (False, 0), \
+        "a session that ended with its connection came back after the restart"
+    c.send(v5.encode_disconnect())
+    c.read_until_closed()
+
+
 # -- 7. MQTT 5: a session with an expiry interval, messages with properties and an expiry ----------------
 
 
