@@ -31,10 +31,9 @@ from plexmq.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
-_pack_sub = wire.SUBSCRIBER.pack
-_unpack_pub = wire.PUB_HEAD.unpack_from
-_unpack_count = wire.COUNT.unpack_from
-_unpack_run = wire.PUB0_HEAD.unpack_from
+_pack_sub = wire.pack_subscriber
+_unpack_pub = wire.unpack_pub
+_unpack_run = wire.unpack_pub0
 _run_size = wire.PUB0_HEAD.size
 _pub_head_size = wire.PUB_HEAD.size
 
@@ -86,7 +85,7 @@ class Router(Lifecycle, Subscribing):
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
-        self.batches: dict[bytes, wire.Batch] = {}
+        self.batches: dict[bytes, wire.ToWorker] = {}
         # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records, then the positions among those PUBs
         # of the ones that asked whether they matched and did not] not yet confirmed (ROUTED)
         self.routed: dict[bytes, list[int]] = {}
@@ -151,10 +150,10 @@ class Router(Lifecycle, Subscribing):
 
     # -- frames in, batches out ---------------------------------------------------------------
 
-    def out(self, worker: bytes) -> wire.Batch:
+    def out(self, worker: bytes) -> wire.ToWorker:
         batch = self.batches.get(worker)
         if batch is None:
-            batch = self.batches[worker] = wire.Batch()
+            batch = self.batches[worker] = wire.ToWorker()
         return batch
 
     def handle_frame(self, worker: bytes, frame: bytes) -> None:
@@ -181,7 +180,7 @@ class Router(Lifecycle, Subscribing):
             # elsewhere is not woken for them every turn
             if counts[0] or out or now - self.confirmed_at.get(worker, 0.0) >= CONFIRM_INTERVAL:
                 out.hold()
-                out.add(wire.ROUTED, wire.routed(counts))
+                out.routed(counts)
                 self.confirmed_at[worker] = now
                 del self.routed[worker]
         routes = self.routes
@@ -258,9 +257,9 @@ class Router(Lifecycle, Subscribing):
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
             out = self.out(dest.worker)
-            for kind, pending in zip((wire.DELIVER_RAW, wire.DELIVER_RAW_V5), dest.pending):
+            for form, pending in enumerate(dest.pending):
                 if pending:
-                    out.add(kind, dest.subs, b"".join(pending))
+                    out.deliver_raw(dest.subs, b"".join(pending), form)
                     pending.clear()
             self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
             dest.count = 0
@@ -275,17 +274,17 @@ class Router(Lifecycle, Subscribing):
         return counts
 
     def _on_routes_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        self.routes.acknowledged(worker, _unpack_count(header)[0])
+        self.routes.acknowledged(worker, wire.RoutesAck.decode(header).gen)
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id = wire.CONN_PID.unpack(header)
+        conn, packet_id = wire.Rel.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is not None and session.released(packet_id):
             if not session.clean and self.store is not None:
                 self.store.record(db.INCOMING_DELETE_ONE, (session.client_id, packet_id))
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, stage = wire.ACK_HEAD.unpack(header)
+        conn, packet_id, stage = wire.unpack_ack(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
@@ -342,7 +341,7 @@ class Router(Lifecycle, Subscribing):
                 out = self.out(worker)
                 if qos == 2:  # delivered only once its PUBREC could be sent: the publisher will not send it again
                     out.hold()
-                out.add(wire.DELIVER, head + subs, payload)
+                out.deliver(head, subs, payload)
                 self.delivered += len(subs) // 7
         for session, matched in targets.special:
             self._deliver_special(session, matched, topic, payload, qos, retain, props, expiry, source)
@@ -444,7 +443,7 @@ class Router(Lifecycle, Subscribing):
                 if store is not None:
                     store.record(db.MESSAGE_DELETE, (session.client_id, pid))
 
-    def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
+    def _deliver_one(self, session: Session, out: wire.ToWorker, topic: bytes, payload: bytes, qos: int, retain: bool,
                      props: bytes, expiry: int, share: Share | None = None) -> bool:
         """One message to one online session in a record of its own; a QoS 1/2 copy is kept and
         numbered by the router for a persistent session, and for any session when a shared
@@ -454,23 +453,22 @@ class Router(Lifecycle, Subscribing):
             pid = self._keep(session, topic, payload, qos, retain, props, expiry, share)
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.add(wire.DELIVER, wire.deliver_head(topic, qos, retain, False, props, expiry) + _pack_sub(session.conn, qos, pid),
-                payload)
+        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expiry), _pack_sub(session.conn, qos, pid), payload)
         return True
 
     # -- a persistent session's queue and window ---------------------------------------------------
 
-    def _resend(self, session: Session, out: wire.Batch) -> None:
+    def _resend(self, session: Session, out: wire.ToWorker) -> None:
         """Send again what a persistent session has not acknowledged, in order, with original ids,
         then what waited for it, as far as its window allows."""
         for pid, pending in session.in_flight():
             if pending.state == RELEASING:
-                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
+                out.resend_rel(session.conn, pid)
             else:
                 self._send_pending(session, out, pid, pending, dup=True)
         self._send_ready(session, out)
 
-    def _send_ready(self, session: Session, out: wire.Batch) -> None:
+    def _send_ready(self, session: Session, out: wire.ToWorker) -> None:
         """Send what waited for room in the session's window; what expired while it waited goes
         (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
         store = self.store if not session.clean else None
@@ -515,6 +513,6 @@ class Router(Lifecycle, Subscribing):
             log.warning("client %s: queue full, dropping messages (%d so far)", session.client_id, session.dropped)
 
     @staticmethod
-    def _send_pending(session: Session, out: wire.Batch, pid: int, pending: Pending, dup: bool) -> None:
-        out.add(wire.DELIVER, wire.deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props,
-                                            pending.expiry) + _pack_sub(session.conn, pending.qos, pid), pending.payload)
+    def _send_pending(session: Session, out: wire.ToWorker, pid: int, pending: Pending, dup: bool) -> None:
+        out.deliver(wire.deliver_head(pending.topic, pending.qos, pending.retain, dup, pending.props, pending.expiry),
+                    _pack_sub(session.conn, pending.qos, pid), pending.payload)
