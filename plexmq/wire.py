@@ -21,6 +21,13 @@ from typing import Iterator, NamedTuple
 
 import orjson
 
+# The version of this protocol, which HELLO carries: the router refuses a worker (a node on another
+# host) of another version, and tells it so with REFUSED. Bump it with any change a peer of the other
+# version would misread: a record's kind number, fields, their order or encoding, a struct, a new
+# record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
+# (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
+PROTOCOL = 1
+
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
 HELLO = 1  # Hello: opens a join (seq 0); the live connections are registered again by the records right after it
@@ -54,6 +61,7 @@ DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are t
 ROUTES = 31  # Routes: who serves each filter (router/routes.py); answer ROUTES_ACK
 REJOIN = 32  # Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
 BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
+REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -138,6 +146,7 @@ def read_extra(header: bytes, pos: int) -> tuple[bytes, int, int]:
 class Hello(NamedTuple):
     """HELLO, an orjson object."""
 
+    protocol: int  # PROTOCOL of the worker's plexmq
     worker: int
     node: str  # "": all-in-one
     address: str  # what the router's listings show for a node
@@ -149,7 +158,12 @@ class Hello(NamedTuple):
 
     @classmethod
     def decode(cls, header: bytes) -> Hello:
-        return cls(**orjson.loads(header))
+        """A HELLO of another version is read only as far as its refusal names it (none from before
+        versions were sent: 0)."""
+        fields = orjson.loads(header)
+        if fields.get("protocol") != PROTOCOL:
+            return cls(fields.get("protocol", 0), fields.get("worker", 0), fields.get("node", ""), "", 0, [])
+        return cls(**fields)
 
 
 class Connect(NamedTuple):
@@ -453,6 +467,23 @@ class Rejoin(NamedTuple):
         return cls._make(COUNT.unpack(header))
 
 
+class Refused(NamedTuple):
+    """REFUSED, COUNT."""
+
+    protocol: int  # the router's PROTOCOL
+
+    def encode(self) -> bytes:
+        return COUNT.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Refused:
+        return cls._make(COUNT.unpack(header))
+
+
+class ProtocolMismatch(Exception):
+    """A HELLO of another protocol version: nothing after it in its frame is read."""
+
+
 # -- framing ------------------------------------------------------------------------------------------
 
 
@@ -560,6 +591,10 @@ class ToWorker(Batch):
 
     def beat(self) -> None:
         self.add(BEAT, b"")
+
+    def refused(self) -> None:
+        """The worker's HELLO was of another protocol version: this router's goes back."""
+        self.add(REFUSED, Refused(PROTOCOL).encode())
 
 
 def identity(node: str, worker_id: int) -> bytes:

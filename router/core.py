@@ -158,10 +158,13 @@ class Router(Lifecycle, Subscribing):
 
     def handle_frame(self, worker: bytes, frame: bytes) -> None:
         handlers = self._handlers
-        for kind, header, payload in wire.records(frame):
-            if kind != wire.PUB0 and kind != wire.PUB0_V5 and self.raw_dirty:
-                self._flush_raw()  # keep every worker's records in the order they were caused
-            handlers[kind](worker, header, payload)
+        try:
+            for kind, header, payload in wire.records(frame):
+                if kind != wire.PUB0 and kind != wire.PUB0_V5 and self.raw_dirty:
+                    self._flush_raw()  # keep every worker's records in the order they were caused
+                handlers[kind](worker, header, payload)
+        except wire.ProtocolMismatch:
+            pass  # refused (Lifecycle._on_hello): what follows its HELLO is not read
 
     def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
         """This turn's frames, (worker, now, later), led by the route table's changes (ROUTES), with

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from plexmq.router import store as db
 from plexmq import wire
@@ -46,6 +47,8 @@ class Lifecycle:
         again by the records that follow (the same path as after a router restart)."""
         hello = wire.Hello.decode(header)
         link = self.links.links[worker]
+        if hello.protocol != wire.PROTOCOL:
+            self._refuse_link(worker, hello)
         if link.pid and link.pid != hello.pid:
             log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello.pid)
         link.worker_id, link.node, link.address, link.pid = hello.worker, hello.node, hello.address, hello.pid
@@ -59,6 +62,18 @@ class Lifecycle:
         self._forget_takeovers(worker, lambda conn: conn not in live)
         for session in sessions:
             self._disconnect(session, publish_will=session.conn not in live)
+
+    def _refuse_link(self, worker: bytes, hello: wire.Hello) -> NoReturn:
+        """A worker (a node's, on another host) that speaks another protocol version: none of its
+        records is read, it is told this router's version (REFUSED: it stops), and whatever an earlier
+        join of its left here ends as if it had died (one log line, with both versions)."""
+        link = self.links.links[worker]
+        link.worker_id, link.node = hello.worker, hello.node
+        self.links.drop(worker)
+        self.worker_lost(worker, f"speaks link protocol {hello.protocol}, this router {wire.PROTOCOL} (run the same "
+                                 "plexmq version on both), refused")
+        self.out(worker).refused()
+        raise wire.ProtocolMismatch
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
         return [session for (w, _conn), session in self.by_conn.items() if w == worker]

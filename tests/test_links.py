@@ -119,7 +119,7 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
         peer.setsockopt(zmq.LINGER, 0)
         peer.connect(endpoint.group(1))  # type: ignore[union-attr]
         hello = wire.Batch()
-        hello.add(wire.HELLO, wire.Hello(9, "", "", 1, []).encode())
+        hello.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 9, "", "", 1, []).encode())
         peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))
         assert peer.poll(5000), "the router did not answer the HELLO"
         peer.recv_multipart()  # the whole route table: the peer is joined, and acknowledges nothing

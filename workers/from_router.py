@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from plexmq import wire
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
+from plexmq.process import LINK_REFUSED
 from plexmq.workers.states import CLOSED, CONNECTED
 
 if TYPE_CHECKING:
@@ -170,6 +171,16 @@ def beat(worker: Worker, header: bytes, payload: bytes) -> None:
     """BEAT: nothing to do; its frame counts (a lost one before it shows as a gap)."""
 
 
+def refused(worker: Worker, header: bytes, payload: bytes) -> None:
+    """REFUSED: the router speaks another protocol version (this worker is a node's, on another
+    host): say both, and stop with LINK_REFUSED, which stops the node (acceptor/supervisor.py)."""
+    theirs = wire.Refused.decode(header).protocol
+    log.critical("the router speaks link protocol %d, this node %d: run the same plexmq version on both", theirs,
+                 wire.PROTOCOL)
+    worker.exit_status = LINK_REFUSED
+    worker.loop.call_soon(worker.stop)  # not within the link's drain: stopping closes its socket
+
+
 HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.DELIVER_RAW: deliver_raw,
     wire.DELIVER_RAW_V5: deliver_raw_v5,
@@ -185,4 +196,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.LIST_CLIENTS: list_clients,
     wire.REJOIN: rejoin,
     wire.BEAT: beat,
+    wire.REFUSED: refused,
 }

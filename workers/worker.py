@@ -126,6 +126,7 @@ class Worker:
         self.reported_at = -LOAD_REPORT_INTERVAL
         self.report_pending = False
         self.stopped = False
+        self.exit_status = 0  # the process's: LINK_REFUSED when the router speaks another link protocol
         loop.add_reader(channel.fileno(), self._channel_readable)
         loop.call_at(math.floor(loop.time()) + 1.0, self._tick)
         loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
@@ -410,7 +411,7 @@ class Worker:
         self._report_load()
 
     def _hello(self, live: list[int]) -> wire.Hello:
-        return wire.Hello(self.worker_id, self.node, self.address, os.getpid(), live)
+        return wire.Hello(wire.PROTOCOL, self.worker_id, self.node, self.address, os.getpid(), live)
 
     def rejoin(self, why: str) -> None:
         """The router does not take this join any more (it restarted, frames were lost on the link,
@@ -600,3 +601,4 @@ def main() -> None:
         worker.reload()
     log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
     loop.run_forever()
+    sys.exit(worker.exit_status)
