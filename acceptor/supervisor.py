@@ -2,7 +2,8 @@
 
 Children are fresh interpreters (`python -m plexmq.router`, `python -m plexmq.workers`) that read their config from
 the environment; each dies with the acceptor (PR_SET_PDEATHSIG), so no orphan survives even a SIGKILL.
-A child that dies is restarted at once and the reason logged; one that keeps dying stops the broker.
+A child that dies is restarted at once and the reason logged; one that keeps dying stops the broker, and
+so does one whose exit status says that a restart would not help (STORE_FAILED, LINK_REFUSED).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable
 
 import orjson
 
-from plexmq.process import CONFIG_ENV, STORE_FAILED
+from plexmq.process import CONFIG_ENV, LINK_REFUSED, STORE_FAILED
 from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
@@ -107,6 +108,9 @@ class Supervisor:
                 continue
             if child.worker_id is None and child.proc.returncode == STORE_FAILED:
                 self.on_give_up("the router cannot open its store (see the line above)")
+                return
+            if child.worker_id is not None and child.proc.returncode == LINK_REFUSED:
+                self.on_give_up(f"the router refused {child.name}'s link (see the line above)")
                 return
             now = time.monotonic()
             child.crashes.append(now)

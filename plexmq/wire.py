@@ -1,54 +1,67 @@
-"""The messages workers and the router exchange: one ZeroMQ message per peer per loop turn.
+"""The worker↔router link protocol: every record, its kind number, its fields and how they are
+encoded and decoded, in this one module (docs/architecture.md §3).
 
-A message is two frames: the `LINK` tag (join, seq) that lets each end notice a lost or restarted
+A message is two ZeroMQ frames: the `LINK` tag (join, seq) that lets each end notice a lost or restarted
 peer (router/links.py), then the records.
 
 A frame is a run of records. Each record is `<BII` (kind, header length, payload length), then the
-header, then the payload bytes copied raw. Hot records (PUB, DELIVER, ROUTED, ACK, REL, GONE, KICK)
-have struct headers; rare control records (CONNECT, SESSION, SUBSCRIBE ...) carry an orjson header.
-The router owns this protocol; workers import it (DESIGN.md: acceptor -> workers -> router).
+header, then the payload bytes copied raw. Records on the message path (PUB, PUB0, ACK, DELIVER,
+DELIVER_RAW, ROUTED) have struct headers, packed and unpacked where they are sent and handled with
+the struct methods named beside them here, so that no call is added per message. Every other record
+is a NamedTuple below with `encode()` and `decode()`: a struct (REL, GONE, KICK ...) or an orjson
+list or object (CONNECT, SESSION, SUBSCRIBE ...). One sender per record: `workers/link.py: RouterLink`
+for the worker's, `ToWorker` below for the router's; records from the router are handled in
+`workers/from_router.py`, records from a worker in `Router._handlers` (router/core.py).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator
+from typing import Iterator, NamedTuple
 
 import orjson
 
+# The version of this protocol, which HELLO carries: the router refuses a worker (a node on another
+# host) of another version, and tells it so with REFUSED. Bump it with any change a peer of the other
+# version would misread: a record's kind number, fields, their order or encoding, a struct, a new
+# record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
+# (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
+PROTOCOL = 1
+
+# -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
-HELLO = 1  # orjson {"worker": n, "node": name, "address", "pid", "live": [conn, ...]}: opens a join (seq 0); the live connections are registered again right after it
-CONNECT = 2  # orjson [conn, client_id, clean, username, will_topic|None, will_qos, will_retain, resume (0, or next pid: the worker sent the CONNACK itself, answer no SESSION), fresh]; payload: will payload
-SUBSCRIBE = 3  # orjson [conn, packet_id (0: registered again after a router restart, not answered), [[filter, qos, or the reason code >= 0x80 it was refused with], ...]]
-UNSUBSCRIBE = 4  # orjson [conn, packet_id, [filter, ...]]
-PUB = 5  # PUB_HEAD (conn, packet_id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
-ACK = 6  # ACK_HEAD (conn, packet_id, stage): a persistent session's subscriber acknowledged
-REL = 7  # CONN_PID (conn, packet_id): the client released an incoming QoS 2 message (PUBREL)
-GONE = 8  # GONE_HEAD (conn, publish_will)
-STATS = 10  # orjson {"id": label(), "node", "pid", "clients", "dropped", "denied", "refused", "auth_failures", "queued", "shed", "cpu", "rss"}
-CLIENTS = 11  # orjson {"id": request, "worker": label(), "clients": [[client_id, peer, keepalive, queued, inflight, persistent]]}
-SESSION_EXPIRY = 12  # SESSION_EXPIRY_HEAD: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
+HELLO = 1  # Hello: opens a join (seq 0); the live connections are registered again by the records right after it
+CONNECT = 2  # Connect; payload: the will's payload
+SUBSCRIBE = 3  # Subscribe
+UNSUBSCRIBE = 4  # Unsubscribe
+PUB = 5  # PUB_HEAD (conn, packet id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
+ACK = 6  # ACK_HEAD (conn, packet id, stage): a persistent session's subscriber acknowledged
+REL = 7  # Rel: the client released an incoming QoS 2 message (PUBREL)
+GONE = 8  # Gone
 PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
+STATS = 10  # Stats: once a second
+CLIENTS = 11  # Clients: the answer to LIST_CLIENTS
+SESSION_EXPIRY = 12  # SessionExpiry: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
+ROUTES_ACK = 14  # RoutesAck: the worker has applied the ROUTES of this generation
 BYE = 15  # nothing: a node's worker is stopping and has closed its clients: taken for dead at once (wills out)
-KICKED = 16  # CONN: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
+KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
 # router -> worker
-SESSION = 20  # orjson [conn, session_present, [[filter, grant], ...] of a present session (its worker judges them against the ACL)]
-SUBACK = 21  # orjson [conn, packet_id, [code, ...], [[filter, QoS its worker serves it with, or -1: the router does], ...]]
-UNSUBACK = 22  # CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed)
-ROUTED = 23  # u32 counts (`routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched no subscription
+SESSION = 20  # Session: the answer to a CONNECT
+SUBACK = 21  # Suback
+UNSUBACK = 22  # Unsuback
+ROUTED = 23  # u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched no subscription
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
-RESEND_REL = 25  # CONN_PID: resend PUBREL for an outgoing QoS 2 message after a reconnect
-KICK = 26  # CONN: close this connection now (taken over); the router has dealt with its will
-LIST_CLIENTS = 28  # orjson {"id": request, "filter": text}: answer with CLIENTS
-CLOSE = 29  # CONN: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
+RESEND_REL = 25  # ResendRel: resend PUBREL for an outgoing QoS 2 message after a reconnect
+KICK = 26  # Kick: close this connection now (taken over); the router has dealt with its will
 DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
+LIST_CLIENTS = 28  # ListClients: answer with CLIENTS
+CLOSE = 29  # Close: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
-REJOIN = 32  # COUNT (join): the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
+ROUTES = 31  # Routes: who serves each filter (router/routes.py); answer ROUTES_ACK
+REJOIN = 32  # Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
 BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
-ROUTES = 31  # orjson [generation, whole, [[filter, [place, ...]], ...]]: who serves each filter (router/routes.py); answer ROUTES_ACK
-# worker -> router
-ROUTES_ACK = 14  # COUNT: the worker has applied the ROUTES of this generation
+REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -67,22 +80,411 @@ HAS_EXTRA = 0x10  # in the flags of PUB and DELIVER
 MATCH_ASKED = 0x20
 EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 
+# -- structs, and the hot records' pack/unpack (the struct's own methods: no call added) -------------
 LINK = struct.Struct("<IQ")  # join, seq
-RECORD = struct.Struct("<BII")
-PUB_HEAD = struct.Struct("<IHB")  # flags: qos | retain << 2 | HAS_EXTRA
-ACK_HEAD = struct.Struct("<IHB")
-CONN_PID = struct.Struct("<IH")
-GONE_HEAD = struct.Struct("<IB")
+RECORD = struct.Struct("<BII")  # kind, header length, payload length
+PUB_HEAD = struct.Struct("<IHB")  # conn, packet id, flags: qos | retain << 2 | HAS_EXTRA | MATCH_ASKED
+pack_pub, unpack_pub = PUB_HEAD.pack, PUB_HEAD.unpack_from
+PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
+pack_pub0, unpack_pub0 = PUB0_HEAD.pack, PUB0_HEAD.unpack_from
+ACK_HEAD = struct.Struct("<IHB")  # conn, packet id, stage (ACK_DONE, ACK_RECEIVED)
+pack_ack, unpack_ack = ACK_HEAD.pack, ACK_HEAD.unpack
+DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA; topic length
+unpack_deliver = DELIVER_HEAD.unpack_from  # packed by `deliver_head`
+SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
+pack_subscriber, iter_subscribers = SUBSCRIBER.pack, SUBSCRIBER.iter_unpack
+CONN_PID = struct.Struct("<IH")  # conn, packet id
+GONE_HEAD = struct.Struct("<IB")  # conn, publish the will
 CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
-PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
-DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA
-SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
 
 _pack_record = RECORD.pack
 _unpack_record = RECORD.unpack_from
 _record_size = RECORD.size
+
+
+def pub_flags(qos: int, retain: bool, dup: bool = False) -> int:
+    return qos | (retain << 2) | (dup << 3)
+
+
+def deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, expiry: int) -> bytes:
+    """A DELIVER record's header up to its subscribers."""
+    flags = pub_flags(qos, retain, dup)
+    if props or expiry:
+        return DELIVER_HEAD.pack(flags | HAS_EXTRA, len(topic)) + topic + extra(props, expiry)
+    return DELIVER_HEAD.pack(flags, len(topic)) + topic
+
+
+def pack_routed(counts: list[int]) -> bytes:
+    """A ROUTED header: QoS 1/2 PUBs, PUB and PUB0 records, then the positions of the unmatched PUBs that asked."""
+    return struct.pack(f"<{len(counts)}I", *counts)
+
+
+def read_routed(header: bytes) -> tuple[int, int, tuple[int, ...]]:
+    """(QoS 1/2 PUBs, PUB and PUB0 records, positions of those PUBs that matched nobody) of a ROUTED."""
+    counts = struct.unpack(f"<{len(header) // 4}I", header)
+    return counts[0], counts[1], counts[2:]
+
+
+def extra(props: bytes, expiry: int) -> bytes:
+    """What follows the topic of a message with properties or an expiry (set HAS_EXTRA in its flags)."""
+    return EXTRA.pack(expiry, len(props)) + props
+
+
+def read_extra(header: bytes, pos: int) -> tuple[bytes, int, int]:
+    """(properties, expiry, position after them) of the EXTRA at header[pos]."""
+    expiry, length = EXTRA.unpack_from(header, pos)
+    start = pos + EXTRA.size
+    return header[start:start + length], expiry, start + length
+
+
+# -- the other records: one class each, its fields in the order they are sent -----------------------
+# worker -> router
+
+
+class Hello(NamedTuple):
+    """HELLO, an orjson object."""
+
+    protocol: int  # PROTOCOL of the worker's plexmq
+    worker: int
+    node: str  # "": all-in-one
+    address: str  # what the router's listings show for a node
+    pid: int
+    live: list[int]  # the worker's live connections: its other sessions end with their wills
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    @classmethod
+    def decode(cls, header: bytes) -> Hello:
+        """A HELLO of another version is read only as far as its refusal names it (none from before
+        versions were sent: 0)."""
+        fields = orjson.loads(header)
+        if fields.get("protocol") != PROTOCOL:
+            return cls(fields.get("protocol", 0), fields.get("worker", 0), fields.get("node", ""), "", 0, [])
+        return cls(**fields)
+
+
+class Connect(NamedTuple):
+    """CONNECT, an orjson list: a connection claims its client id (and the session)."""
+
+    conn: int
+    client_id: str
+    clean: bool  # the session ends with the connection (3.1.1 clean session, 5.0 session expiry 0)
+    username: str | None
+    will_topic: str | None
+    will_qos: int
+    will_retain: bool
+    # 0, or the first packet id past those the worker still has in flight: it has sent the CONNACK
+    # itself (a new clean session's connection, or one registered again after a router restart), no SESSION
+    resume: int
+    fresh: bool  # an earlier session is discarded (3.1.1 clean session, 5.0 clean start)
+    expiry: int  # seconds the session outlives the connection (5.0; -1: persistent_client_expiration)
+    will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Connect:
+        return cls._make(orjson.loads(header))
+
+
+class Subscribe(NamedTuple):
+    """SUBSCRIBE, an orjson list."""
+
+    conn: int
+    packet_id: int  # 0: registered again after a router restart, not answered
+    filters: list[list]  # [filter, grant (plexmq/grants.py), or the reason code >= 0x80 the worker refused it with]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Subscribe:
+        return cls._make(orjson.loads(header))
+
+
+class Unsubscribe(NamedTuple):
+    """UNSUBSCRIBE, an orjson list."""
+
+    conn: int
+    packet_id: int
+    filters: list[str]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Unsubscribe:
+        return cls._make(orjson.loads(header))
+
+
+class Rel(NamedTuple):
+    """REL, CONN_PID."""
+
+    conn: int
+    packet_id: int
+
+    def encode(self) -> bytes:
+        return CONN_PID.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Rel:
+        return cls._make(CONN_PID.unpack(header))
+
+
+class Gone(NamedTuple):
+    """GONE, GONE_HEAD: the connection closed."""
+
+    conn: int
+    publish_will: bool
+
+    def encode(self) -> bytes:
+        return GONE_HEAD.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Gone:
+        conn, publish_will = GONE_HEAD.unpack(header)
+        return cls(conn, bool(publish_will))
+
+
+class SessionExpiry(NamedTuple):
+    """SESSION_EXPIRY, SESSION_EXPIRY_HEAD (GONE follows)."""
+
+    conn: int
+    expiry: int  # seconds the session outlives the connection (0: it ends with it)
+
+    def encode(self) -> bytes:
+        return SESSION_EXPIRY_HEAD.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> SessionExpiry:
+        return cls._make(SESSION_EXPIRY_HEAD.unpack(header))
+
+
+class Stats(NamedTuple):
+    """STATS, an orjson object: a worker's counters, which the router publishes as $SYS and serves to
+    Prometheus (router/stats.py reads them as a dict)."""
+
+    id: str  # the worker's label()
+    node: str
+    pid: int
+    clients: int
+    dropped: int
+    denied: int
+    withheld: int
+    refused: int
+    auth_failures: int
+    queued: int
+    protocols: dict[str, int]  # connected clients per MQTT version
+    shed: int
+    cpu: float
+    rss: int
+    local_received: int
+    local_sent: int
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    @classmethod
+    def decode(cls, header: bytes) -> Stats:
+        return cls(**orjson.loads(header))
+
+
+class Clients(NamedTuple):
+    """CLIENTS, an orjson object: the answer to LIST_CLIENTS."""
+
+    id: int  # the request's
+    worker: str  # the worker's label()
+    clients: list[list]  # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    @classmethod
+    def decode(cls, header: bytes) -> Clients:
+        return cls(**orjson.loads(header))
+
+
+class RoutesAck(NamedTuple):
+    """ROUTES_ACK, COUNT."""
+
+    gen: int
+
+    def encode(self) -> bytes:
+        return COUNT.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> RoutesAck:
+        return cls._make(COUNT.unpack(header))
+
+
+class Kicked(NamedTuple):
+    """KICKED, CONN."""
+
+    conn: int
+
+    def encode(self) -> bytes:
+        return CONN.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Kicked:
+        return cls._make(CONN.unpack(header))
+
+
+# router -> worker
+
+
+class Session(NamedTuple):
+    """SESSION, an orjson list: write the CONNACK."""
+
+    conn: int
+    present: bool  # session present
+    subs: list  # [filter, grant] of a present session (its worker judges them against the ACL)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Session:
+        return cls._make(orjson.loads(header))
+
+
+class Suback(NamedTuple):
+    """SUBACK, an orjson list."""
+
+    conn: int
+    packet_id: int
+    codes: list[int]  # one per filter, the worker encodes them for the client's version
+    placed: list[list]  # [filter, QoS its worker serves it with, or -1: the router does]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Suback:
+        return cls._make(orjson.loads(header))
+
+
+class Unsuback(NamedTuple):
+    """UNSUBACK, CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed,
+    0x8F not a filter)."""
+
+    conn: int
+    packet_id: int
+    codes: bytes
+
+    def encode(self) -> bytes:
+        return CONN_PID.pack(self.conn, self.packet_id) + self.codes
+
+    @classmethod
+    def decode(cls, header: bytes) -> Unsuback:
+        conn, packet_id = CONN_PID.unpack_from(header)
+        return cls(conn, packet_id, header[CONN_PID.size:])
+
+
+class ResendRel(NamedTuple):
+    """RESEND_REL, CONN_PID."""
+
+    conn: int
+    packet_id: int
+
+    def encode(self) -> bytes:
+        return CONN_PID.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> ResendRel:
+        return cls._make(CONN_PID.unpack(header))
+
+
+class Kick(NamedTuple):
+    """KICK, CONN."""
+
+    conn: int
+
+    def encode(self) -> bytes:
+        return CONN.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Kick:
+        return cls._make(CONN.unpack(header))
+
+
+class ListClients(NamedTuple):
+    """LIST_CLIENTS, an orjson object: `plexmq clients`."""
+
+    id: int  # the request's, which CLIENTS names
+    filter: str  # the client ids that contain it
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self._asdict())
+
+    @classmethod
+    def decode(cls, header: bytes) -> ListClients:
+        return cls(**orjson.loads(header))
+
+
+class Close(NamedTuple):
+    """CLOSE, CONN."""
+
+    conn: int
+
+    def encode(self) -> bytes:
+        return CONN.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Close:
+        return cls._make(CONN.unpack(header))
+
+
+class Routes(NamedTuple):
+    """ROUTES, an orjson list; it leads the frame."""
+
+    gen: int
+    whole: bool  # the whole table, else the changes of this generation
+    entries: list[list]  # [filter, [place (a worker's identity, or the router's), ...]]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Routes:
+        return cls._make(orjson.loads(header))
+
+
+class Rejoin(NamedTuple):
+    """REJOIN, COUNT."""
+
+    join: int
+
+    def encode(self) -> bytes:
+        return COUNT.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Rejoin:
+        return cls._make(COUNT.unpack(header))
+
+
+class Refused(NamedTuple):
+    """REFUSED, COUNT."""
+
+    protocol: int  # the router's PROTOCOL
+
+    def encode(self) -> bytes:
+        return COUNT.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Refused:
+        return cls._make(COUNT.unpack(header))
+
+
+class ProtocolMismatch(Exception):
+    """A HELLO of another protocol version: nothing after it in its frame is read."""
+
+
+# -- framing ------------------------------------------------------------------------------------------
 
 
 class Batch:
@@ -103,9 +505,6 @@ class Batch:
         parts.append(header)
         if payload:
             parts.append(payload)
-
-    def add_json(self, kind: int, header: Any, payload: bytes = b"") -> None:
-        self.add(kind, orjson.dumps(header), payload)
 
     def hold(self) -> None:
         """The next record (an acknowledgement) and all after it wait for the commit."""
@@ -140,6 +539,64 @@ class Batch:
         return now, later, gated >= 0
 
 
+class ToWorker(Batch):
+    """The router's batch for one worker: one sender per record the router sends (ROUTES, which
+    leads a frame, is made by router/routes.py). DELIVER and DELIVER_RAW append their parts here
+    themselves, as `add` would: no call more per record."""
+
+    __slots__ = ()
+
+    def session(self, conn: int, present: bool, subs: list) -> None:
+        self.add(SESSION, Session(conn, present, subs).encode())
+
+    def suback(self, conn: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
+        self.add(SUBACK, Suback(conn, packet_id, codes, placed).encode())
+
+    def unsuback(self, conn: int, packet_id: int, codes: bytes) -> None:
+        self.add(UNSUBACK, Unsuback(conn, packet_id, codes).encode())
+
+    def routed(self, counts: list[int]) -> None:
+        self.add(ROUTED, pack_routed(counts))
+
+    def deliver(self, head: bytes, subs: bytes, payload: bytes) -> None:
+        """`head`: `deliver_head`; `subs`: packed SUBSCRIBERs."""
+        parts = self.parts
+        parts.append(_pack_record(DELIVER, len(head) + len(subs), len(payload)))
+        parts.append(head)
+        parts.append(subs)
+        if payload:
+            parts.append(payload)
+
+    def deliver_raw(self, subs: bytes, packets: bytes, form: int) -> None:
+        """`packets`: plain QoS 0 PUBLISH packets as a client sent them (`form` 1: a 5.0 client)."""
+        parts = self.parts
+        parts.append(_pack_record(DELIVER_RAW_V5 if form else DELIVER_RAW, len(subs), len(packets)))
+        parts.append(subs)
+        parts.append(packets)
+
+    def resend_rel(self, conn: int, packet_id: int) -> None:
+        self.add(RESEND_REL, ResendRel(conn, packet_id).encode())
+
+    def kick(self, conn: int) -> None:
+        self.add(KICK, Kick(conn).encode())
+
+    def list_clients(self, request: int, text: str) -> None:
+        self.add(LIST_CLIENTS, ListClients(request, text).encode())
+
+    def close(self, conn: int) -> None:
+        self.add(CLOSE, Close(conn).encode())
+
+    def rejoin(self, join: int) -> None:
+        self.add(REJOIN, Rejoin(join).encode())
+
+    def beat(self) -> None:
+        self.add(BEAT, b"")
+
+    def refused(self) -> None:
+        """The worker's HELLO was of another protocol version: this router's goes back."""
+        self.add(REFUSED, Refused(PROTOCOL).encode())
+
+
 def identity(node: str, worker_id: int) -> bytes:
     """A worker's identity on the router link, unique across nodes (all-in-one: `w0`, `w1`, ...)."""
     return (f"{node}/w{worker_id}" if node else f"w{worker_id}").encode()
@@ -168,38 +625,3 @@ def records(frame: bytes) -> Iterator[tuple[int, bytes, bytes]]:
             raise ValueError("truncated record in frame")
         yield kind, frame[pos:hend], frame[hend:pend]
         pos = pend
-
-
-def pub_flags(qos: int, retain: bool, dup: bool = False) -> int:
-    return qos | (retain << 2) | (dup << 3)
-
-
-def deliver_head(topic: bytes, qos: int, retain: bool, dup: bool, props: bytes, expiry: int) -> bytes:
-    """A DELIVER record's header up to its subscribers."""
-    flags = pub_flags(qos, retain, dup)
-    if props or expiry:
-        return DELIVER_HEAD.pack(flags | HAS_EXTRA, len(topic)) + topic + extra(props, expiry)
-    return DELIVER_HEAD.pack(flags, len(topic)) + topic
-
-
-def routed(counts: list[int]) -> bytes:
-    """A ROUTED header: QoS 1/2 PUBs, PUB and PUB0 records, then the positions of the unmatched PUBs that asked."""
-    return struct.pack(f"<{len(counts)}I", *counts)
-
-
-def read_routed(header: bytes) -> tuple[int, int, tuple[int, ...]]:
-    """(QoS 1/2 PUBs, PUB and PUB0 records, positions of those PUBs that matched nobody) of a ROUTED."""
-    counts = struct.unpack(f"<{len(header) // 4}I", header)
-    return counts[0], counts[1], counts[2:]
-
-
-def extra(props: bytes, expiry: int) -> bytes:
-    """What follows the topic of a message with properties or an expiry (set HAS_EXTRA in its flags)."""
-    return EXTRA.pack(expiry, len(props)) + props
-
-
-def read_extra(header: bytes, pos: int) -> tuple[bytes, int, int]:
-    """(properties, expiry, position after them) of the EXTRA at header[pos]."""
-    expiry, length = EXTRA.unpack_from(header, pos)
-    start = pos + EXTRA.size
-    return header[start:start + length], expiry, start + length

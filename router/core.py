@@ -35,10 +35,9 @@ from plexmq.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
-_pack_sub = wire.SUBSCRIBER.pack
-_unpack_pub = wire.PUB_HEAD.unpack_from
-_unpack_count = wire.COUNT.unpack_from
-_unpack_run = wire.PUB0_HEAD.unpack_from
+_pack_sub = wire.pack_subscriber
+_unpack_pub = wire.unpack_pub
+_unpack_run = wire.unpack_pub0
 _run_size = wire.PUB0_HEAD.size
 _pub_head_size = wire.PUB_HEAD.size
 
@@ -90,7 +89,7 @@ class Router(Lifecycle, Subscribing):
         self.by_conn: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
-        self.batches: dict[bytes, wire.Batch] = {}
+        self.batches: dict[bytes, wire.ToWorker] = {}
         # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records, then the positions among those PUBs
         # of the ones that asked whether they matched and did not] not yet confirmed (ROUTED)
         self.routed: dict[bytes, list[int]] = {}
@@ -151,18 +150,21 @@ class Router(Lifecycle, Subscribing):
 
     # -- frames in, batches out ---------------------------------------------------------------
 
-    def out(self, worker: bytes) -> wire.Batch:
+    def out(self, worker: bytes) -> wire.ToWorker:
         batch = self.batches.get(worker)
         if batch is None:
-            batch = self.batches[worker] = wire.Batch()
+            batch = self.batches[worker] = wire.ToWorker()
         return batch
 
     def handle_frame(self, worker: bytes, frame: bytes) -> None:
         handlers = self._handlers
-        for kind, header, payload in wire.records(frame):
-            if kind != wire.PUB0 and kind != wire.PUB0_V5 and self.raw_dirty:
-                self._flush_raw()  # keep every worker's records in the order they were caused
-            handlers[kind](worker, header, payload)
+        try:
+            for kind, header, payload in wire.records(frame):
+                if kind != wire.PUB0 and kind != wire.PUB0_V5 and self.raw_dirty:
+                    self._flush_raw()  # keep every worker's records in the order they were caused
+                handlers[kind](worker, header, payload)
+        except wire.ProtocolMismatch:
+            pass  # refused (Lifecycle._on_hello): what follows its HELLO is not read
 
     def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
         """This turn's frames, (worker, now, later), led by the route table's changes (ROUTES), with
@@ -181,7 +183,7 @@ class Router(Lifecycle, Subscribing):
             # elsewhere is not woken for them every turn
             if counts[0] or out or now - self.confirmed_at.get(worker, 0.0) >= CONFIRM_INTERVAL:
                 out.hold()
-                out.add(wire.ROUTED, wire.routed(counts))
+                out.routed(counts)
                 self.confirmed_at[worker] = now
                 del self.routed[worker]
         routes = self.routes
@@ -257,9 +259,9 @@ class Router(Lifecycle, Subscribing):
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
             out = self.out(dest.worker)
-            for kind, pending in zip((wire.DELIVER_RAW, wire.DELIVER_RAW_V5), dest.pending):
+            for form, pending in enumerate(dest.pending):
                 if pending:
-                    out.add(kind, dest.subs, b"".join(pending))
+                    out.deliver_raw(dest.subs, b"".join(pending), form)
                     pending.clear()
             self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
             dest.count = 0
@@ -274,16 +276,16 @@ class Router(Lifecycle, Subscribing):
         return counts
 
     def _on_routes_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        self.routes.acknowledged(worker, _unpack_count(header)[0])
+        self.routes.acknowledged(worker, wire.RoutesAck.decode(header).gen)
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id = wire.CONN_PID.unpack(header)
+        conn, packet_id = wire.Rel.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is not None and session.released(packet_id):
             self.journal.incoming_released(session, packet_id)
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, stage = wire.ACK_HEAD.unpack(header)
+        conn, packet_id, stage = wire.unpack_ack(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
@@ -336,7 +338,7 @@ class Router(Lifecycle, Subscribing):
                 out = self.out(worker)
                 if qos == 2:  # delivered only once its PUBREC could be sent: the publisher will not send it again
                     out.hold()
-                out.add(wire.DELIVER, head + subs, payload)
+                out.deliver(head, subs, payload)
                 self.delivered += len(subs) // 7
         for session, matched in targets.special:
             self._deliver_special(session, matched, topic, payload, qos, retain, props, expires_at, source)
@@ -423,7 +425,7 @@ class Router(Lifecycle, Subscribing):
             self.delivered += 1
         return True
 
-    def _deliver_one(self, session: Session, out: wire.Batch, topic: bytes, payload: bytes, qos: int, retain: bool,
+    def _deliver_one(self, session: Session, out: wire.ToWorker, topic: bytes, payload: bytes, qos: int, retain: bool,
                      props: bytes, expires_at: int, share: Share | None = None) -> bool:
         """One message to one online session in a record of its own; a QoS 1/2 copy is kept and
         numbered by the router for a persistent session, and for any session when a shared
@@ -433,6 +435,6 @@ class Router(Lifecycle, Subscribing):
             pid = self.outbox.keep(session, Pending(topic, payload, qos, retain, props, expires_at, share))
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.add(wire.DELIVER, wire.deliver_head(topic, qos, retain, False, props, expires_at) + _pack_sub(session.conn, qos, pid),
-                payload)
+        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expires_at), _pack_sub(session.conn, qos, pid),
+                    payload)
         return True

@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-
-import orjson
+from typing import NoReturn
 
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
@@ -39,7 +38,7 @@ class Lifecycle:
     cache: dict
     routes: RouteTable
     routed: dict[bytes, list[int]]
-    batches: dict[bytes, wire.Batch]
+    batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
 
@@ -47,14 +46,16 @@ class Lifecycle:
         """A worker opens a join (new, restarted, or after its link lost frames): its sessions that
         are not live any more end with their wills; the live ones end quietly here and are registered
         again by the records that follow (the same path as after a router restart)."""
-        hello = orjson.loads(header)
+        hello = wire.Hello.decode(header)
         link = self.links.links[worker]
-        if link.pid and link.pid != hello["pid"]:
-            log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello["pid"])
-        link.worker_id, link.node, link.address, link.pid = hello["worker"], hello["node"], hello["address"], hello["pid"]
+        if hello.protocol != wire.PROTOCOL:
+            self._refuse_link(worker, hello)
+        if link.pid and link.pid != hello.pid:
+            log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello.pid)
+        link.worker_id, link.node, link.address, link.pid = hello.worker, hello.node, hello.address, hello.pid
         self.routes.hello(worker)
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
-        live = set(hello["live"])
+        live = set(hello.live)
         sessions = self._sessions_on(worker)
         ended = [session for session in sessions if session.conn not in live]
         if ended:
@@ -62,6 +63,18 @@ class Lifecycle:
         self._forget_takeovers(worker, lambda conn: conn not in live)
         for session in sessions:
             self._disconnect(session, publish_will=session.conn not in live)
+
+    def _refuse_link(self, worker: bytes, hello: wire.Hello) -> NoReturn:
+        """A worker (a node's, on another host) that speaks another protocol version: none of its
+        records is read, it is told this router's version (REFUSED: it stops), and whatever an earlier
+        join of its left here ends as if it had died (one log line, with both versions)."""
+        link = self.links.links[worker]
+        link.worker_id, link.node = hello.worker, hello.node
+        self.links.drop(worker)
+        self.worker_lost(worker, f"speaks link protocol {hello.protocol}, this router {wire.PROTOCOL} (run the same "
+                                 "plexmq version on both), refused")
+        self.out(worker).refused()
+        raise wire.ProtocolMismatch
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
         return [session for (w, _conn), session in self.by_conn.items() if w == worker]
@@ -96,10 +109,10 @@ class Lifecycle:
         self.link_broken(worker)
 
     def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        answer = orjson.loads(header)
-        listing = self.listings.get(answer["id"])
+        answer = wire.Clients.decode(header)
+        listing = self.listings.get(answer.id)
         if listing is not None:
-            listing.answer(answer["worker"], answer["clients"])
+            listing.answer(answer.worker, answer.clients)
 
     def list_clients(self, listing: ClientListing) -> None:
         """Ask every worker for its clients; `listing` completes when all have answered."""
@@ -107,31 +120,24 @@ class Lifecycle:
         workers = self.links.alive()
         listing.expect(len(workers))
         for worker in workers:
-            self.out(worker).add_json(wire.LIST_CLIENTS, {"id": listing.id, "filter": listing.filter})
+            self.out(worker).list_clients(listing.id, listing.filter)
 
     def disconnect_client(self, request: ClientDisconnect) -> None:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
         session = self.sessions.get(request.client_id)
         if session is not None and session.worker is not None:
-            self.out(session.worker).add(wire.CLOSE, wire.CONN.pack(session.conn))
+            self.out(session.worker).close(session.conn)
             request.found = True
         request.done.set()
 
     def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        report = orjson.loads(header)
+        report: dict = wire.Stats.decode(header)._asdict()
         report["at"] = time.monotonic()
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
-         will_extra) = orjson.loads(header)
-        # clean: the session ends with the connection; fresh: an earlier session is discarded (3.1.1:
-        # both are clean session; 5.0: session expiry 0, and clean start).
-        # resume: the worker has sent the CONNACK itself (a new clean session's connection, or one that
-        # registers again after a router restart); the number is the first packet id
-        # past those its worker still has in flight (0 for a new connection). expiry: seconds the session
-        # outlives the connection (5.0; -1: the broker's persistent_client_expiration); will_extra: the
-        # 5.0 will's [delay, properties as hex, message expiry interval]
+         will_extra) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())
@@ -139,10 +145,10 @@ class Lifecycle:
         if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
-            self.out(worker).add(wire.KICK, wire.CONN.pack(conn))
+            self.out(worker).kick(conn)
             return
         if old is not None and old.worker is not None:
-            self.out(old.worker).add(wire.KICK, wire.CONN.pack(old.conn))
+            self.out(old.worker).kick(old.conn)
             self._refuse_waiting((old.worker, old.conn))
             if old.worker != worker and not fresh:
                 return self._take_over(old, worker, conn, header, payload)
@@ -173,7 +179,7 @@ class Lifecycle:
         out = self.out(worker)
         if not resume:  # else the client has had its CONNACK
             out.hold()
-            out.add_json(wire.SESSION, [conn, present, list(session.subs.items()) if present else []])
+            out.session(conn, present, list(session.subs.items()) if present else [])
         if present:
             if resume and session.incoming:
                 # registered again: QoS 2 releases (REL) its worker sent while the router refused its
@@ -195,7 +201,7 @@ class Lifecycle:
         """A connection that waited to take over the session of `key` loses it to a newer one."""
         waiting = self.takeovers.pop(key, None)
         if waiting is not None:
-            self.out(waiting[0]).add(wire.KICK, wire.CONN.pack(waiting[1]))
+            self.out(waiting[0]).kick(waiting[1])
 
     def _forget_takeovers(self, worker: bytes, gone: Callable[[int], bool]) -> None:
         """Connections of `worker` that waited to take a session over and are `gone`: they will not."""
@@ -204,24 +210,24 @@ class Lifecycle:
                 del self.takeovers[key]
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, publish_will = wire.GONE_HEAD.unpack(header)
+        conn, publish_will = wire.Gone.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is not None:
-            self._disconnect(session, bool(publish_will))
+            self._disconnect(session, publish_will)
         elif self.takeovers:
             self._forget_takeovers(worker, lambda waiting: waiting == conn)
 
     def _on_kicked(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
         any takeover)."""
-        session = self.by_conn.get((worker, wire.CONN.unpack(header)[0]))
+        session = self.by_conn.get((worker, wire.Kicked.decode(header).conn))
         if session is not None:
             self._disconnect(session, publish_will=True)
 
     def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
         session with the connection, another value is how long it outlives it."""
-        conn, expiry = wire.SESSION_EXPIRY_HEAD.unpack(header)
+        conn, expiry = wire.SessionExpiry.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is None or session.clean:
             return

@@ -15,7 +15,6 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from plexmq import wire
 from plexmq.router.core import Router
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
@@ -115,7 +114,7 @@ def serve(config: dict) -> None:
             else:
                 drained = DRAIN_LIMIT
         for worker, join in links.rejoins:
-            router.out(worker).add(wire.REJOIN, wire.COUNT.pack(join))
+            router.out(worker).rejoin(join)
         links.rejoins.clear()
         for worker in links.gaps:
             router.link_broken(worker)
@@ -144,7 +143,7 @@ def serve(config: dict) -> None:
                 for worker in links.silent(now):
                     router.worker_lost(worker)
             for worker in links.joined():
-                router.out(worker).add(wire.BEAT, b"")
+                router.out(worker).beat()
             stats.refresh(time.time())
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval

@@ -98,7 +98,7 @@ class Outbox:
         self.journal.message_kept(session, pid, message)
         return 0
 
-    def resend(self, session: Session, out: wire.Batch) -> None:
+    def resend(self, session: Session, out: wire.ToWorker) -> None:
         """A present session's new connection: what was sent and not finished goes again, in order,
         with its original id (the window recounted), then what waited, as far as the window allows."""
         session.inflight = 0
@@ -107,12 +107,12 @@ class Outbox:
                 continue
             session.inflight += 1
             if message.state == RELEASING:
-                out.add(wire.RESEND_REL, wire.CONN_PID.pack(session.conn, pid))
+                out.resend_rel(session.conn, pid)
             else:
                 _send(session, out, pid, message, dup=True)
         self.send_ready(session, out)
 
-    def send_ready(self, session: Session, out: wire.Batch) -> None:
+    def send_ready(self, session: Session, out: wire.ToWorker) -> None:
         """Send what waited for room in the session's window; what expired while it waited goes
         (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
         journal = self.journal
@@ -175,11 +175,10 @@ class Outbox:
                 self.done(session, pid)
 
 
-def _send(session: Session, out: wire.Batch, pid: int, message: Message, dup: bool) -> None:
+def _send(session: Session, out: wire.ToWorker, pid: int, message: Message, dup: bool) -> None:
     """A kept message to its session's connection, under its packet id."""
-    out.add(wire.DELIVER, wire.deliver_head(message.topic, message.qos, message.retain, dup, message.props,
-                                            message.expires_at) + _pack_sub(session.conn, message.qos, pid),
-            message.payload)
+    out.deliver(wire.deliver_head(message.topic, message.qos, message.retain, dup, message.props, message.expires_at),
+                _pack_sub(session.conn, message.qos, pid), message.payload)
 
 
 def restore(session: Session, pid: int, message: Pending, state: int) -> None:

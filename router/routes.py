@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import orjson
-
 from plexmq import wire
 
 ROUTER = b""  # the place of a subscription only the router can serve
@@ -110,7 +108,7 @@ class RouteTable:
     def _record(self, whole: bool, entries: Iterable[tuple[str, Places | tuple[()]]]) -> bytes:
         """A ROUTES record of this generation: each filter with its places."""
         listed = [[f, [place.decode() for place in _each(places)]] for f, places in entries]
-        return wire.record(wire.ROUTES, orjson.dumps([self.gen, whole, listed]))
+        return wire.record(wire.ROUTES, wire.Routes(self.gen, whole, listed).encode())
 
     def acknowledged(self, worker: bytes, gen: int) -> None:
         self.acked[worker] = gen

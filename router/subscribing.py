@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 
-import orjson
-
 from plexmq import grants
 from plexmq import wire
 from plexmq.router.journal import Journal
@@ -36,7 +34,7 @@ class Subscribing:
     routes: RouteTable
 
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = orjson.loads(header)
+        conn, packet_id, filters = wire.Subscribe.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
@@ -66,13 +64,13 @@ class Subscribing:
         out.hold()
         if placed:
             out.gate()
-        out.add_json(wire.SUBACK, [conn, packet_id, codes, local])
+        out.suback(conn, packet_id, codes, local)
         for message, qos, ids in retained:
             self._deliver_one(session, out, message.topic, message.payload, qos, True, message.props + ids,
                               message.expires_at)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = orjson.loads(header)
+        conn, packet_id, filters = wire.Unsubscribe.decode(header)
         session = self.by_conn.get((worker, conn))
         if session is None:
             return
@@ -88,7 +86,7 @@ class Subscribing:
         self.cache.clear()
         out = self.out(worker)
         out.hold()
-        out.add(wire.UNSUBACK, wire.CONN_PID.pack(conn, packet_id) + codes)
+        out.unsuback(conn, packet_id, bytes(codes))
 
     def _subscribe(self, session: Session, topic_filter: str, grant: int) -> tuple[bool, bool]:
         """Index one subscription (a shared one joins its group): (whether the session did not have

@@ -13,7 +13,8 @@ from typing import Callable
 import pytest
 import zmq
 
-from plexmq.router import links, wire
+from plexmq import wire
+from plexmq.router import links
 from tests.conftest import Broker, wait_for
 from tests.steps import publish, raw_on, subscribe, sync, uid
 from tests.test_durability import receive
@@ -118,12 +119,12 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
         peer.setsockopt(zmq.LINGER, 0)
         peer.connect(endpoint.group(1))  # type: ignore[union-attr]
         hello = wire.Batch()
-        hello.add_json(wire.HELLO, {"worker": 9, "node": "", "address": "", "pid": 1, "live": []})
+        hello.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 9, "", "", 1, []).encode())
         peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))
         assert peer.poll(5000), "the router did not answer the HELLO"
         peer.recv_multipart()  # the whole route table: the peer is joined, and acknowledges nothing
         beat = wire.Batch()
-        beat.add(wire.ROUTES_ACK, wire.COUNT.pack(0))
+        beat.add(wire.ROUTES_ACK, wire.RoutesAck(0).encode())
         peer.send_multipart((wire.LINK.pack(1, 3), beat.take()))  # frames 1 and 2 lost: a gap
         kinds: list[int] = []
         while wire.REJOIN not in kinds:  # a BEAT may come first

@@ -332,14 +332,14 @@ class Connection(asyncio.Protocol):
             told = will.properties
             will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
                           told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
-        header = [self.conn_id, self.client_id, not self.persistent, self.username,
-                  will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                  max(self.inflight, default=0) + 1 if resume else 0, fresh,
-                  self.v5.session_expiry if self.v5 is not None else -1, will_extra]
-        batch = self.worker.link.batch
-        batch.add_json(wire.CONNECT, header, will.payload if will else b"")
+        link = self.worker.link
+        link.connect(wire.Connect(self.conn_id, self.client_id, not self.persistent, self.username,
+                                  will.topic if will else None, will.qos if will else 0, will.retain if will else False,
+                                  max(self.inflight, default=0) + 1 if resume else 0, fresh,
+                                  self.v5.session_expiry if self.v5 is not None else -1, will_extra),
+                     will.payload if will else b"")
         if resume and self.subs:
-            batch.add_json(wire.SUBSCRIBE, [self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()]])
+            link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])
 
     def take_rules(self, checker: Checker | None) -> None:
         """New ACL rules for this client (a reload, a changed ACL table, a re-authentication): they

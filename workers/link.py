@@ -11,9 +11,9 @@ import zmq
 
 from plexmq import wire
 
-_pack_pub = wire.PUB_HEAD.pack
-_pack_ack = wire.ACK_HEAD.pack
-_pack_run = wire.PUB0_HEAD.pack
+_pack_pub = wire.pack_pub
+_pack_ack = wire.pack_ack
+_pack_run = wire.pack_pub0
 _pack_link = wire.LINK.pack
 _unpack_link = wire.LINK.unpack
 # plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
@@ -37,7 +37,8 @@ def local_address(endpoint: str) -> str:
 
 
 class RouterLink:
-    """Collects the records of one loop turn in `batch`; `send()` ships them as one frame."""
+    """Collects the records of one loop turn in `batch`; `send()` ships them as one frame. Each record
+    a worker sends has its sender here (plexmq/wire.py defines them)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, identity: bytes,
                  on_frame: Callable[[bytes], None], on_gap: Callable[[], None],
@@ -72,7 +73,7 @@ class RouterLink:
         self.fd = sock.getsockopt(zmq.FD)
         loop.add_reader(self.fd, self.drain)
 
-    def open(self, hello: dict) -> None:
+    def open(self, hello: wire.Hello) -> None:
         """Start a new join, led by HELLO. What is batched is dropped with the old join (its PUBs
         would be routed twice: the caller sends again what it still needs confirmed), as the router
         drops what it refused of it (docs/architecture.md §3 says what that costs)."""
@@ -81,7 +82,7 @@ class RouterLink:
         self.seq = self.next_in = self.unrouted = 0
         self.answered = self.warned = False
         self.opened_at = self.loop.time()
-        self.batch.add_json(wire.HELLO, hello)
+        self.batch.add(wire.HELLO, hello.encode())
 
     def drain(self) -> None:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
@@ -133,6 +134,39 @@ class RouterLink:
 
     def ack(self, conn: int, packet_id: int, stage: int) -> None:
         self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
+
+    def connect(self, record: wire.Connect, will_payload: bytes) -> None:
+        self.batch.add(wire.CONNECT, record.encode(), will_payload)
+
+    def subscribe(self, conn: int, packet_id: int, filters: list[list]) -> None:
+        self.batch.add(wire.SUBSCRIBE, wire.Subscribe(conn, packet_id, filters).encode())
+
+    def unsubscribe(self, conn: int, packet_id: int, filters: list[str]) -> None:
+        self.batch.add(wire.UNSUBSCRIBE, wire.Unsubscribe(conn, packet_id, filters).encode())
+
+    def rel(self, conn: int, packet_id: int) -> None:
+        self.batch.add(wire.REL, wire.Rel(conn, packet_id).encode())
+
+    def gone(self, conn: int, publish_will: bool) -> None:
+        self.batch.add(wire.GONE, wire.Gone(conn, publish_will).encode())
+
+    def session_expiry(self, conn: int, expiry: int) -> None:
+        self.batch.add(wire.SESSION_EXPIRY, wire.SessionExpiry(conn, expiry).encode())
+
+    def stats(self, report: wire.Stats) -> None:
+        self.batch.add(wire.STATS, report.encode())
+
+    def clients(self, request: int, label: str, clients: list[list]) -> None:
+        self.batch.add(wire.CLIENTS, wire.Clients(request, label, clients).encode())
+
+    def routes_ack(self, gen: int) -> None:
+        self.batch.add(wire.ROUTES_ACK, wire.RoutesAck(gen).encode())
+
+    def kicked(self, conn: int) -> None:
+        self.batch.add(wire.KICKED, wire.Kicked(conn).encode())
+
+    def bye(self) -> None:
+        self.batch.add(wire.BYE, b"")
 
     def close(self, linger_ms: int = 0) -> None:
         """`linger_ms`: how long what is still queued may take to leave (0: dropped)."""

@@ -18,7 +18,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable
-from functools import partial
 
 import orjson
 import psutil
@@ -29,13 +28,12 @@ from plexmq.files import Access
 from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
 from plexmq.mqtt import PROTOCOLS
 from plexmq.process import process_usage
-from plexmq.workers import handoff, tls
+from plexmq.workers import from_router, handoff, tls
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
 from plexmq.archive_format import archived_publish, sender
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
-from plexmq.mqtt import v4 as p
 from plexmq.mqtt.framing import packets_in
 from plexmq.workers.connection import Connection, Extra, Forms, peer_name
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
@@ -55,12 +53,6 @@ UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker s
 # what a 5.0 CONNACK says the broker supports: all of it, said although saying nothing means the same
 SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRIPTION_AVAILABLE: 1,
                                props.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 1, props.SHARED_SUBSCRIPTION_AVAILABLE: 1}
-
-_unpack_deliver = wire.DELIVER_HEAD.unpack_from
-_deliver_size = wire.DELIVER_HEAD.size
-_iter_subs = wire.SUBSCRIBER.iter_unpack
-_unpack_conn_pid = wire.CONN_PID.unpack_from
-_conn_pid_size = wire.CONN_PID.size
 
 
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
@@ -116,7 +108,7 @@ class Worker:
         self.wheel = TimerWheel(loop.time())
         self.poller = Poller(loop)  # plain TCP and WebSocket sockets; TLS ones get uvloop's transport
         self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
-                               lambda: self._rejoin("frames from the router were lost"), config.get("router_curve"))
+                               lambda: self.rejoin("frames from the router were lost"), config.get("router_curve"))
         self.link.open(self._hello([]))
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
@@ -134,6 +126,7 @@ class Worker:
         self.reported_at = -LOAD_REPORT_INTERVAL
         self.report_pending = False
         self.stopped = False
+        self.exit_status = 0  # the process's: LINK_REFUSED when the router speaks another link protocol
         loop.add_reader(channel.fileno(), self._channel_readable)
         loop.call_at(math.floor(loop.time()) + 1.0, self._tick)
         loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
@@ -214,7 +207,7 @@ class Worker:
         conn.waiting = 0
         self.flush_soon()  # which reports the new load (and sends GONE)
         if tell_router:
-            self.link.batch.add(wire.GONE, wire.GONE_HEAD.pack(conn.conn_id, publish_will))
+            self.link.gone(conn.conn_id, publish_will)
 
     def remember_topic(self, topic: bytes) -> bool:
         """Note a validated topic name; whether its PUBLISHes are archived."""
@@ -249,8 +242,8 @@ class Worker:
                 self.local_received += 1
                 if subs:
                     self.local_sent += len(subs)
-                    self._deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
-                                          subs)
+                    self.deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
+                                         subs)
                 if qos:
                     conn.acknowledge(packet_id, qos, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
                 return
@@ -272,7 +265,7 @@ class Worker:
                 self.shed += copies
                 return
             self.local_sent += copies
-            self._deliver_raw(subs, packets, as_v5)
+            self.deliver_raw(subs, packets, as_v5)
 
     def local_path(self, conn: Connection) -> bool:
         """Whether a PUBLISH of `conn` may skip the router, if its topic allows: not while anything of
@@ -305,81 +298,15 @@ class Worker:
     # -- records from the router ---------------------------------------------------------------------
 
     def on_frame(self, frame: bytes) -> None:
-        conns = self.conns
+        """Each record of a frame from the router, handled by workers/from_router.py."""
+        handlers = from_router.HANDLERS
         for kind, header, payload in wire.records(frame):
-            if kind == wire.DELIVER_RAW or kind == wire.DELIVER_RAW_V5:
-                if self.shedding:
-                    self.shed += len(header) // wire.SUBSCRIBER.size
-                    continue
-                self._deliver_raw(_iter_subs(header), payload, kind == wire.DELIVER_RAW_V5)
-            elif kind == wire.DELIVER:
-                self._deliver(header, payload)
-            elif kind == wire.ROUTED:
-                if self.link.current:  # else it confirms records of an earlier join, sent again since
-                    self._routed(*wire.read_routed(header))
-            elif kind == wire.ROUTES:
-                gen, whole, entries = orjson.loads(header)
-                self.routes.apply(whole, entries)
-                self.link.batch.add(wire.ROUTES_ACK, wire.COUNT.pack(gen))
-            elif kind == wire.SESSION:
-                conn_id, present, resumed = orjson.loads(header)
-                conn = conns.get(conn_id)
-                if conn is not None:
-                    conn.session_ready(present, resumed)
-            elif kind == wire.SUBACK:
-                conn_id, packet_id, codes, placed = orjson.loads(header)
-                conn = conns.get(conn_id)
-                if conn is not None:
-                    conn.answered()
-                    asked = conn.subs or {}  # an UNSUBSCRIBE sent after the SUBSCRIBE took it out
-                    for topic_filter, qos in placed:  # which of them this worker serves itself
-                        if qos < 0 or topic_filter not in asked:
-                            self.routes.unsubscribe(conn_id, topic_filter)
-                        else:
-                            self.routes.subscribe(conn_id, topic_filter, qos)
-                    if conn.v5 is None:
-                        conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
-                    else:
-                        conn.send5(partial(v5.encode_suback, packet_id, codes))
-            elif kind == wire.UNSUBACK:
-                conn_id, packet_id = _unpack_conn_pid(header)
-                conn = conns.get(conn_id)
-                if conn is not None:
-                    conn.answered()
-                    if conn.v5 is None:
-                        conn.write(p.encode_unsuback(packet_id))
-                    else:
-                        conn.send5(partial(v5.encode_unsuback, packet_id, list(header[_conn_pid_size:])))
-            elif kind == wire.RESEND_REL:
-                conn_id, packet_id = wire.CONN_PID.unpack(header)
-                conn = conns.get(conn_id)
-                if conn is not None:
-                    conn.resend_pubrel(packet_id)
-            elif kind == wire.LIST_CLIENTS:
-                self._list_clients(orjson.loads(header))
-            elif kind == wire.CLOSE:
-                conn = conns.get(wire.CONN.unpack(header)[0])
-                if conn is not None:
-                    conn.close("disconnected by an administrator", code=reasons.ADMINISTRATIVE_ACTION)
-            elif kind == wire.REJOIN:
-                if wire.COUNT.unpack(header)[0] == self.link.join:  # else this join has begun since
-                    self._rejoin("the router did not take its frames")
-            elif kind == wire.KICK:
-                conn = conns.get(wire.CONN.unpack(header)[0])
-                if conn is not None:
-                    conn.kicked = True
-                    conn.close("taken over by a new connection with the same client id", code=reasons.SESSION_TAKEN_OVER)
-                self.link.batch.add(wire.KICKED, header)  # after its last records: the session may move on
+            handlers[kind](self, header, payload)
         self.flush_soon()
 
-    def _list_clients(self, request: dict) -> None:
-        """`plexmq clients`: the connected clients whose id contains the filter, for the router."""
-        text = request["filter"]
-        clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
-                   for c in self.conns.values() if c.state == CONNECTED and text in c.client_id]
-        self.link.batch.add_json(wire.CLIENTS, {"id": request["id"], "worker": self.label, "clients": clients})
+    # -- deliveries to local subscribers (from the router, or this worker's own) ----------------------
 
-    def _deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, as_sent_by_v5: bool) -> None:
+    def deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, as_sent_by_v5: bool) -> None:
         """A raw run for local subscribers, written as it is to those of its version; the other
         version's form is made once, for the first subscriber that needs it."""
         conns = self.conns
@@ -408,21 +335,7 @@ class Worker:
                     run_topic = v5.first_topic(payload)
                 conn.deliver_raw5(run_topic, v5_form, forms)
 
-    def _deliver(self, header: bytes, payload: bytes) -> None:
-        """A DELIVER record: one message for local subscribers."""
-        flags, topic_len = _unpack_deliver(header)
-        qos = flags & 3
-        retain = bool(flags & 4)
-        dup = bool(flags & 8)
-        start = _deliver_size + topic_len
-        topic = header[_deliver_size:start]
-        extra = None
-        if flags & wire.HAS_EXTRA:
-            props, expiry, start = wire.read_extra(header, start)
-            extra = (props, expiry)
-        self._deliver_message(topic, payload, qos, retain, dup, extra, _iter_subs(header[start:]))
-
-    def _deliver_message(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, extra: Extra | None,
+    def deliver_message(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, extra: Extra | None,
                          subs: Iterable[Subscriber]) -> None:
         """One message to local subscribers (conn, granted QoS, packet id or 0)."""
         conns = self.conns
@@ -467,24 +380,6 @@ class Worker:
             if conn.state == CONNECTING or conn.state == CONNECTED:
                 conn.take_rules(auth.checker(conn.username, conn.client_id))
 
-    def _routed(self, count: int, records: int, unmatched: tuple[int, ...]) -> None:
-        """The router took these QoS 1/2 PUBs (of `records` PUB and PUB0 records): now the publishers
-        get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never saw,
-        in their turn); those at the `unmatched` positions among them (5.0 only) reached nobody: 0x10."""
-        self.link.unrouted -= records
-        awaiting = self.awaiting
-        position = 0
-        while awaiting and (count or awaiting[0][4] is None):
-            conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
-            if topic is None:
-                code = reasons.NOT_AUTHORIZED
-            else:
-                code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
-                count -= 1
-                position += 1
-            if conn.state != CLOSED:
-                conn.acknowledge(packet_id, qos, code)
-
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
         self.auth.denied += 1
@@ -515,10 +410,10 @@ class Worker:
                     self._refuse(lost)
         self._report_load()
 
-    def _hello(self, live: list[int]) -> dict:
-        return {"worker": self.worker_id, "node": self.node, "address": self.address, "pid": os.getpid(), "live": live}
+    def _hello(self, live: list[int]) -> wire.Hello:
+        return wire.Hello(wire.PROTOCOL, self.worker_id, self.node, self.address, os.getpid(), live)
 
-    def _rejoin(self, why: str) -> None:
+    def rejoin(self, why: str) -> None:
         """The router does not take this join any more (it restarted, frames were lost on the link,
         or it took this worker for dead): register every live session with it again, then send again
         the QoS 1/2 PUBLISHes it had not confirmed (at least once: never lost). A connection still
@@ -616,11 +511,10 @@ class Worker:
                         "sheds" if shedding else "no longer sheds", rss >> 20, self.memory_limit >> 20)
         queued = sum(len(conn.queue) for conn in self.queuing)
         protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
-        self.link.batch.add_json(wire.STATS, {
-            "id": self.label, "node": self.node, "pid": os.getpid(), "clients": len(self.conns), "dropped": self.dropped,
-            "denied": self.auth.denied, "withheld": self.withheld, "refused": self.refused, "auth_failures": self.auth.refused,
-            "queued": queued, "protocols": protocols, "shed": self.shed, "cpu": cpu, "rss": rss,
-            "local_received": self.local_received, "local_sent": self.local_sent})
+        self.link.stats(wire.Stats(
+            self.label, self.node, os.getpid(), len(self.conns), self.dropped, self.auth.denied, self.withheld,
+            self.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, self.local_received,
+            self.local_sent))
         self.flush_soon()
 
     def reload(self) -> None:
@@ -682,7 +576,7 @@ class Worker:
             conn.kicked = True
             conn.close("broker shutting down", code=reasons.SERVER_SHUTTING_DOWN)
         if self.node:  # the router lives on: it publishes the wills now rather than after link_timeout
-            self.link.batch.add(wire.BYE, b"")
+            self.link.bye()
         self.flush()
         self.link.close(linger_ms=BYE_LINGER_MS if self.node else 0)
         self.auth.close()
@@ -707,3 +601,4 @@ def main() -> None:
         worker.reload()
     log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
     loop.run_forever()
+    sys.exit(worker.exit_status)

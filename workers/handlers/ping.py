@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from plexmq import wire
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
@@ -33,6 +32,6 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
         if expiry and not negotiated.session_expiry:
             raise MalformedPacket("session expiry set at DISCONNECT after 0 at CONNECT", PROTOCOL_ERROR)
         if negotiated.session_expiry:  # 0 ends the session with the connection, else how long it outlives it
-            conn.worker.link.batch.add(wire.SESSION_EXPIRY, wire.SESSION_EXPIRY_HEAD.pack(conn.conn_id, expiry))
+            conn.worker.link.session_expiry(conn.conn_id, expiry)
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
     conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)

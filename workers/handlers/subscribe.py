@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plexmq import grants, wire
+from plexmq import grants
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.topics import subscribed, valid_subscription
@@ -45,7 +45,7 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
                 conn.screened = True  # it may bring topics the client must not read: checked at delivery
         wanted.append([topic_filter, grant])
     conn.ask()
-    conn.worker.link.batch.add_json(wire.SUBSCRIBE, [conn.conn_id, packet_id, wanted])
+    conn.worker.link.subscribe(conn.conn_id, packet_id, wanted)
 
 
 def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
@@ -59,4 +59,4 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
     for f in filters:  # no longer served here, at once: until UNSUBACK the router may still send some
         conn.worker.routes.unsubscribe(conn.conn_id, f)
     conn.ask()
-    conn.worker.link.batch.add_json(wire.UNSUBSCRIBE, [conn.conn_id, packet_id, filters])
+    conn.worker.link.unsubscribe(conn.conn_id, packet_id, filters)

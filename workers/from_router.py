@@ -1,0 +1,200 @@
+"""Records from the router, one handler each: `HANDLERS` maps a record's kind to its handler, and
+`Worker.on_frame` runs every record of a frame through it (plexmq/wire.py defines the records).
+
+The delivery handlers come first and do their work themselves: the dict lookup replaced an if-chain,
+and no call was added per record.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Callable
+
+from plexmq import wire
+from plexmq.mqtt import PROTOCOLS, reasons, v5
+from plexmq.mqtt import v4 as p
+from plexmq.process import LINK_REFUSED
+from plexmq.workers.states import CLOSED, CONNECTED
+
+if TYPE_CHECKING:
+    from plexmq.workers.worker import Worker
+
+log = logging.getLogger("plexmq.worker")
+
+_unpack_deliver = wire.unpack_deliver
+_deliver_size = wire.DELIVER_HEAD.size
+_iter_subs = wire.iter_subscribers
+_subscriber_size = wire.SUBSCRIBER.size
+
+
+def deliver_raw(worker: Worker, header: bytes, payload: bytes) -> None:
+    """DELIVER_RAW: a run of plain QoS 0 packets of 3.1.1 clients for local subscribers."""
+    if worker.shedding:
+        worker.shed += len(header) // _subscriber_size
+        return
+    worker.deliver_raw(_iter_subs(header), payload, False)
+
+
+def deliver_raw_v5(worker: Worker, header: bytes, payload: bytes) -> None:
+    """DELIVER_RAW_V5: as DELIVER_RAW, the packets of 5.0 clients."""
+    if worker.shedding:
+        worker.shed += len(header) // _subscriber_size
+        return
+    worker.deliver_raw(_iter_subs(header), payload, True)
+
+
+def deliver(worker: Worker, header: bytes, payload: bytes) -> None:
+    """DELIVER: one message for local subscribers."""
+    flags, topic_len = _unpack_deliver(header)
+    qos = flags & 3
+    retain = bool(flags & 4)
+    dup = bool(flags & 8)
+    start = _deliver_size + topic_len
+    topic = header[_deliver_size:start]
+    extra = None
+    if flags & wire.HAS_EXTRA:
+        props, expiry, start = wire.read_extra(header, start)
+        extra = (props, expiry)
+    worker.deliver_message(topic, payload, qos, retain, dup, extra, _iter_subs(header[start:]))
+
+
+def routed(worker: Worker, header: bytes, payload: bytes) -> None:
+    """ROUTED: the router took this many QoS 1/2 PUBs (of so many PUB and PUB0 records): now the
+    publishers get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never
+    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10.
+    A ROUTED of an earlier join is ignored: what it confirmed has been sent again since."""
+    link = worker.link
+    if not link.current:
+        return
+    count, records, unmatched = wire.read_routed(header)
+    link.unrouted -= records
+    awaiting = worker.awaiting
+    position = 0
+    while awaiting and (count or awaiting[0][4] is None):
+        conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
+        if topic is None:
+            code = reasons.NOT_AUTHORIZED
+        else:
+            code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
+            count -= 1
+            position += 1
+        if conn.state != CLOSED:
+            conn.acknowledge(packet_id, qos, code)
+
+
+def routes(worker: Worker, header: bytes, payload: bytes) -> None:
+    """ROUTES: apply who serves which filter, and say so."""
+    gen, whole, entries = wire.Routes.decode(header)
+    worker.routes.apply(whole, entries)
+    worker.link.routes_ack(gen)
+
+
+def session(worker: Worker, header: bytes, payload: bytes) -> None:
+    """SESSION: the router's answer to a CONNECT."""
+    conn_id, present, subs = wire.Session.decode(header)
+    conn = worker.conns.get(conn_id)
+    if conn is not None:
+        conn.session_ready(present, subs)
+
+
+def suback(worker: Worker, header: bytes, payload: bytes) -> None:
+    """SUBACK: the worker now serves the filters the router placed here itself (unless an UNSUBSCRIBE
+    sent after the SUBSCRIBE took them out), and the client hears the codes in its version."""
+    conn_id, packet_id, codes, placed = wire.Suback.decode(header)
+    conn = worker.conns.get(conn_id)
+    if conn is None:
+        return
+    conn.answered()
+    asked = conn.subs or {}
+    for topic_filter, qos in placed:
+        if qos < 0 or topic_filter not in asked:
+            worker.routes.unsubscribe(conn_id, topic_filter)
+        else:
+            worker.routes.subscribe(conn_id, topic_filter, qos)
+    if conn.v5 is None:
+        conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
+    else:
+        conn.send5(partial(v5.encode_suback, packet_id, codes))
+
+
+def unsuback(worker: Worker, header: bytes, payload: bytes) -> None:
+    conn_id, packet_id, codes = wire.Unsuback.decode(header)
+    conn = worker.conns.get(conn_id)
+    if conn is None:
+        return
+    conn.answered()
+    if conn.v5 is None:
+        conn.write(p.encode_unsuback(packet_id))
+    else:
+        conn.send5(partial(v5.encode_unsuback, packet_id, list(codes)))
+
+
+def resend_rel(worker: Worker, header: bytes, payload: bytes) -> None:
+    conn_id, packet_id = wire.ResendRel.decode(header)
+    conn = worker.conns.get(conn_id)
+    if conn is not None:
+        conn.resend_pubrel(packet_id)
+
+
+def kick(worker: Worker, header: bytes, payload: bytes) -> None:
+    """KICK: another connection took the session over; KICKED goes after this connection's last
+    records, so that the session may move on."""
+    (conn_id,) = wire.Kick.decode(header)
+    conn = worker.conns.get(conn_id)
+    if conn is not None:
+        conn.kicked = True
+        conn.close("taken over by a new connection with the same client id", code=reasons.SESSION_TAKEN_OVER)
+    worker.link.kicked(conn_id)
+
+
+def close(worker: Worker, header: bytes, payload: bytes) -> None:
+    conn = worker.conns.get(wire.Close.decode(header).conn)
+    if conn is not None:
+        conn.close("disconnected by an administrator", code=reasons.ADMINISTRATIVE_ACTION)
+
+
+def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
+    """`plexmq clients`: the connected clients whose id contains the filter, for the router."""
+    request, text = wire.ListClients.decode(header)
+    clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
+               for c in worker.conns.values() if c.state == CONNECTED and text in c.client_id]
+    worker.link.clients(request, worker.label, clients)
+
+
+def rejoin(worker: Worker, header: bytes, payload: bytes) -> None:
+    if wire.Rejoin.decode(header).join == worker.link.join:  # else this join has begun since
+        worker.rejoin("the router did not take its frames")
+
+
+def beat(worker: Worker, header: bytes, payload: bytes) -> None:
+    """BEAT: nothing to do; its frame counts (a lost one before it shows as a gap)."""
+
+
+def refused(worker: Worker, header: bytes, payload: bytes) -> None:
+    """REFUSED: the router speaks another protocol version (this worker is a node's, on another
+    host): say both, and stop with LINK_REFUSED, which stops the node (acceptor/supervisor.py)."""
+    theirs = wire.Refused.decode(header).protocol
+    log.critical("the router speaks link protocol %d, this node %d: run the same plexmq version on both", theirs,
+                 wire.PROTOCOL)
+    worker.exit_status = LINK_REFUSED
+    worker.loop.call_soon(worker.stop)  # not within the link's drain: stopping closes its socket
+
+
+HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
+    wire.DELIVER_RAW: deliver_raw,
+    wire.DELIVER_RAW_V5: deliver_raw_v5,
+    wire.DELIVER: deliver,
+    wire.ROUTED: routed,
+    wire.ROUTES: routes,
+    wire.SESSION: session,
+    wire.SUBACK: suback,
+    wire.UNSUBACK: unsuback,
+    wire.RESEND_REL: resend_rel,
+    wire.KICK: kick,
+    wire.CLOSE: close,
+    wire.LIST_CLIENTS: list_clients,
+    wire.REJOIN: rejoin,
+    wire.BEAT: beat,
+    wire.REFUSED: refused,
+}
