@@ -20,9 +20,10 @@ from pyspark.sql import SparkSession
 from pipeline.__main__ import main
 from pipeline.archive_source import sealed_segments
 from pipeline.lake import CRASH_AFTER, ROLLUPS, STAGING, batches
-from tests.archives import START, archive, us
+from tests.archives import START, archive, at, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
+from workers.archive import ArchiveWriter
 from workers.archive_format import VERSION, Record, encode_chunk, segment_header
 
 TABLES = ["messages", *ROLLUPS]
@@ -114,14 +115,21 @@ def test_compact_reads_only_new_segments_and_equals_a_full_recompute(
 
 def test_traffic_over_one_hour_of_the_lake_reads_only_that_hour(
         spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Compacted over three hours (one damaged segment, one of format 2), `traffic --lake` over the first
-    hour of the day gives what `traffic --archive` does, with the other hours' files made unreadable."""
+    """Compacted over three hours (one damaged segment, one of format 2), then a segment sealed late in
+    the first hour of the day compacted: `traffic --lake` over that hour gives what `traffic --archive`
+    does, with the other hours' files made unreadable."""
     archive_dir, lake = tmp_path / "archive", tmp_path / "lake"
     archive(archive_dir)
     assert compact(archive_dir, lake) == 0
     assert "damaged segment " in capsys.readouterr().err
-    assert {hour for batch in batches(lake) for hour in batch.hours} == {
-        ("2024-04-30", 23), ("2024-05-01", 0), ("2024-05-01", 1)}
+    late = ArchiveWriter(str(archive_dir), 5, ["#"], 4096, 60.0)
+    late.append(Record(at(50), "sensors/late/temp", 1, False, b"late", "dev-late", None).run())
+    late.close()
+    assert compact(archive_dir, lake) == 0
+    first, second = batches(lake)
+    assert set(first.hours) == {("2024-04-30", 23), ("2024-05-01", 0), ("2024-05-01", 1)}
+    assert [s.path for s in second.segments] == [p for p, _ in sealed_segments(str(archive_dir)) if "/w5-" in p]
+    assert second.hours == [("2024-05-01", 0)]
     others = [p for p in (lake / "messages").rglob("*.parquet") if "date=2024-05-01/hour=0/" not in str(p)]
     assert others
     for other in others:
