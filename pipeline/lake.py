@@ -77,11 +77,13 @@ class Batch:
 
     @classmethod
     def load(cls, path: Path) -> Batch:
+        """The entry in a `_commits/*.json` file (JSON has lists for the hours' tuples)."""
         entry = json.loads(path.read_text())
         return cls(entry["id"], entry["archive"], [Segment(**s) for s in entry["segments"]],
                    [(d, h) for d, h in entry["hours"]], entry["rolled_up"])
 
     def accounts(self) -> list[FileAccount]:
+        """Its segments as a report's Input section lists them, damage included."""
         return [FileAccount(f"{self.archive.rstrip('/')}/{s.path}", s.bytes, s.records, s.damage, s.skipped_bytes)
                 for s in self.segments]
 
