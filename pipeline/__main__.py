@@ -58,28 +58,34 @@ class Progress:
 
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
     common.add_argument("--master", help="Spark master URL (default: local[*], or what spark-submit was given)")
     common.add_argument("--driver-memory", help="the driver's heap, e.g. 2g (spark.driver.memory; Spark's default: 1g)")
     common.add_argument("--conf", type=setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, e.g. spark.local.dir=/big/disk (repeatable)")
     common.add_argument("--verbose", action="store_true", help="Spark's own logs and web UI")
+    output = argparse.ArgumentParser(add_help=False, parents=[common])
+    output.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
     main_parser = argparse.ArgumentParser(prog="plexmq pipeline", description=__doc__)
     jobs = main_parser.add_subparsers(dest="job", required=True)
-    traffic = jobs.add_parser("traffic", parents=[common], help="analyse the traffic archive")
-    traffic.add_argument("--archive", required=True, help="the archive directory ([archive] dir)")
+    traffic = jobs.add_parser("traffic", parents=[output], help="analyse the traffic archive")
+    source = traffic.add_mutually_exclusive_group(required=True)
+    source.add_argument("--archive", help="the archive directory ([archive] dir)")
+    source.add_argument("--lake", help="a lake that `compact` keeps: reads only the hours in the window")
     traffic.add_argument("--since", type=moment, help="first receive time to include (UTC by default)")
     traffic.add_argument("--until", type=moment, help="receive time to stop before; the end of the window")
     traffic.add_argument("--silence", type=duration, default=600.0, help="silent devices: idle longer than this (10m)")
     traffic.add_argument("--top", type=int, default=10, help="how many topics and clients the report ranks (10)")
-    fields = jobs.add_parser("fields", parents=[common], help="roll up the numeric fields of JSON payloads")
+    fields = jobs.add_parser("fields", parents=[output], help="roll up the numeric fields of JSON payloads")
     fields.add_argument("--archive", required=True, help="the archive directory ([archive] dir)")
     fields.add_argument("--topics", required=True, nargs="+", type=topic_filter, metavar="FILTER",
                         help="the topic filters whose payloads are JSON telemetry (+ and # wildcards)")
     fields.add_argument("--schema", metavar="DDL", help="the payloads' schema as Spark DDL, e.g. 'temp double, "
                         "battery struct<level: int>' (default: inferred from a sample)")
-    bench = jobs.add_parser("bench", parents=[common], help="report on a benchmark's raw samples")
+    bench = jobs.add_parser("bench", parents=[output], help="report on a benchmark's raw samples")
     bench.add_argument("--samples", required=True, help="the benchmark's --out directory")
+    compact = jobs.add_parser("compact", parents=[common], help="add the newly sealed segments to a Parquet lake")
+    compact.add_argument("--archive", required=True, help="the archive directory ([archive] dir)")
+    compact.add_argument("--lake", required=True, help="the lake's directory, created if missing")
     return main_parser
 
 
@@ -87,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one job; 0 when done, 2 when its input is unusable (one line on stderr)."""
     args = parser().parse_args(argv)
     # Spark is imported only once the arguments are good: `--help` stays instant.
-    from plexmq.pipeline import benchmark, fields, traffic
+    from plexmq.pipeline import benchmark, fields, lake, traffic
+    from plexmq.pipeline.archive_source import read_archive
     from plexmq.pipeline.inputs import BadInput
     from plexmq.pipeline.session import spark_session
 
@@ -99,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
             conf["spark.driver.memory"] = args.driver_memory
         with spark_session(args.master, args.verbose, conf) as spark:
             if args.job == "traffic":
-                traffic.run(spark, args.archive, args.out, args.since, args.until, args.silence, args.top, progress)
+                source, read = (args.lake, lake.read_lake) if args.lake else (args.archive, read_archive)
+                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress, read)
+            elif args.job == "compact":
+                lake.compact(spark, args.archive, args.lake, progress)
             elif args.job == "fields":
                 fields.run(spark, args.archive, args.out, args.topics, args.schema, progress)
             else:
@@ -107,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"plexmq pipeline {args.job}: {e}", file=sys.stderr)
         return 2
-    progress(f"done: {args.out}/report.html")
+    progress(f"done: {args.lake}" if args.job == "compact" else f"done: {args.out}/report.html")
     return 0
 
 

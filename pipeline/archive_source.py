@@ -81,10 +81,27 @@ def read_payloads(
         yield found
 
 
+@contextmanager
+def read_segments(
+    spark: SparkSession, archive: str, files: list[tuple[str, int]]
+) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
+    """The records of the given segments (as `sealed_segments` lists them; persisted on disk while the
+    context lasts) and their account; BadInput first when one has a version this plexmq cannot read."""
+    _check_versions(archive, files)
+    with decode(spark, archive, files, _decode, SCHEMA) as found:
+        yield found
+
+
+def sealed_segments(archive: str, since: datetime | None = None, until: datetime | None = None) -> list[tuple[str, int]]:
+    """The sealed segments (path relative to `archive`, bytes) whose partitions overlap [since, until),
+    sorted; never the broker's `_writing/`."""
+    return [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if overlaps(path, since, until)]
+
+
 def _segments(archive: str, since: datetime | None, until: datetime | None) -> list[tuple[str, int]]:
     """The segments whose partitions overlap [since, until); BadInput when there are none or one has a
     version this plexmq cannot read."""
-    files = [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if _overlaps(path, since, until)]
+    files = sealed_segments(archive, since, until)
     if not files:
         raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
     _check_versions(archive, files)
@@ -106,7 +123,7 @@ def _check_versions(archive: str, files: list[tuple[str, int]]) -> None:
 _PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)/hour=(\d\d)/[^/]+$")
 
 
-def _overlaps(path: str, since: datetime | None, until: datetime | None) -> bool:
+def overlaps(path: str, since: datetime | None, until: datetime | None) -> bool:
     """Whether a segment's `date=/hour=` partition overlaps [since, until); False outside the layout."""
     found = _PARTITION.search(path)
     if found is None:

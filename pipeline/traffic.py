@@ -21,6 +21,7 @@ default method). Times are UTC.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,14 @@ from pyspark.sql import functions as F
 
 from plexmq.pipeline import report
 from plexmq.pipeline.archive_source import read_archive, window
-from plexmq.pipeline.inputs import BadInput
+from plexmq.pipeline.inputs import BadInput, FileAccount
 from plexmq.pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
+
+# Opens a source's records received in [since, until) with an account of the segments they come from.
+Reader = Callable[[SparkSession, str, datetime | None, datetime | None],
+                  AbstractContextManager[tuple[DataFrame, list[FileAccount]]]]
 
 
 def run(
@@ -45,10 +50,12 @@ def run(
     silence_s: float,
     top: int,
     progress: Callable[[str], None],
+    read: Reader = read_archive,
 ) -> None:
-    """Write the tables and report.html under `out` for the records received in [since, until)."""
-    progress(f"reading the archive {archive}")
-    with read_archive(spark, archive, since, until) as (records, accounts):
+    """Write the tables and report.html under `out` for the records received in [since, until) in
+    `archive`, read with `read` (the archive's segments, or a lake's Parquet: `lake.read_lake`)."""
+    progress(f"reading {archive}")
+    with read(spark, archive, since, until) as (records, accounts):
         progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
         for account in accounts:
             if account.damage is not None:
@@ -59,8 +66,8 @@ def run(
             raise BadInput(f"no records in {archive}{window(since, until)} ({damaged} damaged segments)")
         start = since or report.utc(totals["first_us"])
         end = until or report.utc(totals["last_us"])
-        tables = {"messages": records, "minutes": _minutes(records), "topics": _topics(records),
-                  "clients": _clients(records, end)}
+        tables = {"messages": records, "minutes": minutes(records), "topics": topics(records),
+                  "clients": clients(records).withColumn("silent_s", _silent_s(end))}
         tables["silent"] = tables["clients"].where(F.col("silent_s") > silence_s)
         saved = save(spark, tables, out, progress)
         progress("writing the report")
@@ -100,16 +107,18 @@ def _totals(records: DataFrame) -> dict[str, Any]:
     return row.asDict()
 
 
-def _minutes(records: DataFrame) -> DataFrame:
-    return records.groupBy(F.date_trunc("minute", "recv_time").alias("minute"), "topic", "client_id").agg(
+def minutes(records: DataFrame, *by: str) -> DataFrame:
+    """Messages and bytes per minute, topic and client (within the `by` columns' groups)."""
+    return records.groupBy(*by, F.date_trunc("minute", "recv_time").alias("minute"), "topic", "client_id").agg(
         F.count("*").alias("messages"), F.sum("payload_size").alias("bytes")
     )
 
 
-def _topics(records: DataFrame) -> DataFrame:
+def topics(records: DataFrame, *by: str) -> DataFrame:
+    """topics/'s columns per topic (within the `by` columns' groups)."""
     sizes = F.percentile("payload_size", PERCENTILES)
     return (
-        records.groupBy("topic")
+        records.groupBy(*by, "topic")
         .agg(
             F.count("*").alias("messages"),
             F.sum("payload_size").alias("bytes"),
@@ -126,9 +135,10 @@ def _topics(records: DataFrame) -> DataFrame:
     )
 
 
-def _clients(records: DataFrame, end: datetime) -> DataFrame:
+def clients(records: DataFrame, *by: str) -> DataFrame:
+    """clients/'s columns per client id (within the `by` columns' groups), but for `silent_s`."""
     return (
-        records.groupBy("client_id")
+        records.groupBy(*by, "client_id")
         .agg(
             F.count("*").alias("messages"),
             F.sum("payload_size").alias("bytes"),
@@ -136,8 +146,11 @@ def _clients(records: DataFrame, end: datetime) -> DataFrame:
             F.min("recv_time").alias("first_seen"),
             F.max("recv_time").alias("last_seen"),
         )
-        .withColumn("silent_s", (F.unix_micros(F.lit(end)) - F.unix_micros("last_seen")) / 1e6)
     )
+
+
+def _silent_s(end: datetime) -> Column:
+    return (F.unix_micros(F.lit(end)) - F.unix_micros("last_seen")) / 1e6
 
 
 def _summary(totals: dict[str, Any], start: datetime, end: datetime) -> str:

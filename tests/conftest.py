@@ -9,10 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import psutil
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,3 +158,15 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     yield start
     for b in started:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the pipeline tests (pyspark is imported only when a test asks)."""
+    from plexmq.pipeline.session import spark_session
+
+    with spark_session("local[2]", verbose=False) as session:
+        # tiny data: few tasks, and no generated code, whose compiling costs more than it saves here
+        session.conf.set("spark.sql.shuffle.partitions", "2")
+        session.conf.set("spark.sql.codegen.wholeStage", "false")
+        yield session

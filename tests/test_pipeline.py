@@ -10,7 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,70 +21,12 @@ from pyspark.sql import SparkSession
 
 from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
+from tests.archives import START, archive, at, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
-from tests.test_archive import publish_properties, version_2_segment
-from plexmq.pipeline.session import spark_session
+from tests.test_archive import publish_properties
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
-
-START = datetime(2024, 5, 1, tzinfo=UTC)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    with spark_session("local[2]", verbose=False) as session:
-        # tiny data: few tasks, and no generated code, whose compiling costs more than it saves here
-        session.conf.set("spark.sql.shuffle.partitions", "2")
-        session.conf.set("spark.sql.codegen.wholeStage", "false")
-        yield session
-
-
-def us(t: datetime) -> int:
-    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-
-
-def at(minutes: float) -> int:
-    return us(START + timedelta(minutes=minutes))
-
-
-def archive(root: Path) -> list[tuple[int, Record]]:
-    """Traffic from several clients (3.1.1, one 5.0 with properties) on three workers over two hours and
-    a bit before, and a segment of format 2 from a fourth; the last chunk of worker 2's segment is torn.
-    Returns the (worker, record) pairs that can be read back."""
-    traffic: dict[int, list[Record]] = {0: [], 1: [], 2: []}
-    for m in range(-20, 120):  # dev-a: every minute, from the day before
-        traffic[0].append(Record(at(m), "sensors/a/temp", 0, False, b"%d" % m, "dev-a", "alice"))
-    for m in range(0, 41, 2):  # dev-b: two topics until 00:40
-        traffic[0].append(Record(at(m), "sensors/b/temp", 1, False, b"x" * 12, "dev-b", None))
-        traffic[0].append(Record(at(m + 0.5), "sensors/b/hum", 1, False, b"y" * 7, "dev-b", None))
-    for m in range(3, 86, 7):  # dev-c: retained binary alerts until 01:25
-        traffic[1].append(Record(at(m), "alerts", 2, True, bytes(range(m % 256)) * 3, "dev-c", "carol"))
-    traffic[1].append(Record(at(5), "sensors/d/temp", 0, False, b"1", "dev-d", None))  # before --since only
-    for m in range(15, 86, 10):  # dev-f: MQTT 5.0, with properties but for every third message
-        pairs = (("unit", "C"), ("site", "n"), ("unit", "K")) if m % 3 else ()
-        traffic[1].append(Record(at(m), "sensors/f/temp", 1, False, b"f", "dev-f", "frank", 5,
-                                 "text/plain" if m % 3 else None, pairs))
-    writers = {w: ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in traffic}
-    for w, records in traffic.items():
-        for r in records:
-            writers[w].append(r.run())
-            writers[w].flush()
-    kept = [Record(at(30 + i), "sensors/e/temp", 1, False, b"e" * i, "dev-e", None) for i in range(3)]
-    torn = [Record(at(34), "sensors/e/temp", 1, False, b"lost", "dev-e", None)]
-    for r in kept:
-        writers[2].append(r.run())
-    writers[2].flush()  # its first chunk goes out at once; the next waits for close()
-    for r in torn:
-        writers[2].append(r.run())
-    for w in writers.values():
-        w.close()
-    (segment,) = root.glob("date=*/hour=*/w2-*.seg")
-    segment.write_bytes(segment.read_bytes()[:-1])
-    traffic[2] = kept
-    traffic[3] = [Record(at(80), "sensors/old/temp", 0, False, b"old", "dev-old", None, level=0)]
-    (root / "date=2024-05-01/hour=01/w3-old.seg").write_bytes(version_2_segment(3, traffic[3][0]))
-    return [(w, r) for w, records in traffic.items() for r in records]
 
 
 def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from plexmq.pipeline.__main__ import main
-from tests.test_pipeline import at, spark  # noqa: F401  (the session's SparkSession fixture)
+from tests.archives import at
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import Record
 
@@ -56,7 +56,7 @@ def rank(values: list[float], share: float) -> float:
     return sorted(values)[math.ceil(share * len(values)) - 1]
 
 
-def test_fields_rolls_up_json_telemetry_and_flags_the_rest(spark: SparkSession, tmp_path: Path) -> None:  # noqa: F811
+def test_fields_rolls_up_json_telemetry_and_flags_the_rest(spark: SparkSession, tmp_path: Path) -> None:
     asked, other = telemetry()
     write(tmp_path / "archive", [asked, other])
     out = tmp_path / "out"
