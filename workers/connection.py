@@ -84,7 +84,7 @@ class Connection(asyncio.Protocol):
         self.keepalive = 0
         self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1, 5 is MQTT 5.0
         self.v5: Negotiated | None = None  # what a 5.0 client agreed on at CONNECT
-        self.window = worker.max_inflight  # outgoing QoS 1/2 in flight at most (5.0: the client's receive maximum too)
+        self.window = worker.settings.max_inflight  # outgoing QoS 1/2 in flight at most (5.0: the client's receive maximum too)
         self.deadline = deadline
         self.wheel_slot = -1
         self.out: list[bytes] = []
@@ -139,6 +139,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         worker = self.worker
+        settings = worker.settings
         if self.state == CLOSED:
             return
         if self.state == AUTHENTICATING:  # read on once the login is decided
@@ -156,14 +157,14 @@ class Connection(asyncio.Protocol):
             buf = data
         pos = 0
         end = len(buf)
-        max_size = worker.max_packet_size
+        max_size = settings.max_packet_size
         # a run: plain QoS 0 PUBLISH packets to one topic, forwarded to the router as they are and
         # matched there once (a device's read usually holds one topic)
         run = -1  # its start
         run_topic = b""
         count = 0
         published = 0  # PUBLISH packets of this read, for client_message_rate
-        limit, max_published = self._allowance(end) if worker.rate_limited else (end, end)
+        limit, max_published = self._allowance(end) if settings.rate_limited else (end, end)
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
@@ -222,14 +223,14 @@ class Connection(asyncio.Protocol):
             self._forward(buf, run, pos, run_topic, count, skipped)
         self.buf = bytearray(memoryview(buf)[pos:]) if pos < end else b""
         worker.flush_soon()
-        if worker.rate_limited:
+        if settings.rate_limited:
             self._charge(published, pos)
 
     def _partial(self) -> bool:
         """Whether `buf` holds less than its first packet; a header that breaks the format counts as
         whole, for the read loop to refuse it."""
         try:
-            return _frame(self.buf, 0, self.worker.max_packet_size) is None
+            return _frame(self.buf, 0, self.worker.settings.max_packet_size) is None
         except p.MalformedPacket:
             return False
 
@@ -238,15 +239,16 @@ class Connection(asyncio.Protocol):
     def _allowance(self, end: int) -> tuple[int, int]:
         """How far into the buffer this read may go (bytes) and how many PUBLISH packets it may take."""
         worker = self.worker
+        settings = worker.settings
         now = worker.now()
         elapsed = now - self.credit_at if self.credit_at else math.inf  # the first read finds them full
         self.credit_at = now
         limit = max_published = end
-        rate = worker.message_rate
+        rate = settings.message_rate
         if rate:
             self.credit_messages = min(self.credit_messages + elapsed * rate, max(rate, 1.0))
             max_published = int(self.credit_messages)
-        rate = worker.byte_rate
+        rate = settings.byte_rate
         if rate:
             self.credit_bytes = min(self.credit_bytes + elapsed * rate, max(rate, 1.0))
             limit = min(end, int(self.credit_bytes))  # a packet that starts within it is read whole
@@ -256,18 +258,19 @@ class Connection(asyncio.Protocol):
         """Take what this read used; a bucket that cannot pay for the next packet stops reading the
         client until it has refilled (pause, not buffer: the rest of the read waits in `buf`)."""
         worker = self.worker
+        settings = worker.settings
         wait = 0.0
-        rate = worker.message_rate
+        rate = settings.message_rate
         if rate:
             self.credit_messages -= published
             wait = (1.0 - self.credit_messages) / rate
-        rate = worker.byte_rate
+        rate = settings.byte_rate
         if rate:
             self.credit_bytes -= consumed
             wait = max(wait, (1.0 - self.credit_bytes) / rate)
         if wait > 0 and self.transport is not None:
             # a whole packet left unread: the read held more than the buckets allowed
-            if worker.rate_disconnects and self.buf and _frame(self.buf, 0, worker.max_packet_size) is not None:
+            if settings.rate_disconnects and self.buf and _frame(self.buf, 0, settings.max_packet_size) is not None:
                 return self.close("faster than its rate limit (rate_limit_action = disconnect)",
                                   code=reasons.QUOTA_EXCEEDED)
             self.throttled = True
@@ -527,7 +530,7 @@ class Connection(asyncio.Protocol):
     def _unsent(self, router_pid: int) -> None:
         """A message dropped for this client: counted, and a persistent session's copy finished
         with the router as if it had been sent."""
-        self.worker.dropped += 1
+        self.worker.counters.dropped += 1
         if router_pid:
             self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
 
@@ -542,21 +545,20 @@ class Connection(asyncio.Protocol):
 
     def _enqueue(self, item: Queued) -> None:
         queue = self.queue
-        if len(queue) >= self.worker.max_queued:
+        worker = self.worker
+        if len(queue) >= worker.settings.max_queued:
+            worker.counters.dropped += 1  # the new message, or a queued QoS 0 it evicts
             if item[2] == 0:
-                self.worker.dropped += 1
                 return
             for i, queued in enumerate(queue):
                 if queued[2] == 0:
                     del queue[i]  # type: ignore[union-attr]
                     break
             else:
-                self.worker.dropped += 1
                 return
-            self.worker.dropped += 1
         if not queue:
             queue = self.queue = deque()
-            self.worker.queuing.add(self)
+            worker.queuing.add(self)
         queue.append(item)  # type: ignore[union-attr]
 
     def pump(self) -> None:

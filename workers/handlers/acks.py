@@ -27,7 +27,7 @@ def _decode(conn: Connection, kind: int, flags: int, body: bytes) -> tuple[int, 
     """(packet id, reason code); 3.1.1 acks, and 5.0 ones that say success only, have no reason code: 0."""
     if conn.v5 is None or len(body) == 2:
         return v4.decode_packet_id(flags, body, 2 if kind == v4.PUBREL else 0), 0
-    packet_id, code, _properties = v5.decode_ack(kind, flags, body, conn.worker.max_user_properties)
+    packet_id, code, _properties = v5.decode_ack(kind, flags, body, conn.worker.settings.max_user_properties)
     return packet_id, code
 
 
