@@ -37,11 +37,12 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt.framing import packets_in
-from plexmq.workers.connection import Connection, Extra, Forms, peer_name
+from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.negotiated import Negotiated
+from plexmq.workers.outbound import Extra, Forms
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.routes import LocalRoutes, Subscriber
 from plexmq.workers.settings import Settings

@@ -1,9 +1,10 @@
 """PUBACK, PUBREC, PUBREL and PUBCOMP from a client.
 
 `conn.inflight` holds the stage of each delivery in flight to the client: 1 (QoS 1, awaiting PUBACK),
-2 (QoS 2, awaiting PUBREC) or -2 (PUBREL sent, awaiting PUBCOMP). An acknowledgement of the wrong kind
-for an id in flight is a protocol violation [MQTT-4.8.0-1]; one for an id not in flight is a late
-duplicate and harmless (as EMQX treats it).
+2 (QoS 2, awaiting PUBREC) or -2 (PUBREL sent, awaiting PUBCOMP); the connection's outbound half
+(workers/outbound.py: `received`, `done`) moves it on. An acknowledgement of the wrong kind for an id
+in flight is a protocol violation [MQTT-4.8.0-1]; one for an id not in flight is a late duplicate and
+harmless (as EMQX treats it).
 """
 
 from __future__ import annotations
@@ -49,9 +50,7 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
             _finished(conn, packet_id, 2, "PUBREC")
         return
     if stage == 2:
-        conn.inflight[packet_id] = -2
-        if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:
-            conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_RECEIVED)
+        conn.received(packet_id)
     elif stage is None:
         log.debug("client %s: PUBREC for packet id %d, which is not in flight", conn.client_id, packet_id)
         if conn.v5 is not None:  # 5.0 says so in the PUBREL
@@ -76,11 +75,7 @@ def _finished(conn: Connection, packet_id: int, expected: int, name: str) -> Non
             log.debug("client %s: %s for packet id %d, which is not in flight", conn.client_id, name, packet_id)
             return
         return _wrong(conn, name, packet_id, stage)
-    del conn.inflight[packet_id]
-    if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:  # numbered by the router: it waits for this
-        conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
-    if conn.queue:
-        conn.pump()
+    conn.done(packet_id)
 
 
 def _wrong(conn: Connection, name: str, packet_id: int, stage: int) -> None:
