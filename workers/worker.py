@@ -628,7 +628,7 @@ class Worker:
         try:
             self.settings = Settings.from_config(config)
         except (KeyError, TypeError, ValueError) as exc:  # the acceptor checked it: the file changed since
-            log.error("worker %d keeps its settings: %s", self.worker_id, exc)
+            log.error("worker %d keeps its settings: %s %s", self.worker_id, type(exc).__name__, exc)
         try:
             self._set_tls(config)
         except ValueError as exc:  # the acceptor checked it: the file changed since
