@@ -6,7 +6,7 @@ member) keeps each QoS 1/2 message here under the packet id it will carry, so th
 it again with its original id (MQTT-4.4.0-1). The state is the session's (`Session.unacked`, `queued`,
 `inflight`, `next_pid`, `bytes`); the router's one `Outbox` holds the limits and makes every change to
 it, each journaled (router/journal.py) where it happens. The worker's half of the same window is
-`workers/connection.py` (and `workers/handlers/acks.py`).
+`workers/outbound.py` (and `workers/handlers/acks.py`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Broker→client topic aliases of a 5.0 connection: which alias a PUBLISH to a topic is sent with.
-The write path (workers/connection.py) asks `choose` before it writes and calls `note` once it has
+The write path (workers/outbound.py) asks `choose` before it writes and calls `note` once it has
 written a packet that names its topic, so the mapping is always the one of the packets on the wire,
 in their order (a packet that is not written sets no alias).
 

@@ -56,7 +56,6 @@ class Auth:
         self._key = secrets.token_bytes(32)
         self._good: dict[tuple[str, bytes], float] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # address -> (failures, last one)
-        self.denied = 0  # PUBLISHes the ACL dropped
         self.refused = 0  # logins refused
         self.configure(config)
 

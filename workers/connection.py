@@ -1,11 +1,10 @@
-"""One client connection in a worker: its reads, its state and its outbound window. What each packet
-from the client does is in workers/handlers/ (one module per packet).
+"""One client connection in a worker: its reads, its inbound state and its lifecycle. What each packet
+from the client does is in workers/handlers/ (one module per packet); what the broker writes to it
+(the outbound window, the queue, packet ids, topic aliases) is its `Outbound` half (workers/outbound.py).
 
 Reads are parsed in place (a buffer is kept only for a partial packet, a bytearray that each read
 appends to and that is copied once, when the packet is whole: reading a packet costs its size however
-many pieces it comes in); every write of a loop
-turn is gathered in `out` and written once by the worker's flush. QoS 1/2 deliveries beyond the
-inflight window wait in a bounded queue; QoS 0 is what gets dropped first when it is full.
+many pieces it comes in).
 """
 
 from __future__ import annotations
@@ -13,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 from plexmq import wire
-from plexmq.workers import aliases
 from plexmq.workers.handlers import HANDLERS
 from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.mqtt import properties as props
@@ -28,6 +24,7 @@ from plexmq.mqtt import v4 as p
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
 from plexmq.mqtt.topics import subscribed
+from plexmq.workers.outbound import Outbound
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from plexmq.workers.tls import common_name
 
@@ -40,23 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("plexmq.worker")
 
 _frame = p.frame
-_publish_header = p.publish_header
-_publish_header5 = v5.publish_header
 _without_properties = v5.without_properties
-_LAST_OWN_PID = wire.ROUTER_PIDS_FROM - 1
 # MQTT 3.1 let a client set DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again (flags 0b1010);
 # 3.1.1 fixed their flags at 0b0010
 _DUP_IN_31 = frozenset((PUBREL, SUBSCRIBE, UNSUBSCRIBE))
-
-# What an MQTT 5 message carries besides its payload: (properties as plexmq/wire.py has them, the
-# time.time() second it expires at or 0)
-Extra = tuple[bytes, int]
-# An outbound message waiting for room: (topic, payload, qos, retain, dup, packet id or 0, extra);
-# a plain 3.1.1 QoS 0 packet forwarded as it is waits as (None, packet, 0, False, False, 0, None)
-Queued = tuple[bytes | None, bytes, int, bool, bool, int, Extra | None]
-# One record's shared 5.0 QoS 0 packets as each topic alias sends them, made for the first subscriber
-# that needs the form, keyed as `aliases.choose` answers: n sets alias n (topic named), -n uses it
-Forms = dict[int, bytes]
 
 
 def peer_name(address: object) -> str:
@@ -64,13 +48,14 @@ def peer_name(address: object) -> str:
     return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
 
 
-class Connection(asyncio.Protocol):
+class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
-                 "deadline", "wheel_slot", "out", "inflight", "queue", "next_pid", "paused", "persistent",
-                 "disconnected", "kicked", "will", "subs", "waiting", "checker", "fast", "screened", "cert_username",
-                 "credit_messages", "credit_bytes", "credit_at", "throttled", "level", "v5", "window")
+                 "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
+                 "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
+                 "v5")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
+        super().__init__(worker.settings.max_inflight)
         self.worker = worker
         self.conn_id = conn_id
         self.transport: asyncio.Transport | None = None
@@ -84,14 +69,8 @@ class Connection(asyncio.Protocol):
         self.keepalive = 0
         self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1, 5 is MQTT 5.0
         self.v5: Negotiated | None = None  # what a 5.0 client agreed on at CONNECT
-        self.window = worker.max_inflight  # outgoing QoS 1/2 in flight at most (5.0: the client's receive maximum too)
         self.deadline = deadline
         self.wheel_slot = -1
-        self.out: list[bytes] = []
-        self.inflight: dict[int, int] = {}  # packet id -> qos (2 becomes -2 once PUBREL is sent)
-        self.queue: deque[Queued] | tuple[()] = ()  # a deque only while something waits (an empty one costs 760 bytes)
-        self.next_pid = 1
-        self.paused = False  # the transport's output is backed up (pause_writing): reading waits too
         self.persistent = False
         self.disconnected = False  # a DISCONNECT arrived: no will
         self.kicked = False  # closed by the router (takeover): it handled the will already
@@ -126,19 +105,9 @@ class Connection(asyncio.Protocol):
         if self.state != CLOSED:
             self.close("connection lost" if exc is None else f"socket error: {exc}")
 
-    def pause_writing(self) -> None:
-        """Output backed up: deliveries queue (bounded), and the client is not read, so what it sends
-        cannot pile up answers either (PINGRESP, acks; a WebSocket's pongs) while it does not read them."""
-        self.paused = True
-        self.transport.pause_reading()  # type: ignore[union-attr]
-
-    def resume_writing(self) -> None:
-        self.paused = False
-        self.read_on()
-        self.pump()
-
     def data_received(self, data: bytes) -> None:
         worker = self.worker
+        settings = worker.settings
         if self.state == CLOSED:
             return
         if self.state == AUTHENTICATING:  # read on once the login is decided
@@ -156,14 +125,14 @@ class Connection(asyncio.Protocol):
             buf = data
         pos = 0
         end = len(buf)
-        max_size = worker.max_packet_size
+        max_size = settings.max_packet_size
         # a run: plain QoS 0 PUBLISH packets to one topic, forwarded to the router as they are and
         # matched there once (a device's read usually holds one topic)
         run = -1  # its start
         run_topic = b""
         count = 0
         published = 0  # PUBLISH packets of this read, for client_message_rate
-        limit, max_published = self._allowance(end) if worker.rate_limited else (end, end)
+        limit, max_published = self._allowance(end) if settings.rate_limited else (end, end)
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
@@ -222,14 +191,14 @@ class Connection(asyncio.Protocol):
             self._forward(buf, run, pos, run_topic, count, skipped)
         self.buf = bytearray(memoryview(buf)[pos:]) if pos < end else b""
         worker.flush_soon()
-        if worker.rate_limited:
+        if settings.rate_limited:
             self._charge(published, pos)
 
     def _partial(self) -> bool:
         """Whether `buf` holds less than its first packet; a header that breaks the format counts as
         whole, for the read loop to refuse it."""
         try:
-            return _frame(self.buf, 0, self.worker.max_packet_size) is None
+            return _frame(self.buf, 0, self.worker.settings.max_packet_size) is None
         except p.MalformedPacket:
             return False
 
@@ -238,15 +207,16 @@ class Connection(asyncio.Protocol):
     def _allowance(self, end: int) -> tuple[int, int]:
         """How far into the buffer this read may go (bytes) and how many PUBLISH packets it may take."""
         worker = self.worker
+        settings = worker.settings
         now = worker.now()
         elapsed = now - self.credit_at if self.credit_at else math.inf  # the first read finds them full
         self.credit_at = now
         limit = max_published = end
-        rate = worker.message_rate
+        rate = settings.message_rate
         if rate:
             self.credit_messages = min(self.credit_messages + elapsed * rate, max(rate, 1.0))
             max_published = int(self.credit_messages)
-        rate = worker.byte_rate
+        rate = settings.byte_rate
         if rate:
             self.credit_bytes = min(self.credit_bytes + elapsed * rate, max(rate, 1.0))
             limit = min(end, int(self.credit_bytes))  # a packet that starts within it is read whole
@@ -256,18 +226,19 @@ class Connection(asyncio.Protocol):
         """Take what this read used; a bucket that cannot pay for the next packet stops reading the
         client until it has refilled (pause, not buffer: the rest of the read waits in `buf`)."""
         worker = self.worker
+        settings = worker.settings
         wait = 0.0
-        rate = worker.message_rate
+        rate = settings.message_rate
         if rate:
             self.credit_messages -= published
             wait = (1.0 - self.credit_messages) / rate
-        rate = worker.byte_rate
+        rate = settings.byte_rate
         if rate:
             self.credit_bytes -= consumed
             wait = max(wait, (1.0 - self.credit_bytes) / rate)
         if wait > 0 and self.transport is not None:
             # a whole packet left unread: the read held more than the buckets allowed
-            if worker.rate_disconnects and self.buf and _frame(self.buf, 0, worker.max_packet_size) is not None:
+            if settings.rate_disconnects and self.buf and _frame(self.buf, 0, settings.max_packet_size) is not None:
                 return self.close("faster than its rate limit (rate_limit_action = disconnect)",
                                   code=reasons.QUOTA_EXCEEDED)
             self.throttled = True
@@ -400,182 +371,6 @@ class Connection(asyncio.Protocol):
         self.write(packet)
         return True
 
-    # -- messages to the client ----------------------------------------------------------------
-
-    def deliver(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
-                qos0_packet: bytes | None, extra: Extra | None = None, forms: Forms | None = None) -> None:
-        """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first).
-        `qos0_packet`: the QoS 0 PUBLISH already encoded for this connection's version (shared; 5.0:
-        with `forms`, its aliased forms)."""
-        if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
-            return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
-        if qos0_packet is not None and (self.v5 is None or self.v5.writes_as_is()):
-            self.write(qos0_packet)  # the fan-out hot path
-            return
-        if qos and packet_id in self.inflight:
-            return  # a restarted router resends what it cannot know we already sent
-        self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet, forms)
-
-    def deliver_raw(self, packets: bytes) -> None:
-        """Plain 3.1.1 QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
-        if not (self.paused or self.queue):
-            self.write(packets)
-            return
-        pos = 0
-        while pos < len(packets):
-            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
-            self._enqueue((None, packets[pos:stop], 0, False, False, 0, None))
-            pos = stop
-
-    def deliver_raw5(self, topic: bytes, packets: bytes, forms: Forms) -> None:
-        """A raw run to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
-        connection's topic alias; queued message by message when backed up (or one by one when the
-        client's Maximum Packet Size may leave some out), so each is aliased when it is written."""
-        negotiated: Negotiated = self.v5  # type: ignore[assignment]
-        if self.paused or self.queue:
-            for payload in v5.payloads(packets):
-                self._enqueue((topic, payload, 0, False, False, 0, None))
-        elif negotiated.writes_as_is():
-            self.write(packets)
-        elif not self._write_shared(topic, packets, forms):
-            for payload in v5.payloads(packets):
-                self._send(topic, payload, 0, False, False, 0, None)
-
-    def publish_header(self, topic: bytes, size: int, qos: int, retain: bool, dup: bool, packet_id: int,
-                       extra: Extra | None, alias: int = 0) -> bytes | None:
-        """A PUBLISH up to its payload of `size` bytes, in this connection's version (5.0: with topic
-        alias `alias` (0: none; `topic` is then empty when the alias is already set), the message's
-        properties and the rest of its expiry interval); None when the message has expired."""
-        if self.v5 is None:
-            if extra is not None and extra[1] and extra[1] <= time.time():
-                return None  # expired
-            return _publish_header(topic, size, qos, retain, dup, packet_id)
-        if extra is None:
-            if not alias:
-                return _publish_header5(topic, size, qos, retain, dup, packet_id)
-            block = v5.alias_properties(alias)
-        else:
-            block = v5.message_properties(extra[0], extra[1], time.time(), alias)
-        return None if block is None else _publish_header5(topic, size, qos, retain, dup, packet_id, block)
-
-    def _send(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int,
-              extra: Extra | None, packet: bytes | None = None, forms: Forms | None = None) -> None:
-        """Write one PUBLISH. `packet_id` 0: this worker numbers it (clean session, QoS 1/2); else the
-        router did (persistent). `packet` (5.0, QoS 0): the record's shared PUBLISH and `forms` its
-        aliased forms. An expired message, or one larger than a 5.0 client takes, is done with unsent
-        [MQTT-3.1.2-25]."""
-        if packet is not None and self._write_shared(topic, packet, forms):  # type: ignore[arg-type]
-            return
-        numbered = packet_id or (self._take_pid() if qos else 0)
-        negotiated = self.v5
-        if negotiated is not None and negotiated.send_alias_max:
-            header = self._aliased_header(negotiated, topic, len(payload), qos, retain, dup, numbered, extra)
-        else:
-            header = self.publish_header(topic, len(payload), qos, retain, dup, numbered, extra)
-            if header is not None and negotiated is not None and not self.fits(len(header) + len(payload)):
-                header = None
-        if header is None:
-            return self._unsent(packet_id)
-        if qos:
-            self.inflight[numbered] = qos
-        self.write(header)
-        self.write(payload)
-
-    def _write_shared(self, topic: bytes, packets: bytes, forms: Forms) -> bool:
-        """Write 5.0 QoS 0 PUBLISHes to `topic` that a record's subscribers share (one message, or a
-        raw run) in the form this connection's topic alias asks for, made once per record in `forms`;
-        False, with nothing written, when they do not all fit the client's Maximum Packet Size."""
-        negotiated: Negotiated = self.v5  # type: ignore[assignment]
-        chosen = 0
-        if negotiated.send_alias_max:
-            chosen = aliases.choose(negotiated, topic)
-            if chosen:
-                aliased = forms.get(chosen)
-                if aliased is None:
-                    aliased = forms[chosen] = v5.with_topic_alias(packets, abs(chosen), chosen > 0)
-                packets = aliased
-        limit = negotiated.max_packet
-        if limit and len(packets) > limit:
-            return False
-        self.write(packets)
-        if chosen >= 0 and negotiated.send_alias_max:
-            aliases.note(negotiated, topic, chosen)
-        return True
-
-    def _aliased_header(self, negotiated: Negotiated, topic: bytes, size: int, qos: int, retain: bool, dup: bool,
-                        packet_id: int, extra: Extra | None) -> bytes | None:
-        """The header of a PUBLISH to a 5.0 client that takes topic aliases, with the alias the policy
-        picks, noted as written; None when the message has expired or does not fit the client's
-        Maximum Packet Size (nothing noted: only what is written sets an alias)."""
-        chosen = aliases.choose(negotiated, topic)
-        header = self.publish_header(topic if chosen >= 0 else b"", size, qos, retain, dup, packet_id, extra,
-                                     abs(chosen))
-        if header is not None and chosen > 0 and not self.fits(len(header) + size):
-            chosen = 0  # a new alias adds 3 bytes: without one, it may fit (an alias in use only makes it smaller)
-            header = self.publish_header(topic, size, qos, retain, dup, packet_id, extra)
-        if header is None or not self.fits(len(header) + size):
-            return None
-        if chosen >= 0:
-            aliases.note(negotiated, topic, chosen)
-        return header
-
-    def fits(self, size: int) -> bool:
-        """Whether a packet of `size` bytes fits the 5.0 client's Maximum Packet Size."""
-        limit = self.v5.max_packet if self.v5 is not None else 0
-        return not limit or size <= limit
-
-    def _unsent(self, router_pid: int) -> None:
-        """A message dropped for this client: counted, and a persistent session's copy finished
-        with the router as if it had been sent."""
-        self.worker.dropped += 1
-        if router_pid:
-            self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
-
-    def _take_pid(self) -> int:
-        """The next free packet id of those the worker numbers (the router's start at ROUTER_PIDS_FROM)."""
-        pid = self.next_pid
-        inflight = self.inflight
-        while pid in inflight:
-            pid = pid % _LAST_OWN_PID + 1
-        self.next_pid = pid % _LAST_OWN_PID + 1
-        return pid
-
-    def _enqueue(self, item: Queued) -> None:
-        queue = self.queue
-        if len(queue) >= self.worker.max_queued:
-            if item[2] == 0:
-                self.worker.dropped += 1
-                return
-            for i, queued in enumerate(queue):
-                if queued[2] == 0:
-                    del queue[i]  # type: ignore[union-attr]
-                    break
-            else:
-                self.worker.dropped += 1
-                return
-            self.worker.dropped += 1
-        if not queue:
-            queue = self.queue = deque()
-            self.worker.queuing.add(self)
-        queue.append(item)  # type: ignore[union-attr]
-
-    def pump(self) -> None:
-        """Move queued messages out while the window and the socket have room."""
-        queue = self.queue
-        window = self.window
-        while queue and not self.paused and self.state != CLOSED:
-            topic, payload, qos, retain, dup, packet_id, extra = queue[0]
-            if topic is None:
-                self.write(payload)
-            elif qos == 0 or len(self.inflight) < window:
-                self._send(topic, payload, qos, retain, dup, packet_id, extra)
-            else:
-                break
-            queue.popleft()  # type: ignore[union-attr]
-        if not queue:
-            self.queue = ()
-            self.worker.queuing.discard(self)
-
     def acknowledge(self, packet_id: int, qos: int, code: int) -> None:
         """PUBACK (QoS 1) or PUBREC (QoS 2) for a PUBLISH of the client; 5.0 also hears a refusal's
         reason (3.1.1 has no way to say it: the message is acknowledged and dropped)."""
@@ -593,23 +388,7 @@ class Connection(asyncio.Protocol):
         else:
             self.write(v5.encode_ack(kind, packet_id, code))
 
-    def resend_pubrel(self, packet_id: int) -> None:
-        self.inflight[packet_id] = -2
-        self.write(p.encode_pubrel(packet_id))
-
-    # -- output and closing ------------------------------------------------------------------------
-
-    def write(self, data: bytes) -> None:
-        out = self.out
-        if not out:
-            self.worker.dirty.append(self)
-            self.worker.flush_soon()
-        out.append(data)
-
-    def flush(self) -> None:
-        if self.out and self.transport is not None:
-            self.transport.write(b"".join(self.out))
-        self.out.clear()
+    # -- closing -----------------------------------------------------------------------------------
 
     def close(self, reason: str, level: int = logging.INFO, code: int = 0) -> None:
         """Close the connection; tell the router (which publishes the will unless DISCONNECT came).
@@ -633,7 +412,5 @@ class Connection(asyncio.Protocol):
         # the keepalive wheel holds the object until its slot comes round: keep only a husk
         self.transport = None
         self.buf = b""
-        self.queue = ()
-        self.worker.queuing.discard(self)
-        self.inflight.clear()
+        self.stop_sending()
         self.will = self.subs = self.checker = self.sender = self.v5 = None

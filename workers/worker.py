@@ -35,12 +35,15 @@ from plexmq.archive_format import archived_publish, sender
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.framing import packets_in
-from plexmq.workers.connection import Connection, Extra, Forms, peer_name
+from plexmq.workers.connection import Connection, peer_name
+from plexmq.workers.counters import Counters
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.negotiated import Negotiated
+from plexmq.workers.outbound import Extra, Forms
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.routes import LocalRoutes, Subscriber
+from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
 from plexmq.workers.websocket import WebSocket
 
@@ -67,24 +70,10 @@ class Worker:
         self.loop = loop
         self.channel = channel
         self.config_path: str = config["config_path"]
-        self.max_packet_size: int = config["max_packet_size"]
-        self.max_user_properties: int = config["max_user_properties"] or props.ANY  # per property block
-        self.max_subscriptions: int = config["max_subscriptions"] or sys.maxsize  # per client
-        self.max_inflight: int = config["max_inflight"]
-        self.receive_maximum: int = config["receive_maximum"]
-        self.topic_alias_maximum: int = config["topic_alias_maximum"]
-        self.max_keepalive = 0
-        self.response_information = self.server_reference = ""
-        self.server_moved = False
-        self._set_connect(config)
-        self.max_queued: int = config["max_queued_messages"]
-        self.connect_timeout: float = config["connect_timeout"]
+        self.settings = Settings.from_config(config)  # swapped whole by `reload`
+        self.counters = Counters()
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
-        self.shed = 0
-        self.memory_limit: int = config["memory_limit"]
-        self.message_rate = self.byte_rate = 0.0
-        self.rate_limited = self.rate_disconnects = False
-        self._set_rates(config)
+        self.shed = 0  # deliveries dropped while shedding
         self.identity_as_username = False
         self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {}  # listener kind -> (TLS, WebSocket)
         self._set_tls(config)
@@ -117,9 +106,6 @@ class Worker:
         archive = config["archive"]
         self.archive = ArchiveWriter(archive["dir"], worker_id, archive["topics"], archive["roll_bytes"],
                                      archive["roll_seconds"], Access(archive["group"])) if archive["enabled"] else None
-        self.dropped = 0
-        self.withheld = 0  # deliveries the receiver's read rules did not allow
-        self.refused = 0
         self.refused_logged_at = 0.0
         self.received = 0  # sockets the acceptor has passed us, refused ones included
         self.reported_load = (-1, -1)
@@ -167,7 +153,7 @@ class Worker:
         sock.setblocking(False)
         conn_id = self.next_conn
         self.next_conn += 1
-        conn = Connection(self, conn_id, self.loop.time() + self.connect_timeout)
+        conn = Connection(self, conn_id, self.loop.time() + self.settings.connect_timeout)
         self.conns[conn_id] = conn
         self.wheel.add(conn)
         context, websocket = self.listeners[kind]
@@ -180,7 +166,7 @@ class Worker:
         except OSError:
             pass  # the client is gone already: the handshake fails and says so
         serving = self.loop.connect_accepted_socket(lambda: protocol, sock, ssl=context,
-                                                    ssl_handshake_timeout=self.connect_timeout)
+                                                    ssl_handshake_timeout=self.settings.connect_timeout)
         asyncio.ensure_future(serving).add_done_callback(lambda task: self._served(conn, task))
 
     def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, asyncio.BaseProtocol]]) -> None:
@@ -194,11 +180,13 @@ class Worker:
             task.result()[0].close()
 
     def _refuse(self, count: int) -> None:
-        self.refused += count
+        counters = self.counters
+        counters.refused += count
         now = time.monotonic()
         if now - self.refused_logged_at >= 1.0:
             self.refused_logged_at = now
-            log.warning("out of file descriptors (%d connections): refused %d sockets so far", len(self.conns), self.refused)
+            log.warning("out of file descriptors (%d connections): refused %d sockets so far", len(self.conns),
+                        counters.refused)
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
@@ -280,16 +268,17 @@ class Worker:
         """What a 5.0 client is told in its CONNACK: the broker's limits and what it supports, and
         what it asked for or was told to do at CONNECT (keep alive, response information, the end
         of its enhanced authentication)."""
-        told: props.Properties = {props.RECEIVE_MAXIMUM: self.receive_maximum,
-                                  props.MAXIMUM_PACKET_SIZE: self.max_packet_size, **SUPPORTED}
-        if self.topic_alias_maximum:
-            told[props.TOPIC_ALIAS_MAXIMUM] = self.topic_alias_maximum
+        settings = self.settings
+        told: props.Properties = {props.RECEIVE_MAXIMUM: settings.receive_maximum,
+                                  props.MAXIMUM_PACKET_SIZE: settings.max_packet_size, **SUPPORTED}
+        if settings.topic_alias_maximum:
+            told[props.TOPIC_ALIAS_MAXIMUM] = settings.topic_alias_maximum
         if negotiated.assigned_id:
             told[props.ASSIGNED_CLIENT_IDENTIFIER] = negotiated.assigned_id
         if negotiated.server_keepalive:
             told[props.SERVER_KEEP_ALIVE] = negotiated.server_keepalive
-        if negotiated.response_info and self.response_information:
-            told[props.RESPONSE_INFORMATION] = self.response_information
+        if negotiated.response_info and settings.response_information:
+            told[props.RESPONSE_INFORMATION] = settings.response_information
         if negotiated.auth_method:
             told[props.AUTHENTICATION_METHOD] = negotiated.auth_method
             told[props.AUTHENTICATION_DATA] = negotiated.auth_data
@@ -367,8 +356,9 @@ class Worker:
         """Messages the client may not read (its rules changed since it subscribed, or it resumed a
         session another user made): dropped and counted; a persistent session's copy (the router's
         `packet_id`) is finished with the router as if it had been sent, so it is not sent again."""
-        self.withheld += count
-        self.auth.denied += count
+        counters = self.counters
+        counters.withheld += count
+        counters.denied += count
         if packet_id:
             self.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
 
@@ -382,7 +372,7 @@ class Worker:
 
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
-        self.auth.denied += 1
+        self.counters.denied += 1
         if not qos:
             return
         if self.awaiting:
@@ -475,7 +465,7 @@ class Worker:
         loop = self.loop
         for conn in self.wheel.expire(loop.time()):
             if conn.state < CONNECTING:  # type: ignore[attr-defined]
-                conn.close(f"no CONNECT within {self.connect_timeout:g} s")  # type: ignore[attr-defined]
+                conn.close(f"no CONNECT within {self.settings.connect_timeout:g} s")  # type: ignore[attr-defined]
             else:
                 conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]
         loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
@@ -504,16 +494,18 @@ class Worker:
     def _report_stats(self) -> None:
         """Once a second, the counters the router publishes as $SYS and serves to Prometheus."""
         cpu, rss = process_usage(self.process)
-        shedding = bool(self.memory_limit) and rss > (self.memory_limit * 0.9 if self.shedding else self.memory_limit)
+        limit = self.settings.memory_limit
+        shedding = bool(limit) and rss > (limit * 0.9 if self.shedding else limit)
         if shedding != self.shedding:
             self.shedding = shedding
             log.warning("worker %d %s QoS 0 deliveries (RSS %d MB, memory_limit %d MB)", self.worker_id,
-                        "sheds" if shedding else "no longer sheds", rss >> 20, self.memory_limit >> 20)
+                        "sheds" if shedding else "no longer sheds", rss >> 20, limit >> 20)
         queued = sum(len(conn.queue) for conn in self.queuing)
         protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
+        counters = self.counters
         self.link.stats(wire.Stats(
-            self.label, self.node, os.getpid(), len(self.conns), self.dropped, self.auth.denied, self.withheld,
-            self.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, self.local_received,
+            self.label, self.node, os.getpid(), len(self.conns), counters.dropped, counters.denied, counters.withheld,
+            counters.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, self.local_received,
             self.local_sent))
         self.flush_soon()
 
@@ -527,14 +519,10 @@ class Worker:
             log.error("worker %d cannot reload its settings: %s", self.worker_id, exc)
             return
         logging.getLogger().setLevel(config["log_level"].upper())
-        self.max_packet_size = config["max_packet_size"]
-        self.max_user_properties = config["max_user_properties"] or props.ANY
-        self.max_subscriptions = config["max_subscriptions"] or sys.maxsize
-        self.max_queued = config["max_queued_messages"]
-        self.connect_timeout = config["connect_timeout"]
-        self.memory_limit = config["memory_limit"]
-        self._set_rates(config)
-        self._set_connect(config)
+        try:
+            self.settings = Settings.from_config(config)
+        except (KeyError, TypeError, ValueError) as exc:  # the acceptor checked it: the file changed since
+            log.error("worker %d keeps its settings: %s %s", self.worker_id, type(exc).__name__, exc)
         try:
             self._set_tls(config)
         except ValueError as exc:  # the acceptor checked it: the file changed since
@@ -546,13 +534,6 @@ class Worker:
             self.known_topics.clear()
         log.info("worker %d reloaded its settings", self.worker_id)
 
-    def _set_connect(self, config: dict) -> None:
-        """What a CONNECT is answered with from the config (new connections; live ones keep theirs)."""
-        self.max_keepalive = config["max_keepalive"]  # 0: any keepalive, 0 (none) included
-        self.response_information = config["response_information"]  # "": none offered
-        self.server_reference = config["server_reference"]  # "": serve; else send every client there
-        self.server_moved = config["server_moved"]
-
     def _set_tls(self, config: dict) -> None:
         """The TLS context of the listeners, built again at a reload, so that the CRL (and the certificate
         files) are read again: new handshakes use it; live connections stay as they were accepted."""
@@ -560,13 +541,6 @@ class Worker:
         self.identity_as_username = context is not None and config["tls"]["use_identity_as_username"]
         self.listeners = {handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
                           handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
-
-    def _set_rates(self, config: dict) -> None:
-        """Per-client rate limits (0: none); connections check `rate_limited` after each read."""
-        self.message_rate = config["client_message_rate"]
-        self.byte_rate = config["client_byte_rate"]
-        self.rate_limited = bool(self.message_rate or self.byte_rate)
-        self.rate_disconnects = config["rate_limit_action"] == "disconnect"
 
     def stop(self) -> None:
         if self.stopped:

@@ -1,9 +1,10 @@
 """PUBACK, PUBREC, PUBREL and PUBCOMP from a client.
 
 `conn.inflight` holds the stage of each delivery in flight to the client: 1 (QoS 1, awaiting PUBACK),
-2 (QoS 2, awaiting PUBREC) or -2 (PUBREL sent, awaiting PUBCOMP). An acknowledgement of the wrong kind
-for an id in flight is a protocol violation [MQTT-4.8.0-1]; one for an id not in flight is a late
-duplicate and harmless (as EMQX treats it).
+2 (QoS 2, awaiting PUBREC) or -2 (PUBREL sent, awaiting PUBCOMP); the connection's outbound half
+(workers/outbound.py: `received`, `done`) moves it on. An acknowledgement of the wrong kind for an id
+in flight is a protocol violation [MQTT-4.8.0-1]; one for an id not in flight is a late duplicate and
+harmless (as EMQX treats it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from plexmq import wire
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR
 
@@ -27,7 +27,7 @@ def _decode(conn: Connection, kind: int, flags: int, body: bytes) -> tuple[int, 
     """(packet id, reason code); 3.1.1 acks, and 5.0 ones that say success only, have no reason code: 0."""
     if conn.v5 is None or len(body) == 2:
         return v4.decode_packet_id(flags, body, 2 if kind == v4.PUBREL else 0), 0
-    packet_id, code, _properties = v5.decode_ack(kind, flags, body, conn.worker.max_user_properties)
+    packet_id, code, _properties = v5.decode_ack(kind, flags, body, conn.worker.settings.max_user_properties)
     return packet_id, code
 
 
@@ -49,9 +49,7 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
             _finished(conn, packet_id, 2, "PUBREC")
         return
     if stage == 2:
-        conn.inflight[packet_id] = -2
-        if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:
-            conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_RECEIVED)
+        conn.received(packet_id)
     elif stage is None:
         log.debug("client %s: PUBREC for packet id %d, which is not in flight", conn.client_id, packet_id)
         if conn.v5 is not None:  # 5.0 says so in the PUBREL
@@ -76,11 +74,7 @@ def _finished(conn: Connection, packet_id: int, expected: int, name: str) -> Non
             log.debug("client %s: %s for packet id %d, which is not in flight", conn.client_id, name, packet_id)
             return
         return _wrong(conn, name, packet_id, stage)
-    del conn.inflight[packet_id]
-    if conn.persistent or packet_id >= wire.ROUTER_PIDS_FROM:  # numbered by the router: it waits for this
-        conn.worker.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
-    if conn.queue:
-        conn.pump()
+    conn.done(packet_id)
 
 
 def _wrong(conn: Connection, name: str, packet_id: int, stage: int) -> None:

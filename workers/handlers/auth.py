@@ -26,7 +26,7 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
     negotiated = conn.v5
     if negotiated is None:
         return conn.close("packet type 15 not allowed from a client")
-    code, properties = v5.decode_reason_only(v5.AUTH, flags, body, conn.worker.max_user_properties)
+    code, properties = v5.decode_reason_only(v5.AUTH, flags, body, conn.worker.settings.max_user_properties)
     if not negotiated.auth_method:
         raise MalformedPacket("AUTH without an authentication method at CONNECT", PROTOCOL_ERROR)  # [MQTT-4.12.0-6]
     if properties[props.AUTHENTICATION_METHOD] != negotiated.auth_method:  # [MQTT-4.12.0-5], [MQTT-4.12.1-1]

@@ -47,23 +47,24 @@ CONNACK_OPTIONAL = frozenset((props.TOPIC_ALIAS_MAXIMUM, props.RESPONSE_INFORMAT
 def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     """The first packet of a connection."""
     try:
-        connect = decode_connect(flags, body, conn.worker.max_user_properties)
+        connect = decode_connect(flags, body, conn.worker.settings.max_user_properties)
     except v4.UnsupportedProtocol as exc:
         conn.write(v4.encode_connack(False, 0x01))  # [MQTT-3.1.2-2]
         return conn.close(f"unsupported protocol level {exc.level}")
     except RefusedConnect as exc:
         return _refuse_broken(conn, exc)
     worker = conn.worker
+    settings = worker.settings
     conn.level = connect.protocol_level
     method = None
     if conn.level == 5:
-        negotiated = conn.v5 = Negotiated(connect, worker.topic_alias_maximum)
-        conn.window = min(worker.max_inflight, negotiated.receive_max)
+        negotiated = conn.v5 = Negotiated(connect, settings.topic_alias_maximum)
+        conn.window = min(settings.max_inflight, negotiated.receive_max)
         method = connect.properties.get(props.AUTHENTICATION_METHOD)
-    if worker.server_reference:
-        code = reasons.SERVER_MOVED if worker.server_moved else reasons.USE_ANOTHER_SERVER
-        return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {worker.server_reference}",
-                      {props.SERVER_REFERENCE: worker.server_reference})
+    if settings.server_reference:
+        code = reasons.SERVER_MOVED if settings.server_moved else reasons.USE_ANOTHER_SERVER
+        return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {settings.server_reference}",
+                      {props.SERVER_REFERENCE: settings.server_reference})
     if conn.cert_username is not None:  # use_identity_as_username: the certificate is the login
         unfit = unfit_username(conn.cert_username)
         if unfit is not None:  # as mosquitto: a bad user name (0x04, 5.0: 0x86)
@@ -79,7 +80,7 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
             conn.v5.assigned_id = client_id
     elif conn.level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
         return refuse(conn, IDENTIFIER_REJECTED, "MQTT 3.1 client id longer than 23 characters")
-    most = worker.max_keepalive
+    most = settings.max_keepalive
     if most and (connect.keepalive > most or not connect.keepalive):  # as mosquitto's max_keepalive
         if conn.v5 is None:  # 3.1.1 cannot be told another keepalive
             return refuse(conn, IDENTIFIER_REJECTED, f"keepalive {connect.keepalive} s, max_keepalive is {most} s")

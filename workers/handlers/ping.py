@@ -26,7 +26,7 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
         v4.decode_empty(flags, body)
         conn.disconnected = True
         return conn.close("client disconnected", level=logging.DEBUG)
-    code, properties = v5.decode_reason_only(v5.DISCONNECT, flags, body, conn.worker.max_user_properties)
+    code, properties = v5.decode_reason_only(v5.DISCONNECT, flags, body, conn.worker.settings.max_user_properties)
     expiry = properties.get(props.SESSION_EXPIRY_INTERVAL)
     if expiry is not None:
         if expiry and not negotiated.session_expiry:

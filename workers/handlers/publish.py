@@ -25,7 +25,7 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
     if negotiated is None:
         topic, packet_id, payload = v4.decode_publish(flags, body)
     else:
-        topic, packet_id, payload, properties = v5.decode_publish(flags, body, max_user=conn.worker.max_user_properties)
+        topic, packet_id, payload, properties = v5.decode_publish(flags, body, max_user=conn.worker.settings.max_user_properties)
         if properties:
             topic = _resolve_alias(negotiated, topic, properties)
         if qos == 2:
@@ -77,8 +77,8 @@ def _resolve_alias(negotiated: Negotiated, topic: str, properties: props.Propert
 
 def _count_in(conn: Connection, negotiated: Negotiated) -> None:
     """The broker's Receive Maximum: more unacknowledged QoS 1/2 PUBLISHes is 0x93."""
-    if negotiated.receiving + len(negotiated.releasing) > conn.worker.receive_maximum:
-        conn.close(f"more than {conn.worker.receive_maximum} QoS 1/2 PUBLISHes unacknowledged",
+    if negotiated.receiving + len(negotiated.releasing) > conn.worker.settings.receive_maximum:
+        conn.close(f"more than {conn.worker.settings.receive_maximum} QoS 1/2 PUBLISHes unacknowledged",
                    code=reasons.RECEIVE_MAXIMUM_EXCEEDED)
 
 

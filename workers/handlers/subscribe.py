@@ -23,13 +23,13 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
         packet_id, filters = v4.decode_subscribe(flags, body)
         identifier = 0
     else:
-        packet_id, filters, properties = v5.decode_subscribe(flags, body, conn.worker.max_user_properties)
+        packet_id, filters, properties = v5.decode_subscribe(flags, body, conn.worker.settings.max_user_properties)
         identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]
     checker = conn.checker
     subs = conn.subs
     if subs is None:
         subs = conn.subs = {}
-    most = conn.worker.max_subscriptions
+    most = conn.worker.settings.max_subscriptions
     wanted = []
     for topic_filter, options in filters:
         if not valid_subscription(topic_filter):
@@ -52,7 +52,7 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
     if conn.v5 is None:
         packet_id, filters = v4.decode_unsubscribe(flags, body)
     else:
-        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body, conn.worker.max_user_properties)
+        packet_id, filters, _properties = v5.decode_unsubscribe(flags, body, conn.worker.settings.max_user_properties)
     if conn.subs:
         for f in filters:
             conn.subs.pop(f, None)
