@@ -370,6 +370,3 @@ def routed_of(records: list[Any]) -> Routed | None:
     assert len(found) <= 1, found
     return found[0] if found else None
 
-
-__all__ = ["Close", "Deliver", "DeliverRaw", "Kick", "Other", "Rejoin", "ResendRel", "Routed", "Routes", "RouterHarness",
-           "Sent", "Session", "Sub", "Suback", "Unsuback", "WorkerEnd", "decode", "routed_of"]
