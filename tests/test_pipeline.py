@@ -10,7 +10,7 @@ import subprocess
 import sys
 import sysconfig
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,29 +23,11 @@ from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
-from tests.test_archive import publish_properties, version_2_segment
-from plexmq.pipeline.session import spark_session
+from tests.archives import publish_properties, version_2_segment
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
-
-START = datetime(2024, 5, 1, tzinfo=UTC)
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    with spark_session("local[2]", verbose=False) as session:
-        # tiny data: few tasks, and no generated code, whose compiling costs more than it saves here
-        session.conf.set("spark.sql.shuffle.partitions", "2")
-        session.conf.set("spark.sql.codegen.wholeStage", "false")
-        yield session
-
-
-def us(t: datetime) -> int:
-    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-
-
-def at(minutes: float) -> int:
-    return us(START + timedelta(minutes=minutes))
+from tests.spark import at, spark  # noqa: F401  (the session's SparkSession fixture)
+from tests.spark import START, us
 
 
 def archive(root: Path) -> list[tuple[int, Record]]:
