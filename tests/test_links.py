@@ -13,7 +13,8 @@ from typing import Callable
 import pytest
 import zmq
 
-from plexmq.router import links, wire
+from plexmq import wire
+from plexmq.router import links
 from tests.conftest import Broker, wait_for
 from tests.steps import ping, publish, raw_on, receive, subscribe, sync, uid
 from plexmq.mqtt import v4 as p
