@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from tests.mqtt import RawClient
-from tests.test_packets import FIXTURES, MALFORMED
+from tests.packet_fixtures import FIXTURES, MALFORMED
 from plexmq.mqtt import v4 as p
 
 SEED_PACKETS: tuple[bytes, ...] = tuple(f[2] for f in FIXTURES) + tuple(m[1] for m in MALFORMED)

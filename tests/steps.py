@@ -6,15 +6,18 @@ before the SUBACK), and a PINGREQ after an ack is one (what the ack released is 
 
 from __future__ import annotations
 
+import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 
 BARRIER_PID = 0xBEEF
+PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")
 
 
 class Pub(NamedTuple):
@@ -140,3 +143,91 @@ def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) ->
     finally:
         for c in spare:
             c.close()
+
+
+def raw5(port: int, client_id: str = "", clean_start: bool = True, properties: dict | None = None,
+         **kw: object) -> tuple[RawClient, tuple[bool, int, dict]]:
+    c = RawClient(port)
+    return c, c.connect5(client_id or f"r5-{uid()}", clean_start, properties=properties, **kw)
+
+
+def recv_publish(c: RawClient) -> tuple[str, int, bytes, dict, int]:
+    """(topic, packet id, payload, properties, first byte) of the next packet, which must be a PUBLISH."""
+    first, body = c.recv()
+    assert first >> 4 == v5.PUBLISH, f"expected PUBLISH, got {first:#x} {body!r}"
+    topic, packet_id, payload, props = v5.decode_publish(first & 15, body, from_server=True)
+    return topic, packet_id, payload, props, first
+
+
+def disconnect_of(c: RawClient) -> tuple[int, dict]:
+    """The reason code and properties of the DISCONNECT the broker sends before it closes."""
+    data = c.read_until_closed()
+    found = v5.frame(data, 0, len(data) + 1)
+    assert found is not None and found[0] == 0xE0, f"expected DISCONNECT, got {data!r}"
+    return v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])
+
+
+def subscribe5(c: RawClient, packet_id: int, filters: list[tuple[str, int]], properties: dict | None = None) -> list[int]:
+    c.send(v5.encode_subscribe(packet_id, filters, properties))
+    first, body = c.recv()
+    assert first == 0x90, f"expected SUBACK, got {first:#x}"
+    got, codes, _props = v5.decode_suback(v5.SUBACK, 0, body)
+    assert got == packet_id
+    return codes
+
+
+def receive(c: RawClient, *, count: int | None = None, payloads: Iterable[bytes] = (), timeout: float = 5.0) -> list[Pub]:
+    """The PUBLISHes to `c` until `count` have come, or every one of `payloads` has; each acknowledged
+    (QoS 1: PUBACK, QoS 2: PUBREC, and PUBCOMP for its PUBREL, completed before returning).
+    Fails when nothing comes for `timeout` seconds."""
+    left = set(payloads)
+    pubs: list[Pub] = []
+    releasing: set[int] = set()
+    out: list[bytes] = []
+
+    def done() -> bool:
+        return (len(pubs) >= count if count is not None else not left) and not releasing
+
+    while not done():
+        if out and p.frame(c.buf, 0, 1 << 28) is None:  # one write for the acks of one read
+            c.send(b"".join(out))
+            out.clear()
+        try:
+            first, body = c.recv(timeout)
+        except TimeoutError:
+            missing = sorted(left)[:5]
+            raise AssertionError(f"nothing came for {timeout} s after {len(pubs)} messages "
+                                 f"(still missing {len(left)}, e.g. {missing}; last: {pubs[-1:]})") from None
+        if first >> 4 == p.PUBLISH:
+            m = as_pub(first, body)
+            pubs.append(m)
+            left.discard(m.payload)
+            if m.qos == 1:
+                out.append(p.encode_puback(m.packet_id))
+            elif m.qos == 2:
+                assert m.packet_id not in releasing, f"PUBLISH with packet id {m.packet_id} while it awaits PUBREL"
+                out.append(p.encode_pubrec(m.packet_id))
+                releasing.add(m.packet_id)
+        elif first == 0x62:
+            packet_id = int.from_bytes(body[:2], "big")
+            assert packet_id in releasing, f"PUBREL for packet id {packet_id}, which was not received"
+            releasing.discard(packet_id)
+            out.append(p.encode_pubcomp(packet_id))
+        else:
+            raise AssertionError(f"unexpected packet {first:#x} {body!r}")
+    if out:
+        c.send(b"".join(out))
+    return pubs
+
+
+def ping(c: RawClient) -> None:
+    c.send(PINGREQ)
+    assert c.recv() == PINGRESP
+
+
+def from_address(port: int, source: str) -> RawClient:
+    """A raw client whose socket is bound to `source` (any 127.0.0.x works on loopback)."""
+    c = RawClient.__new__(RawClient)
+    c.sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+    c.buf = b""
+    return c

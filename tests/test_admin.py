@@ -20,7 +20,7 @@ import pytest
 from tests.users import as_nobody
 from tests.conftest import ROOT, Broker, wait_for
 from tests.steps import connect, uid
-from tests.test_operations import cli, metrics_url
+from tests.cli import cli, metrics_url
 
 NOBODY = ("runuser", "-u", "nobody", "--")
 

@@ -3,22 +3,13 @@ all decided before any MQTT byte is read (a refused socket is closed without a C
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from tests.steps import uid
+from tests.steps import from_address, uid
 from plexmq.mqtt import v4 as p
-
-
-def from_address(port: int, source: str) -> RawClient:
-    """A raw client whose socket is bound to `source` (any 127.0.0.x works on loopback)."""
-    c = RawClient.__new__(RawClient)
-    c.sock = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
-    c.buf = b""
-    return c
 
 
 def refused(c: RawClient) -> bool:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from paho.mqtt.client import MQTTv5, MQTTv31
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from tests.conftest import Broker
 from tests.mqtt import Client
@@ -30,8 +27,7 @@ from plexmq.archive_format import (
     sender,
 )
 from plexmq.mqtt import v4
-
-T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
+from tests.archives import T0, publish_properties, run, version_2_segment
 
 
 def sealed(root: Path) -> list[Path]:
@@ -49,11 +45,6 @@ def read_all(root: Path) -> list[Record]:
         assert segment.damage is None, path
         out += records(segment)
     return sorted(out)
-
-
-def run(recv_us: int, payload: bytes) -> Run:
-    """One QoS 0 message to topic t from client c."""
-    return Record(recv_us, "t", 0, False, payload, "c", None).run()
 
 
 def chunk(records: list[Record]) -> bytes:
@@ -242,15 +233,6 @@ def test_5_0_records_keep_user_properties_and_content_type(tmp_path: Path) -> No
     assert read_all(tmp_path) == sent
 
 
-def version_2_segment(worker_id: int, r: Record) -> bytes:
-    """A segment of one record as brokers before format 3 wrote it: no level column, 3.1.1 packets."""
-    packet = v4.encode_publish(r.topic.encode(), r.payload, r.qos, r.retain, packet_id=1 if r.qos else 0)
-    client, user = r.client_id.encode(), (r.username or "").encode()
-    user_len = -1 if r.username is None else len(user)
-    body = struct.pack("<qiii", r.recv_us, len(client), user_len, len(packet)) + client + user + packet
-    return struct.pack("<4sII", b"PXAR", 2, worker_id) + struct.pack("<III", len(body), 1, zlib.crc32(body)) + body
-
-
 def test_version_2_segments_are_still_read() -> None:
     old = Record(T0, "old/t", 1, False, b"kept", "dev-old", "olga", level=0)
     segment = decode_segment(version_2_segment(6, old))
@@ -266,16 +248,6 @@ def test_a_5_0_run_whose_property_block_does_not_fit_is_a_damaged_chunk() -> Non
     assert list(records(segment)) == [good]
     at = len(segment_header(1) + chunk([good]))
     assert segment.damage == f"damaged chunk at byte {at} ({len(data) - at} bytes)"
-
-
-def publish_properties(content_type: str | None, pairs: list[tuple[str, str]]) -> Properties:
-    """paho's PUBLISH properties: a content type (None: none) and user properties in this order."""
-    properties = Properties(PacketTypes.PUBLISH)
-    if content_type is not None:
-        properties.ContentType = content_type
-    if pairs:
-        properties.UserProperty = pairs
-    return properties
 
 
 def test_a_broker_archives_what_paho_clients_publish_with_their_properties(

@@ -20,27 +20,9 @@ from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, sync, uid
 from plexmq.mqtt import v4 as p
-from plexmq.workers.passwords import set_password
+from tests.logins import config, login, users
 
 CHEAP = 2 ** 10  # scrypt cost for test users: the file says it, the broker honours it
-
-
-def users(path: Path, **passwords: str) -> Path:
-    for name, password in passwords.items():
-        set_password(str(path), name, password, n=CHEAP)
-    return path
-
-
-def config(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "plexmq.toml"
-    path.write_text(text)
-    return str(path)
-
-
-def login(port: int, username: str | None, password: bytes | None, client_id: str = "", **kw: object) -> tuple[RawClient, int]:
-    c = RawClient(port)
-    _present, code = c.connect(client_id or f"auth-{uid()}", username=username, password=password, **kw)
-    return c, code
 
 
 @pytest.fixture

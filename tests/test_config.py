@@ -9,45 +9,14 @@ import resource
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from plexmq.acceptor import config as cfg
-from tests.conftest import ROOT, Broker, free_port
-
-MODULE = [sys.executable, "-m", "plexmq.acceptor"]
-
-
-def run(*args: str, timeout: float = 15) -> subprocess.CompletedProcess[str]:
-    """Run the program to completion; a config that is wrongly accepted starts a broker and times out."""
-    try:
-        return subprocess.run([*MODULE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"`plexmq {' '.join(args)}` did not stop (it accepted the config?): {exc.stderr!r}") from None
-
-
-def write(tmp_path: Path, text: str, name: str = "plexmq.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """Exit status 2 and exactly one line on stderr; that line."""
-    assert result.returncode == 2, f"exit status {result.returncode}, stderr:\n{result.stderr}"
-    lines = result.stderr.strip("\n").splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{result.stderr}"
-    assert "Traceback" not in result.stderr
-    return lines[0]
-
-
-def names_line(message: str, path: Path, line: int) -> bool:
-    """The message names `path` and line `line` (as path:LINE, or 'line LINE' elsewhere in it)."""
-    rest = message.replace(str(path), "\0")
-    return f"\0:{line}" in rest or re.search(rf"\bline {line}\b", rest) is not None
+from tests.conftest import Broker, free_port
+from tests.cli import names_line, one_error_line, run, write
 
 
 # -- the program ------------------------------------------------------------------------------------

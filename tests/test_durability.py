@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import orjson
@@ -43,7 +43,8 @@ from tests.steps import (
     uid,
     worker_of,
 )
-from tests.test_processes import OwnBroker, alive, descendants, ping
+from tests.processes import OwnBroker, alive, descendants
+from tests.steps import ping, receive
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
@@ -204,50 +205,6 @@ def stream(c: RawClient, topic: str, n: int, qos: int, kill_at: int, kill: Calla
     c.close()
     assert len(acked) < n, "every message was acknowledged before the kill: not a kill mid-stream"
     return acked
-
-
-def receive(c: RawClient, *, count: int | None = None, payloads: Iterable[bytes] = (), timeout: float = 5.0) -> list[Pub]:
-    """The PUBLISHes to `c` until `count` have come, or every one of `payloads` has; each acknowledged
-    (QoS 1: PUBACK, QoS 2: PUBREC, and PUBCOMP for its PUBREL, completed before returning).
-    Fails when nothing comes for `timeout` seconds."""
-    left = set(payloads)
-    pubs: list[Pub] = []
-    releasing: set[int] = set()
-    out: list[bytes] = []
-
-    def done() -> bool:
-        return (len(pubs) >= count if count is not None else not left) and not releasing
-
-    while not done():
-        if out and p.frame(c.buf, 0, 1 << 28) is None:  # one write for the acks of one read
-            c.send(b"".join(out))
-            out.clear()
-        try:
-            first, body = c.recv(timeout)
-        except TimeoutError:
-            missing = sorted(left)[:5]
-            raise AssertionError(f"nothing came for {timeout} s after {len(pubs)} messages "
-                                 f"(still missing {len(left)}, e.g. {missing}; last: {pubs[-1:]})") from None
-        if first >> 4 == p.PUBLISH:
-            m = as_pub(first, body)
-            pubs.append(m)
-            left.discard(m.payload)
-            if m.qos == 1:
-                out.append(p.encode_puback(m.packet_id))
-            elif m.qos == 2:
-                assert m.packet_id not in releasing, f"PUBLISH with packet id {m.packet_id} while it awaits PUBREL"
-                out.append(p.encode_pubrec(m.packet_id))
-                releasing.add(m.packet_id)
-        elif first == 0x62:
-            packet_id = int.from_bytes(body[:2], "big")
-            assert packet_id in releasing, f"PUBREL for packet id {packet_id}, which was not received"
-            releasing.discard(packet_id)
-            out.append(p.encode_pubcomp(packet_id))
-        else:
-            raise AssertionError(f"unexpected packet {first:#x} {body!r}")
-    if out:
-        c.send(b"".join(out))
-    return pubs
 
 
 def check_delivered(got: list[Pub], acked: set[int], exactly_once: bool) -> None:

@@ -14,7 +14,7 @@ import psutil
 
 from plexmq.router.httpd import CONNECTIONS, THREADS, TIMEOUT
 from tests.conftest import Broker, wait_for
-from tests.test_operations import health, metrics_url
+from tests.cli import health, metrics_url
 
 IDLE = 200
 

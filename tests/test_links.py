@@ -16,9 +16,7 @@ import zmq
 from plexmq import wire
 from plexmq.router import links
 from tests.conftest import Broker, wait_for
-from tests.steps import publish, raw_on, subscribe, sync, uid
-from tests.test_durability import receive
-from tests.test_processes import ping
+from tests.steps import ping, publish, raw_on, receive, subscribe, sync, uid
 from plexmq.mqtt import v4 as p
 
 TIMEOUT = 2.0  # link_timeout of these brokers (the least allowed)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import time
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,43 +13,12 @@ import paho.mqtt.client as paho
 
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
-from tests.steps import uid
-from tests.test_passwords import passwd
+from tests.steps import disconnect_of, raw5, recv_publish, subscribe5, uid
+from tests.cli import passwd
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
-
-
-def raw5(port: int, client_id: str = "", clean_start: bool = True, properties: dict | None = None,
-         **kw: object) -> tuple[RawClient, tuple[bool, int, dict]]:
-    c = RawClient(port)
-    return c, c.connect5(client_id or f"r5-{uid()}", clean_start, properties=properties, **kw)
-
-
-def recv_publish(c: RawClient) -> tuple[str, int, bytes, dict, int]:
-    """(topic, packet id, payload, properties, first byte) of the next packet, which must be a PUBLISH."""
-    first, body = c.recv()
-    assert first >> 4 == v5.PUBLISH, f"expected PUBLISH, got {first:#x} {body!r}"
-    topic, packet_id, payload, props = v5.decode_publish(first & 15, body, from_server=True)
-    return topic, packet_id, payload, props, first
-
-
-def disconnect_of(c: RawClient) -> tuple[int, dict]:
-    """The reason code and properties of the DISCONNECT the broker sends before it closes."""
-    data = c.read_until_closed()
-    found = v5.frame(data, 0, len(data) + 1)
-    assert found is not None and found[0] == 0xE0, f"expected DISCONNECT, got {data!r}"
-    return v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])
-
-
-def subscribe5(c: RawClient, packet_id: int, filters: list[tuple[str, int]], properties: dict | None = None) -> list[int]:
-    c.send(v5.encode_subscribe(packet_id, filters, properties))
-    first, body = c.recv()
-    assert first == 0x90, f"expected SUBACK, got {first:#x}"
-    got, codes, _props = v5.decode_suback(v5.SUBACK, 0, body)
-    assert got == packet_id
-    return codes
 
 
 # -- CONNECT and CONNACK ---------------------------------------------------------------------------

@@ -12,9 +12,8 @@ import scramp
 
 from tests.conftest import Broker
 from tests.mqtt import RawClient
-from tests.steps import uid
-from tests.test_mqtt5 import disconnect_of, subscribe5
-from tests.test_passwords import CHEAP, passwd
+from tests.steps import disconnect_of, subscribe5, uid
+from tests.cli import CHEAP, passwd
 from plexmq.workers import passwords as pw
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5

@@ -16,9 +16,8 @@ from paho.mqtt.properties import Properties
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from tests.steps import uid
-from tests.test_config import names_line, one_error_line, run, write
-from tests.test_mqtt5 import disconnect_of, raw5
+from tests.steps import disconnect_of, raw5, uid
+from tests.cli import names_line, one_error_line, run, write
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5
 

@@ -11,8 +11,7 @@ import paho.mqtt.client as paho
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from tests.steps import uid
-from tests.test_mqtt5 import raw5, recv_publish, subscribe5
+from tests.steps import raw5, recv_publish, subscribe5, uid
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
 

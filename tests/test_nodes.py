@@ -23,9 +23,7 @@ import pytest
 from tests.conftest import ROOT, wait_for
 from tests.hosts import LINK_TIMEOUT, Net, make_keys, net, shared_net  # noqa: F401 (net, shared_net: fixtures)
 from tests.mqtt import RawClient
-from tests.steps import Pub, as_pub, publish, subscribe, sync, uid
-from tests.test_durability import receive
-from tests.test_processes import ping
+from tests.steps import Pub, as_pub, ping, publish, receive, subscribe, sync, uid
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5

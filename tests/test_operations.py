@@ -9,8 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,26 +24,7 @@ from plexmq.mqtt import v5
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.users import as_nobody
-
-
-def metrics_url(b: Broker) -> str:
-    found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    return found.group(1)  # type: ignore[union-attr]
-
-
-def cli(command: str, url: str, *args: str) -> str:
-    """What `plexmq COMMAND --metrics URL ARGS` prints (it must exit 0)."""
-    out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", command, "--metrics", url, *args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
-def health(url: str) -> int:
-    try:
-        return urllib.request.urlopen(url + "/health", timeout=5).status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+from tests.cli import cli, health, metrics_url
 
 
 def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
@@ -165,7 +144,6 @@ def test_sighup_rereads_the_config_file_and_keeps_clients(tmp_path: Path, start_
     wait_for(lambda: "config not reloaded" in b.output(), 10, "the bad file refused")
     for client in (c, second):
         client.disconnect()
-
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a broker of another user needs root to start one")

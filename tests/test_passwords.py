@@ -19,23 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_config import one_error_line
+from tests.cli import CHEAP, PASSWD, one_error_line, passwd
 from plexmq.workers import passwords as pw
 from plexmq.workers.passwords import PasswordFile, PasswordFileError
 
-CHEAP = 16  # scrypt n for the tests
-
-PASSWD = [sys.executable, "-c", "import sys; from acceptor.passwd import main; sys.exit(main(sys.argv[1:]))"]
 
 # made by `mosquitto_passwd -b FILE alice secret` (mosquitto 2.0.11)
 MOSQUITTO_ALICE = ("$7$101$XX0zZX+QVUtXsQNj$"
                    "qAwph9uYrQJsBae3GYe+CtvhDQtFlKPmvZwzjx2tcU5IoXHEi3jgwbAN+lOHK+xRuIyy3vCq4caG5kmppDf7bQ==")
-
-
-def passwd(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`plexmq passwd ARGS` with no controlling terminal, so a prompt cannot wait for a person."""
-    return subprocess.run([*PASSWD, *args], cwd=ROOT, input=stdin, stdin=subprocess.DEVNULL if stdin is None else None,
-                          capture_output=True, text=True, timeout=30, start_new_session=True, check=False)
 
 
 def pbkdf2_line(password: str, iterations: int = 1000) -> str:

@@ -24,7 +24,7 @@ from plexmq.pipeline.__main__ import main
 from tests.archives import START, archive, at, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
-from tests.test_archive import publish_properties
+from tests.archives import publish_properties
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 

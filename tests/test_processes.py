@@ -23,28 +23,14 @@ from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from plexmq.mqtt import v4 as p
+from tests.steps import ping
+from tests.processes import OwnBroker, alive, descendants
 
 STOP_LIMIT = 5.0  # seconds the issue allows for every process to be gone
-PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")
 WILL = p.Will("proc/kwill/will/v", b"victim gone", 1, False)
 
 
 # -- helpers -----------------------------------------------------------------------------------------
-
-
-def alive(proc: psutil.Process) -> bool:
-    """Running and not a zombie (an orphan's zombie may linger if PID 1 does not reap)."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def descendants(b: Broker) -> list[psutil.Process]:
-    try:
-        return psutil.Process(b.proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
 
 
 def spawned_by(acceptor_pid: int) -> list[psutil.Process]:
@@ -106,11 +92,6 @@ def receive(c: RawClient, timeout: float = 5.0) -> tuple[str, bytes]:
     if (first >> 1) & 3 == 1:
         c.send(p.encode_puback(packet_id))
     return topic, payload
-
-
-def ping(c: RawClient) -> None:
-    c.send(PINGREQ)
-    assert c.recv() == PINGRESP
 
 
 def roundtrip(port: int, topic: str, timeout: float = 1.0) -> bool:
@@ -230,15 +211,6 @@ def port_closed(port: int) -> bool:
     except OSError:
         return True
     return False
-
-
-class OwnBroker(Broker):
-    """A broker in its own session (a terminal's process group) or under `prlimit`."""
-
-    def __init__(self, log_path: Path, args: list[str], *, session: bool = False,
-                 nofile: tuple[int, int] | None = None) -> None:
-        prefix = ("prlimit", f"--nofile={nofile[0]}:{nofile[1]}") if nofile else ()
-        super().__init__(log_path, args, prefix=prefix, new_session=session)
 
 
 @pytest.fixture

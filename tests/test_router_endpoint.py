@@ -22,7 +22,7 @@ from plexmq import wire
 from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
-from tests.test_config import names_line, one_error_line, run, write
+from tests.cli import names_line, one_error_line, run, write
 
 KEYS = {"server_public", "server_secret", "client_public", "client_secret"}
 REFUSED_WAIT = 2.0  # seconds a refused peer waits for an answer that must not come

@@ -33,7 +33,7 @@ from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Eve
 
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
-from tests.test_config import one_error_line, run, write
+from tests.cli import one_error_line, run, write
 from plexmq.mqtt import v4 as p
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
@@ -566,7 +566,7 @@ def test_bad_tls_config_stops_startup_with_one_line(tmp_path: Path, pki: Pki, li
 def test_the_readme_security_example_works(pki: Pki, tmp_path: Path) -> None:
     """README.md's "Securing plexmq" config and ACL, with this test's files in place of /etc/plexmq:
     alice logs in over TLS, writes where the ACL lets her and is refused where it does not."""
-    from tests.test_auth import users
+    from tests.logins import users
 
     readme = (Path(__file__).parent.parent / "README.md").read_text().split("## Securing plexmq", 1)[1]
     toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]

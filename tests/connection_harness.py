@@ -1,0 +1,427 @@
+"""A worker's `Connection` (workers/connection.py) in-process, without sockets, ZeroMQ or an event loop.
+
+A `HarnessWorker` is the real `Worker` (workers/worker.py) with a constructor of its own: no
+acceptor channel, no ZeroMQ link, no password file; its settings are keyword arguments; its loop is a
+`FakeLoop` whose `call_soon` callbacks (the worker's end-of-turn flush) run when the test calls
+`turn()`. What it does with records from the router (`on_frame`), with PUBLISHes (`publish`, the
+awaiting queue, ROUTED) and with the connection's deliveries is the worker's own code. Its link is a
+`FakeLink`: the real `RouterLink`'s record builders, its sends kept as frames and decoded by `records()`.
+Each client is a `FakeTransport` that keeps what the connection wrote and can be paused (as asyncio
+pauses a protocol whose transport buffer is full).
+
+    h = ConnectionHarness(max_inflight=2)
+    c = h.client("dev", clean=False)         # CONNECT sent, the router's SESSION answered: CONNACK read
+    c.send(v4.encode_publish(b"t", b"x", qos=1, packet_id=1))
+    h.turn()                                 # the worker's flush: writes and the frame to the router
+    assert [r.kind for r in h.records()] == ["PUB"]
+    h.from_router(routed(1, 1))              # a ROUTED: now the PUBACK
+    assert c.packets() == [Packet(PUBACK, 0, 1)]
+
+When the worker's settings become one value and the link gets typed records (issue 22), this module
+is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from typing import Any, NamedTuple
+
+import orjson
+
+from plexmq import wire
+from plexmq.mqtt import PROTOCOLS
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
+from plexmq.workers.connection import Connection
+from plexmq.workers.keepalive import TimerWheel
+from plexmq.workers.link import RouterLink
+from plexmq.workers.routes import LocalRoutes
+from plexmq.workers.worker import Worker
+
+# -- the event loop, the transport, the link ---------------------------------------------------------
+
+
+class FakeLoop:
+    """What the worker and its connections ask of the loop: its clock (moved by the test),
+    `call_soon` (run by `run_ready`), `call_later`/`call_at` (run by `advance`)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.ready: deque[tuple[Any, tuple]] = deque()
+        self.timers: list[tuple[float, int, Any, tuple]] = []
+        self._order = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def call_soon(self, callback: Any, *args: Any) -> None:
+        self.ready.append((callback, args))
+
+    def call_at(self, when: float, callback: Any, *args: Any) -> None:
+        heapq.heappush(self.timers, (when, next(self._order), callback, args))
+
+    def call_later(self, delay: float, callback: Any, *args: Any) -> None:
+        self.call_at(self.now + delay, callback, *args)
+
+    def run_ready(self) -> None:
+        for _ in range(1000):
+            if not self.ready:
+                return
+            callback, args = self.ready.popleft()
+            callback(*args)
+        raise AssertionError("call_soon callbacks keep coming")
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock and run the timers that fall due (then what they made ready)."""
+        self.now += seconds
+        while self.timers and self.timers[0][0] <= self.now:
+            _when, _n, callback, args = heapq.heappop(self.timers)
+            callback(*args)
+        self.run_ready()
+
+
+class FakeTransport:
+    """A client socket: keeps what is written; reading and writing can be paused."""
+
+    def __init__(self, peer: tuple[str, int] = ("127.0.0.1", 50000)) -> None:
+        self.peer = peer
+        self.written = bytearray()
+        self.reading = True
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": self.peer}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "a write after close"
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class FakeLink(RouterLink):
+    """The worker's link without ZeroMQ: the real record builders (`pub`, `pub0`, `ack`, `batch`),
+    each `send` kept in `frames`."""
+
+    def __init__(self, loop: FakeLoop) -> None:  # not RouterLink's: it opens a ZeroMQ socket
+        self.loop = loop  # type: ignore[assignment]
+        self.batch = wire.Batch()
+        self.unrouted = 0
+        self.join = 0
+        self.seq = 0
+        self.next_in = 0
+        self.current = True
+        self.answered = True
+        self.opened_at = 0.0
+        self.warned = False
+        self.endpoint = "fake://router"
+        self.frames: list[bytes] = []
+
+    def send(self) -> None:
+        if self.batch:
+            self.frames.append(self.batch.take())
+            self.seq += 1
+
+    def close(self, linger_ms: int = 0) -> None:
+        pass
+
+
+class FakeAuth:
+    """No password file, no ACL: every login is accepted, nobody is screened."""
+
+    required = False
+    passwords = None
+    tokens = None
+
+    def __init__(self) -> None:
+        self.denied = 0
+        self.refused = 0
+
+    def checker(self, username: str | None, client_id: str) -> None:
+        return None
+
+    def rules_changed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+# -- the worker ------------------------------------------------------------------------------------------
+
+SETTINGS = {  # the worker's settings a connection reads, as the defaults of a broker's config give them
+    "max_packet_size": 268_435_455, "max_user_properties": props.ANY, "max_subscriptions": 1 << 30,
+    "max_inflight": 20, "receive_maximum": 65535, "topic_alias_maximum": 0, "max_keepalive": 0,
+    "response_information": "", "server_reference": "", "server_moved": False, "max_queued": 1000,
+    "connect_timeout": 10.0, "memory_limit": 0, "message_rate": 0.0, "byte_rate": 0.0, "rate_limited": False,
+    "rate_disconnects": False, "identity_as_username": False,
+}
+
+
+class HarnessWorker(Worker):
+    """The real worker's code around fakes: built from `SETTINGS` (any of them overridden by keyword)."""
+
+    def __init__(self, **settings: Any) -> None:  # not Worker's: it opens the channel, the link, the auth
+        unknown = settings.keys() - SETTINGS.keys()
+        assert not unknown, f"not a worker setting here: {unknown}"
+        for name, value in {**SETTINGS, **settings}.items():
+            setattr(self, name, value)
+        self.worker_id = 0
+        self.loop = FakeLoop()  # type: ignore[assignment]
+        self.node = ""
+        self.identity = wire.identity("", 0)
+        self.label = wire.label("", 0)
+        self.conns: dict[int, Connection] = {}
+        self.ending = []
+        self.next_conn = 1
+        self.dirty = []
+        self.connected = dict.fromkeys(PROTOCOLS, 0)
+        self.queuing = set()
+        self.flush_pending = False
+        self.awaiting = deque()
+        self.routes = LocalRoutes(self.identity)
+        self.unanswered = 0
+        self.local_received = self.local_sent = 0
+        self.shedding = False
+        self.shed = 0
+        self.wheel = TimerWheel(self.loop.time())
+        self.link = FakeLink(self.loop)  # type: ignore[assignment]
+        self.auth = FakeAuth()  # type: ignore[assignment]
+        self.known_topics = {}
+        self.turn_us = 0
+        self.archive = None
+        self.dropped = self.withheld = self.refused = self.received = 0
+        self.stopped = False
+
+    def _report_load(self) -> None:
+        pass  # no acceptor to tell
+
+
+# -- what the connection writes and sends, decoded ----------------------------------------------------------
+
+
+class Packet(NamedTuple):
+    """A packet written to the client: its type, its flags (a PUBLISH's: dup << 3 | qos << 1 | retain),
+    its packet id (0: none), and for a PUBLISH its topic and payload; `body`: the rest, undecoded."""
+    kind: int
+    flags: int
+    pid: int = 0
+    topic: str = ""
+    payload: bytes = b""
+    body: bytes = b""
+
+    @property
+    def qos(self) -> int:
+        return (self.flags >> 1) & 3
+
+    @property
+    def dup(self) -> bool:
+        return bool(self.flags & 8)
+
+
+_WITH_PID = (p.PUBACK, p.PUBREC, p.PUBREL, p.PUBCOMP, p.SUBACK, p.UNSUBACK)
+
+
+def parse(data: bytes, v5_client: bool = False) -> list[Packet]:
+    """The packets in `data`, as `Packet`s (PUBLISH read as 3.1.1 or, with `v5_client`, 5.0 reads it)."""
+    packets = []
+    pos = 0
+    while pos < len(data):
+        found = p.frame(data, pos, 1 << 28)
+        assert found is not None, f"a partial packet written: {data[pos:]!r}"
+        first, start, stop = found
+        kind, flags, body = first >> 4, first & 15, bytes(data[start:stop])
+        if kind == p.PUBLISH:
+            if v5_client:
+                topic, pid, payload, _props = v5.decode_publish(flags, body, from_server=True)
+            else:
+                topic, pid, payload = p.decode_publish(flags, body)
+            packets.append(Packet(kind, flags, pid, topic, bytes(payload)))
+        elif kind in _WITH_PID:
+            packets.append(Packet(kind, flags, int.from_bytes(body[:2], "big"), body=body[2:]))
+        else:
+            packets.append(Packet(kind, flags, body=body))
+        pos = stop
+    return packets
+
+
+class Record(NamedTuple):
+    """A record the worker sent to the router: its kind's name and its fields, decoded."""
+    kind: str
+    fields: tuple
+    payload: bytes = b""
+
+
+_NAMES = {getattr(wire, name): name for name in ("HELLO", "CONNECT", "SUBSCRIBE", "UNSUBSCRIBE", "PUB", "ACK", "REL",
+                                                  "GONE", "STATS", "CLIENTS", "SESSION_EXPIRY", "PUB0", "PUB0_V5", "BYE",
+                                                  "KICKED", "ROUTES_ACK")}
+
+
+def decode_records(frame: bytes) -> list[Record]:
+    """Records from a worker's frame: PUB as (conn, packet id, qos, retain, topic), ACK as (conn, packet
+    id, stage), REL as (conn, packet id), GONE as (conn, will), KICKED as (conn,), PUB0 as (count, conn,
+    topic); the orjson ones as their header."""
+    records = []
+    for kind, header, payload in wire.records(frame):
+        name = _NAMES.get(kind, str(kind))
+        if kind == wire.PUB:
+            conn, pid, flags = wire.PUB_HEAD.unpack_from(header)
+            start = wire.PUB_HEAD.size
+            if flags & wire.HAS_EXTRA:
+                _props, _expiry, start = wire.read_extra(header, start)
+            fields: tuple = (conn, pid, flags & 3, bool(flags & 4), header[start:].decode())
+        elif kind == wire.ACK:
+            fields = wire.ACK_HEAD.unpack(header)
+        elif kind == wire.REL:
+            fields = wire.CONN_PID.unpack(header)
+        elif kind == wire.GONE:
+            conn, will = wire.GONE_HEAD.unpack(header)
+            fields = (conn, bool(will))
+        elif kind in (wire.KICKED, wire.ROUTES_ACK):
+            fields = wire.CONN.unpack(header)
+        elif kind in (wire.PUB0, wire.PUB0_V5):
+            fields = (*wire.PUB0_HEAD.unpack_from(header), header[wire.PUB0_HEAD.size:].decode())
+        elif kind == wire.BYE:
+            fields = ()
+        else:
+            fields = tuple(orjson.loads(header)) if header[:1] == b"[" else (orjson.loads(header),)
+        records.append(Record(name, fields, payload))
+    return records
+
+
+# -- what the router would send --------------------------------------------------------------------------
+
+
+def session(conn: int, present: bool = False, subs: list | None = None) -> tuple[int, bytes, bytes]:
+    return wire.SESSION, orjson.dumps([conn, present, subs or []]), b""
+
+
+def suback(conn: int, pid: int, codes: list[int], local: list | None = None) -> tuple[int, bytes, bytes]:
+    return wire.SUBACK, orjson.dumps([conn, pid, codes, local or []]), b""
+
+
+def routed(pubs: int, records: int | None = None, unmatched: tuple[int, ...] = ()) -> tuple[int, bytes, bytes]:
+    return wire.ROUTED, wire.routed([pubs, pubs if records is None else records, *unmatched]), b""
+
+
+def deliver(topic: bytes, payload: bytes, qos: int, subs: list[tuple[int, int, int]], retain: bool = False,
+            dup: bool = False) -> tuple[int, bytes, bytes]:
+    """A DELIVER to `subs`: (conn, granted QoS, packet id: 0 when the worker numbers it)."""
+    head = wire.deliver_head(topic, qos, retain, dup, b"", 0)
+    return wire.DELIVER, head + b"".join(wire.SUBSCRIBER.pack(*sub) for sub in subs), payload
+
+
+def resend_rel(conn: int, pid: int) -> tuple[int, bytes, bytes]:
+    return wire.RESEND_REL, wire.CONN_PID.pack(conn, pid), b""
+
+
+def kick(conn: int) -> tuple[int, bytes, bytes]:
+    return wire.KICK, wire.CONN.pack(conn), b""
+
+
+# -- the harness ---------------------------------------------------------------------------------------------
+
+
+class Client:
+    """One client's end: what it sends (`send`) and what the connection wrote to it (`packets`)."""
+
+    def __init__(self, harness: ConnectionHarness, conn: Connection, transport: FakeTransport) -> None:
+        self.harness = harness
+        self.conn = conn
+        self.transport = transport
+        self.v5 = False
+
+    @property
+    def conn_id(self) -> int:
+        return self.conn.conn_id
+
+    def send(self, data: bytes) -> None:
+        """Bytes from the client (one read), then the end of the worker's turn."""
+        self.conn.data_received(data)
+        self.harness.turn()
+
+    def packets(self) -> list[Packet]:
+        """The packets written since the last call."""
+        data = bytes(self.transport.written)
+        self.transport.written.clear()
+        return parse(data, self.v5)
+
+    def pause_writing(self) -> None:
+        """The transport's buffer is full (asyncio calls this)."""
+        self.conn.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.conn.resume_writing()
+        self.harness.turn()
+
+
+class ConnectionHarness:
+    """A `HarnessWorker` (settings by keyword) and the clients connected to it."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.worker = HarnessWorker(**settings)
+        self.loop: FakeLoop = self.worker.loop  # type: ignore[assignment]
+        self.taken = 0  # frames of the link already read by `records`
+
+    def open(self) -> Client:
+        """A new connection, as `Worker.adopt` makes one (its socket accepted, nothing read yet)."""
+        worker = self.worker
+        conn_id = worker.next_conn
+        worker.next_conn += 1
+        conn = Connection(worker, conn_id, self.loop.time() + worker.connect_timeout)
+        worker.conns[conn_id] = conn
+        worker.wheel.add(conn)
+        transport = FakeTransport(("127.0.0.1", 50000 + conn_id))
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        return Client(self, conn, transport)
+
+    def client(self, client_id: str, clean: bool = True, *, version: int = 4, present: bool = False,
+               properties: dict | None = None) -> Client:
+        """A connected client: CONNECT read; for a session the router must answer (persistent, or 5.0
+        with a session expiry), its SESSION is sent (session present: `present`); the CONNACK is read
+        and the link's records taken."""
+        client = self.open()
+        client.v5 = version == 5
+        if version == 5:
+            client.send(v5.encode_connect(client_id, clean, 60, protocol_level=5, properties=properties))
+        else:
+            client.send(p.encode_connect(client_id, clean, 60, protocol_level=version))
+        if not client.packets():
+            self.from_router(session(client.conn_id, present))
+            [connack] = client.packets()
+            assert connack.kind == p.CONNACK, connack
+        self.records()
+        return client
+
+    def turn(self) -> None:
+        """The end of the worker's loop turn: its flush (each connection's writes, one frame to the
+        router), and what else was called soon."""
+        self.loop.run_ready()
+
+    def from_router(self, *records: tuple[int, bytes, bytes]) -> None:
+        """A frame from the router with these records (kind, header, payload; built by `session`,
+        `routed`, `deliver` ... above), then the end of the worker's turn."""
+        batch = wire.Batch()
+        for kind, header, payload in records:
+            batch.add(kind, header, payload)
+        self.worker.on_frame(batch.take())
+        self.turn()
+
+    def records(self) -> list[Record]:
+        """The records the worker sent to the router since the last call (STATS left out)."""
+        frames = self.worker.link.frames[self.taken:]  # type: ignore[attr-defined]
+        self.taken += len(frames)
+        return [r for frame in frames for r in decode_records(frame) if r.kind != "STATS"]

@@ -1,0 +1,372 @@
+"""The router core in-process, without sockets: workers played by the test, what the router sends
+back decoded into readable records.
+
+`Router` (router/core.py) never touches a socket: router/main.py takes each frame a worker sends
+(`links.accept` on its tag, then `handle_frame`), and at the end of every loop turn `take_frames`
+its answers, sends what may leave now, commits the store, then sends what waits for the commit.
+`RouterHarness.turn()` is that end of a turn; every send is kept in `sent`, with whether the store
+had uncommitted changes at that moment, so a test can check that an acknowledgement never leaves
+before what it acknowledges is on disk.
+
+    h = RouterHarness(tmp_path)               # tmp_path: with a Store (persistence); None: without
+    w0 = h.worker("w0")                       # joined: HELLO sent (seq 0)
+    w0.connect(1, "client", clean=False)      # each call is one frame the router takes at once
+    h.turn()                                  # the turn's frames go out (and the store commits)
+    assert w0.take() == [Session(1, False, [])]
+
+The records a worker sends are built here with plexmq/wire.py's structs and orjson headers, as its
+comments describe them; `decode` reads the router's. When the link protocol gets typed records of
+its own, this module is the one place to adapt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from plexmq import wire
+from plexmq.router.core import Router
+from plexmq.router.store import Store
+
+# -- what the router sends, decoded ---------------------------------------------------------------
+
+
+class Sub(NamedTuple):
+    """One subscriber of a DELIVER: its connection, the QoS it gets, the packet id the router gave
+    it (0: its worker numbers it)."""
+    conn: int
+    qos: int
+    pid: int
+
+
+class Session(NamedTuple):
+    conn: int
+    present: bool
+    subs: list  # [[filter, grant], ...] of a present session
+
+
+class Suback(NamedTuple):
+    conn: int
+    pid: int
+    codes: list
+    local: list
+
+
+class Unsuback(NamedTuple):
+    conn: int
+    pid: int
+    codes: bytes
+
+
+class Deliver(NamedTuple):
+    topic: bytes
+    payload: bytes
+    qos: int
+    retain: bool
+    dup: bool
+    subs: tuple[Sub, ...]
+    props: bytes = b""
+    expiry: int = 0
+
+
+class DeliverRaw(NamedTuple):
+    subs: tuple[Sub, ...]
+    packets: bytes
+    v5: bool
+
+
+class Routed(NamedTuple):
+    """ROUTED: this many of the worker's QoS 1/2 PUBs may be acknowledged (of `records` PUB and PUB0
+    records), `unmatched` the positions among those PUBs that matched nobody (and asked)."""
+    pubs: int
+    records: int
+    unmatched: tuple[int, ...] = ()
+
+
+class ResendRel(NamedTuple):
+    conn: int
+    pid: int
+
+
+class Kick(NamedTuple):
+    conn: int
+
+
+class Close(NamedTuple):
+    conn: int
+
+
+class Rejoin(NamedTuple):
+    join: int
+
+
+class Routes(NamedTuple):
+    generation: int
+    whole: bool
+    entries: list
+
+
+class Other(NamedTuple):
+    """A record the harness does not read further (BEAT, LIST_CLIENTS ...)."""
+    kind: int
+    header: bytes
+    payload: bytes
+
+
+def _subs(data: bytes) -> tuple[Sub, ...]:
+    return tuple(Sub(*sub) for sub in wire.SUBSCRIBER.iter_unpack(data))
+
+
+def _deliver(header: bytes, payload: bytes) -> Deliver:
+    flags, topic_len = wire.DELIVER_HEAD.unpack_from(header)
+    start = wire.DELIVER_HEAD.size + topic_len
+    topic = header[wire.DELIVER_HEAD.size:start]
+    props, expiry = b"", 0
+    if flags & wire.HAS_EXTRA:
+        props, expiry, start = wire.read_extra(header, start)
+    return Deliver(topic, payload, flags & 3, bool(flags & 4), bool(flags & 8), _subs(header[start:]), props, expiry)
+
+
+def decode(frame: bytes) -> list[Any]:
+    """The records of a frame from the router, each as one of the record types above."""
+    records: list[Any] = []
+    for kind, header, payload in wire.records(frame):
+        if kind == wire.SESSION:
+            conn, present, subs = orjson.loads(header)
+            records.append(Session(conn, present, subs))
+        elif kind == wire.SUBACK:
+            records.append(Suback(*orjson.loads(header)))
+        elif kind == wire.UNSUBACK:
+            conn, pid = wire.CONN_PID.unpack_from(header)
+            records.append(Unsuback(conn, pid, header[wire.CONN_PID.size:]))
+        elif kind == wire.DELIVER:
+            records.append(_deliver(header, payload))
+        elif kind in (wire.DELIVER_RAW, wire.DELIVER_RAW_V5):
+            records.append(DeliverRaw(_subs(header), payload, kind == wire.DELIVER_RAW_V5))
+        elif kind == wire.ROUTED:
+            records.append(Routed(*wire.read_routed(header)))
+        elif kind == wire.RESEND_REL:
+            records.append(ResendRel(*wire.CONN_PID.unpack(header)))
+        elif kind == wire.KICK:
+            records.append(Kick(*wire.CONN.unpack(header)))
+        elif kind == wire.CLOSE:
+            records.append(Close(*wire.CONN.unpack(header)))
+        elif kind == wire.REJOIN:
+            records.append(Rejoin(*wire.COUNT.unpack(header)))
+        elif kind == wire.ROUTES:
+            records.append(Routes(*orjson.loads(header)))
+        else:
+            records.append(Other(kind, header, payload))
+    return records
+
+
+class Sent(NamedTuple):
+    """One frame the router sent: to whom, its records, and whether the store had changes not yet
+    committed when it left (False without a store)."""
+    worker: bytes
+    records: list[Any]
+    uncommitted: bool
+
+
+# -- the harness ------------------------------------------------------------------------------------
+
+
+class RouterHarness:
+    """A `Router` (with a `Store` in `tmp_path/data` when `tmp_path` is given) and the workers that
+    talk to it."""
+
+    def __init__(self, tmp_path: Path | None = None, *, max_inflight: int = 10, max_queued: int = 100,
+                 max_queued_bytes: int = 0, expiration: float = 0.0, share_strategy: str = "round_robin",
+                 link_timeout: float = 5.0) -> None:
+        self.tmp_path = tmp_path
+        self.settings = (max_inflight, max_queued, max_queued_bytes)
+        self.store = Store(str(tmp_path / "data"), "normal") if tmp_path is not None else None
+        self.router = Router(max_inflight, max_queued, max_queued_bytes, self.store, expiration, share_strategy,
+                             link_timeout)
+        self.workers: dict[bytes, WorkerEnd] = {}
+        self.sent: list[Sent] = []  # every frame sent, in order; `commits` counts the commits between
+        self.commits = 0
+
+    def worker(self, name: str = "w0", live: tuple[int, ...] = (), hello: bool = True) -> WorkerEnd:
+        """A worker joined to the router (HELLO sent unless `hello` is False)."""
+        end = self.workers[name.encode()] = WorkerEnd(self, name.encode(), len(self.workers))
+        if hello:
+            end.hello(live)
+        return end
+
+    def take(self, end: WorkerEnd, tag: bytes, frame: bytes) -> None:
+        """A frame from a worker, as router/main.py takes it."""
+        if self.router.links.accept(end.identity, tag):
+            self.router.handle_frame(end.identity, frame)
+
+    def turn(self) -> list[Sent]:
+        """The end of a loop turn, as router/main.py ends it (`one_turn`); then, while workers got a
+        change of the route table, they answer it (ROUTES_ACK, as a worker does) and another turn
+        ends, so that what waited for them (a SUBACK that placed a filter) leaves too. The frames
+        sent, in order."""
+        sent = self.one_turn()
+        for _ in range(10):
+            answering = [end for end in self.workers.values() if end.routes_seen]
+            if not answering:
+                return sent
+            for end in answering:
+                for generation in end.routes_seen:
+                    end.routes_ack(generation)
+                end.routes_seen = []
+            sent += self.one_turn()
+        raise AssertionError("the route table does not settle")
+
+    def one_turn(self) -> list[Sent]:
+        """The end of one loop turn, as router/main.py ends it: what may leave now, the commit, then
+        what waited for the commit. The frames sent, in order."""
+        router, store = self.router, self.store
+        for worker, join in router.links.rejoins:
+            router.out(worker).add(wire.REJOIN, wire.COUNT.pack(join))
+        router.links.rejoins.clear()
+        durable = store is not None and bool(store.ops)
+        frames = router.take_frames(split=durable)
+        sent = [self._send(worker, now) for worker, now, _ in frames]
+        if durable and store is not None:
+            store.commit()
+            self.commits += 1
+        sent += [self._send(worker, later) for worker, _, later in frames]
+        return [s for s in sent if s is not None]
+
+    def _send(self, worker: bytes, frame: bytes) -> Sent | None:
+        if not frame:
+            return None
+        self.router.links.tag(worker)  # numbered as main.py's send numbers it
+        sent = Sent(worker, decode(frame), self.store is not None and bool(self.store.ops))
+        self.sent.append(sent)
+        end = self.workers.get(worker)
+        if end is not None:
+            end.inbox.extend(sent.records)
+            if end.answers_routes:
+                end.routes_seen += [r.generation for r in sent.records if isinstance(r, Routes)]
+        return sent
+
+    def restart(self) -> RouterHarness:
+        """A new router from this one's store (committed first, then closed): a router restart.
+        The workers have to join again (`worker(...)`)."""
+        assert self.store is not None and self.tmp_path is not None, "a restart needs a store"
+        self.store.close()
+        max_inflight, max_queued, max_bytes = self.settings
+        return RouterHarness(self.tmp_path, max_inflight=max_inflight, max_queued=max_queued,
+                             max_queued_bytes=max_bytes, expiration=self.router.expiration,
+                             share_strategy=self.router.share_strategy, link_timeout=self.router.links.timeout)
+
+    def stored_messages(self, client_id: str) -> list[tuple[int, bytes, bytes, int, int]]:
+        """(packet id, topic, payload, qos, state) of the client's messages the store has committed,
+        in the order kept."""
+        assert self.store is not None
+        rows = self.store.db.execute("SELECT packet_id, topic, payload, qos, state FROM messages WHERE client_id = ? "
+                                     "ORDER BY seq", (client_id,))
+        return [(pid, bytes(topic), bytes(payload), qos, state) for pid, topic, payload, qos, state in rows]
+
+
+class WorkerEnd:
+    """One worker as the router sees it: each method sends one record in one frame, which the
+    router takes at once; `inbox` collects what the router sent it (`take` empties it)."""
+
+    def __init__(self, harness: RouterHarness, identity: bytes, worker_id: int) -> None:
+        self.harness = harness
+        self.identity = identity
+        self.worker_id = worker_id
+        self.join = 0
+        self.seq = 0
+        self.inbox: list[Any] = []
+        self.answers_routes = True  # answer ROUTES with ROUTES_ACK at the end of each turn
+        self.routes_seen: list[int] = []
+
+    # -- what the router sent
+
+    def take(self, everything: bool = False) -> list[Any]:
+        """The records received since the last take, without the route table's (ROUTES) and
+        heartbeats unless `everything`."""
+        records, self.inbox = self.inbox, []
+        if everything:
+            return records
+        return [r for r in records if not isinstance(r, (Routes, Other))]
+
+    def delivered(self, conn: int) -> list[tuple[bytes, bytes, int, bool, int]]:
+        """(topic, payload, qos, dup, packet id) of each DELIVER to `conn` in the inbox, taken out of it
+        with everything else."""
+        return [(r.topic, r.payload, sub.qos, r.dup, sub.pid) for r in self.take() if isinstance(r, Deliver)
+                for sub in r.subs if sub.conn == conn]
+
+    # -- what the worker sends
+
+    def frame(self, *records: tuple[int, bytes, bytes]) -> None:
+        """Send records (kind, header, payload) in one frame."""
+        batch = wire.Batch()
+        for kind, header, payload in records:
+            batch.add(kind, header, payload)
+        tag = wire.LINK.pack(self.join, self.seq)
+        self.seq += 1
+        self.harness.take(self, tag, batch.take())
+
+    def _one(self, kind: int, header: bytes, payload: bytes = b"") -> None:
+        self.frame((kind, header, payload))
+
+    def hello(self, live: tuple[int, ...] = (), pid: int = 4242) -> None:
+        """Open a new join (seq 0), naming the connections still live."""
+        self.join += 1
+        self.seq = 0
+        self._one(wire.HELLO, orjson.dumps({"worker": self.worker_id, "node": "", "address": "", "pid": pid,
+                                            "live": list(live)}))
+
+    def connect(self, conn: int, client_id: str, clean: bool = True, *, resume: int = 0, fresh: bool | None = None,
+                expiry: int = -1, username: str | None = None, will: tuple[str, bytes, int, bool] | None = None,
+                will_extra: list | None = None) -> None:
+        """CONNECT: `resume` 0 asks for a SESSION; else the worker sent the CONNACK itself (a new clean
+        session's connection, or one registered again) and `resume` is its next packet id. `fresh`
+        (default: `clean`): an earlier session is discarded. `will`: (topic, payload, qos, retain)."""
+        topic, payload, qos, retain = will if will is not None else (None, b"", 0, False)
+        header = [conn, client_id, clean, username, topic, qos, retain, resume, clean if fresh is None else fresh,
+                  expiry, will_extra]
+        self._one(wire.CONNECT, orjson.dumps(header), payload)
+
+    def subscribe(self, conn: int, pid: int, filters: list[tuple[str, int]]) -> None:
+        """SUBSCRIBE: (filter, grant) pairs (a plain 3.1.1 grant is its QoS; plexmq/grants.py)."""
+        self._one(wire.SUBSCRIBE, orjson.dumps([conn, pid, [list(f) for f in filters]]))
+
+    def unsubscribe(self, conn: int, pid: int, filters: list[str]) -> None:
+        self._one(wire.UNSUBSCRIBE, orjson.dumps([conn, pid, filters]))
+
+    def pub(self, conn: int, topic: str, payload: bytes, qos: int = 0, retain: bool = False, pid: int = 0,
+            ask_match: bool = False) -> None:
+        """PUB: one message of `conn` (QoS 1/2: with its packet id)."""
+        flags = qos | (retain << 2) | (wire.MATCH_ASKED if ask_match else 0)
+        self._one(wire.PUB, wire.PUB_HEAD.pack(conn, pid, flags) + topic.encode(), payload)
+
+    def ack(self, conn: int, pid: int, stage: int = wire.ACK_DONE) -> None:
+        """ACK: PUBACK/PUBCOMP (ACK_DONE) or PUBREC (ACK_RECEIVED) of a router-numbered delivery."""
+        self._one(wire.ACK, wire.ACK_HEAD.pack(conn, pid, stage))
+
+    def rel(self, conn: int, pid: int) -> None:
+        self._one(wire.REL, wire.CONN_PID.pack(conn, pid))
+
+    def gone(self, conn: int, publish_will: bool = True) -> None:
+        self._one(wire.GONE, wire.GONE_HEAD.pack(conn, publish_will))
+
+    def kicked(self, conn: int) -> None:
+        self._one(wire.KICKED, wire.CONN.pack(conn))
+
+    def session_expiry(self, conn: int, expiry: int) -> None:
+        self._one(wire.SESSION_EXPIRY, wire.SESSION_EXPIRY_HEAD.pack(conn, expiry))
+
+    def routes_ack(self, generation: int) -> None:
+        self._one(wire.ROUTES_ACK, wire.COUNT.pack(generation))
+
+    def bye(self) -> None:
+        self._one(wire.BYE, b"")
+
+
+def routed_of(records: list[Any]) -> Routed | None:
+    """The ROUTED among `records` (None: none)."""
+    found = [r for r in records if isinstance(r, Routed)]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
