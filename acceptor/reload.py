@@ -13,7 +13,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import psutil

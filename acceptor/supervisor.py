@@ -7,16 +7,16 @@ A child that dies is restarted at once and the reason logged; one that keeps dyi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import deque
-import asyncio
-import socket
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 

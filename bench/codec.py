@@ -19,15 +19,21 @@ import argparse
 import platform
 import sys
 import timeit
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 from plexmq.mqtt import v4
 from plexmq.mqtt.connect import decode_connect, encode_connect
 from plexmq.mqtt.framing import MAX_REMAINING_LENGTH, frame
 from plexmq.mqtt.kinds import CONNECT, PUBACK, PUBLISH, SUBSCRIBE
-from plexmq.mqtt.properties import (MESSAGE_EXPIRY_INTERVAL, RECEIVE_MAXIMUM, SESSION_EXPIRY_INTERVAL,
-                                     SUBSCRIPTION_IDENTIFIER, USER_PROPERTY)
+from plexmq.mqtt.properties import (
+    MESSAGE_EXPIRY_INTERVAL,
+    RECEIVE_MAXIMUM,
+    SESSION_EXPIRY_INTERVAL,
+    SUBSCRIPTION_IDENTIFIER,
+    USER_PROPERTY,
+)
 from plexmq.mqtt.v5 import decode_publish, decode_subscribe, encode_ack, encode_publish, encode_subscribe
 
 try:  # not a dependency of plexmq: only measured where installed
@@ -87,7 +93,7 @@ def check() -> None:
     got = read(V5, CONN)
     assert (got.client_id, got.username, got.password, got.keepalive, got.clean_session) == (
         ref.client_id, ref.username, ref.password, ref.keep_alive, ref.clean_start)
-    assert CONNECT_PROPS == {SESSION_EXPIRY_INTERVAL: ref.session_expiry_interval, RECEIVE_MAXIMUM: ref.receive_max}
+    assert {SESSION_EXPIRY_INTERVAL: ref.session_expiry_interval, RECEIVE_MAXIMUM: ref.receive_max} == CONNECT_PROPS
     assert got.properties == CONNECT_PROPS
     ref, _ = mqtt5_read(SUB)
     packet_id, filters, props = read(V5, SUB)

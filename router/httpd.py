@@ -19,8 +19,8 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 TIMEOUT = 10.0  # seconds a connection has to send its request, and each write of the answer

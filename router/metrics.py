@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 

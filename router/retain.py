@@ -3,7 +3,7 @@ properties and its expiry (time.time() second, 0: never): an expired one is neve
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from plexmq.mqtt.topics import matches
 

@@ -10,9 +10,9 @@ import uuid
 from collections.abc import Callable
 from typing import NamedTuple
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from plexmq.mqtt import v4 as p
 
 BARRIER_PID = 0xBEEF
 

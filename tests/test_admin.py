@@ -10,17 +10,16 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import orjson
 import pytest
 
-from tests.users import as_nobody
-from tests.conftest import ROOT, Broker, wait_for
+from tests.conftest import Broker, wait_for
 from tests.steps import connect, uid
 from tests.test_operations import cli, metrics_url
+from tests.users import as_nobody
 
 NOBODY = ("runuser", "-u", "nobody", "--")
 

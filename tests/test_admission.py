@@ -7,10 +7,10 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from plexmq.mqtt import v4 as p
 
 
 def from_address(port: int, source: str) -> RawClient:

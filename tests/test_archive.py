@@ -13,14 +13,10 @@ from paho.mqtt.client import MQTTv5, MQTTv31
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.conftest import Broker
-from tests.mqtt import Client
-from plexmq.workers import archive
-from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import (
     HOUR_US,
-    Record,
     VERSION,
+    Record,
     Run,
     UnknownVersion,
     decode_segment,
@@ -30,6 +26,10 @@ from plexmq.archive_format import (
     sender,
 )
 from plexmq.mqtt import v4
+from plexmq.workers import archive
+from plexmq.workers.archive import ArchiveWriter
+from tests.conftest import Broker
+from tests.mqtt import Client
 
 T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
 

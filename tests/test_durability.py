@@ -29,6 +29,9 @@ import orjson
 import psutil
 import pytest
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 from plexmq.process import CONFIG_ENV
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
@@ -44,9 +47,6 @@ from tests.steps import (
     worker_of,
 )
 from tests.test_processes import OwnBroker, alive, descendants, ping
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
 
 RESUME_LIMIT = 5.0  # seconds the issue allows for traffic to resume after the router's death
 QUEUE = 20_000  # max_queued_messages for these tests: the streams must not overflow an offline queue

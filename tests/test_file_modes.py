@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.files import Access
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.workers.passwords import set_password
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
 from tests.test_archive import T0, run
-from plexmq.workers.archive import ArchiveWriter
-from plexmq.files import Access
-from plexmq.workers.passwords import set_password
 
 
 def mode(path: Path) -> int:

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 
 import psutil
-import pytest
 
 from tests.conftest import Broker, wait_for
 from tests.fuzz import Stats, fuzz

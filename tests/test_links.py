@@ -7,18 +7,18 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import zmq
 
+from plexmq.mqtt import v4 as p
 from plexmq.router import links, wire
 from tests.conftest import Broker, wait_for
 from tests.steps import publish, raw_on, subscribe, sync, uid
 from tests.test_durability import receive
 from tests.test_processes import ping
-from plexmq.mqtt import v4 as p
 
 TIMEOUT = 2.0  # link_timeout of these brokers (the least allowed)
 

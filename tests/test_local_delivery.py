@@ -24,12 +24,12 @@ from typing import NamedTuple
 import pytest
 
 from plexmq.acceptor.status import scrape
-from tests.conftest import Broker, wait_for
-from tests.mqtt import RawClient
-from tests.steps import raw_on, uid, worker_of
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.conftest import Broker, wait_for
+from tests.mqtt import RawClient
+from tests.steps import raw_on, uid, worker_of
 
 PUBLISH, PUBACK, SUBACK, UNSUBACK, PINGRESP = 3, 4, 9, 11, 13
 NO_LOCAL = 0x04  # MQTT 5 subscription option

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import signal
 import time
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_passwords import passwd
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import scramp
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
+from plexmq.workers import passwords as pw
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import uid
 from tests.test_mqtt5 import disconnect_of, subscribe5
 from tests.test_passwords import CHEAP, passwd
-from plexmq.workers import passwords as pw
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 METHOD = "SCRAM-SHA-256"
 

@@ -14,13 +14,13 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_config import names_line, one_error_line, run, write
 from tests.test_mqtt5 import disconnect_of, raw5
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 

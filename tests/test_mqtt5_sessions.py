@@ -9,12 +9,12 @@ import time
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v5
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_mqtt5 import raw5, recv_publish, subscribe5
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v5
 
 
 def expired(broker: Broker, client_id: str) -> None:

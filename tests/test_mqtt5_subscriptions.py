@@ -10,12 +10,12 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_mqtt5 import raw5, recv_publish, subscribe5
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 NO_LOCAL, RETAIN_AS_PUBLISHED = 0x04, 0x08
 SEND_IF_NEW, NEVER = 0x10, 0x20  # retain handling 1 and 2

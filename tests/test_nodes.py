@@ -20,15 +20,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 from tests.conftest import ROOT, wait_for
 from tests.hosts import LINK_TIMEOUT, Net, make_keys, net, shared_net  # noqa: F401 (net, shared_net: fixtures)
 from tests.mqtt import RawClient
 from tests.steps import Pub, as_pub, publish, subscribe, sync, uid
 from tests.test_durability import receive
 from tests.test_processes import ping
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
 
 MARGIN = 3.0  # seconds beyond link_timeout for the router's notice: the last word may be a heartbeat period (1 s)
 # before the kill or cut, the router checks for silence once a second, and 1 s of slack

@@ -19,10 +19,10 @@ import psutil
 import pytest
 
 from plexmq.acceptor.status import scrape
-from tests.conftest import ROOT, Broker, wait_for
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.users import as_nobody

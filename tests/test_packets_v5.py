@@ -14,9 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plexmq.mqtt import kinds
+from plexmq.mqtt import kinds, v4
 from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4
 from plexmq.mqtt import v5 as p
 from plexmq.mqtt.connect import Connect, Will
 from plexmq.mqtt.framing import MalformedPacket, UnsupportedProtocol

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.test_config import one_error_line
 from plexmq.workers import passwords as pw
 from plexmq.workers.passwords import PasswordFile, PasswordFileError
+from tests.conftest import ROOT
+from tests.test_config import one_error_line
 
 CHEAP = 16  # scrypt n for the tests
 

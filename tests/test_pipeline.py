@@ -19,14 +19,14 @@ import pytest
 from paho.mqtt.client import MQTTv5
 from pyspark.sql import SparkSession
 
+from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
+from plexmq.pipeline.session import spark_session
+from plexmq.workers.archive import ArchiveWriter
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
 from tests.test_archive import publish_properties, version_2_segment
-from plexmq.pipeline.session import spark_session
-from plexmq.workers.archive import ArchiveWriter
-from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 

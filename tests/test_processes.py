@@ -12,17 +12,17 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import orjson
 import psutil
 import pytest
 
+from plexmq.mqtt import v4 as p
 from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from plexmq.mqtt import v4 as p
 
 STOP_LIMIT = 5.0  # seconds the issue allows for every process to be gone
 PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")

@@ -17,10 +17,10 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from plexmq.workers.passwords import set_password
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
-from plexmq.workers.passwords import set_password
 
 CHEAP = 2 ** 10  # scrypt cost for test users
 VERSIONS = [pytest.param(paho.MQTTv311, id="3.1.1"), pytest.param(paho.MQTTv5, id="5.0")]

@@ -8,8 +8,8 @@ import os
 import signal
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 import psutil
@@ -17,8 +17,8 @@ import pytest
 import zmq
 import zmq.auth
 
-from plexmq.acceptor import config as cfg
 from plexmq import wire
+from plexmq.acceptor import config as cfg
 from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.test_mqtt5 import raw5, recv_publish, subscribe5
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 
 def marker(share: str, n: int) -> str:

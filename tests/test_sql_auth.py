@@ -24,12 +24,12 @@ import pymysql
 import pytest
 
 from plexmq.acceptor import config as cfg
-from tests.conftest import ROOT, Broker, free_port, wait_for
-from tests.mqtt import Client, RawClient
-from tests.steps import uid
 from plexmq.mqtt import v4 as p
 from plexmq.workers.passwords import hash_password
 from plexmq.workers.sqlauth import connect_args
+from tests.conftest import ROOT, Broker, free_port, wait_for
+from tests.mqtt import Client, RawClient
+from tests.steps import uid
 
 SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
 SERVER = shutil.which("mariadbd", path=SEARCH) or shutil.which("mysqld", path=SEARCH)

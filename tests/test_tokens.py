@@ -11,13 +11,13 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import Broker
-from tests.test_admission import from_address
-from tests.mqtt import RawClient
-from tests.steps import uid
-from tests.test_auth import config, login, users
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
+from tests.conftest import Broker
+from tests.mqtt import RawClient
+from tests.steps import uid
+from tests.test_admission import from_address
+from tests.test_auth import config, login, users
 
 
 @pytest.fixture(scope="module")

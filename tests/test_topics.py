@@ -11,14 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker
 from tests.mqtt import RawClient
-from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from plexmq.mqtt import v4 as p
-
-
-
-
+from tests.steps import as_pub, connect, publish, raw_on, subscribe, sync, uid, worker_of
 
 # ------------------------------------------------------------------------------------ matching
 

@@ -15,10 +15,11 @@ import socket
 import ssl
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
@@ -28,13 +29,22 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from wsproto import WSConnection
 from wsproto.connection import CLIENT
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, RejectConnection,
-                            Request, TextMessage)
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    Pong,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.test_config import one_error_line, run, write
-from plexmq.mqtt import v4 as p
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
 
@@ -97,7 +107,7 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
     writes a CN that openssl's -subj cannot (a NUL)."""
     ca, ca_key = authority(pki)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=2))
@@ -113,7 +123,7 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
 def revoke(pki: Pki, path: Path, *certs: str) -> None:
     """Write the test CA's CRL revoking the certificate files `certs` to `path`, replacing it whole."""
     ca, ca_key = authority(pki)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     crl = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject)
            .last_update(now - timedelta(hours=1)).next_update(now + timedelta(days=2)))
     for cert in certs:

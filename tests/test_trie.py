@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plexmq.mqtt.topics import matches, topic_name_error, valid_filter
 from plexmq import grants
+from plexmq.mqtt.topics import matches, topic_name_error, valid_filter
 from plexmq.trie import SubscriptionTrie
 
 # (filter, topic, expected)

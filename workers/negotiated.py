@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plexmq.workers.aliases import ALIASES_MAX
 from plexmq.mqtt import properties as props
 from plexmq.mqtt.connect import Connect
+from plexmq.workers.aliases import ALIASES_MAX
 
 if TYPE_CHECKING:
     from plexmq.workers.scram import Exchange

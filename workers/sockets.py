@@ -20,7 +20,8 @@ import errno
 import os
 import select
 import socket
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 READ_SIZE = 65536  # one recv per ready socket and turn; glibc keeps this size off mmap
 BATCH = 1024  # ready sockets served per loop turn

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from wsproto.connection import SERVER, ConnectionState
 from wsproto.connection import Connection as Frames
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request,
-                            TextMessage)
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request, TextMessage
 from wsproto.frame_protocol import CloseReason
 from wsproto.handshake import H11Handshake
 from wsproto.utilities import RemoteProtocolError

@@ -9,8 +9,16 @@ import struct
 from dataclasses import dataclass, field
 
 from plexmq.mqtt import properties as props_codec
-from plexmq.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, UnsupportedProtocol, encode_binary, encode_string,
-                                  packet, read_binary, read_string)
+from plexmq.mqtt.framing import (
+    PROTOCOL_ERROR,
+    MalformedPacket,
+    UnsupportedProtocol,
+    encode_binary,
+    encode_string,
+    packet,
+    read_binary,
+    read_string,
+)
 from plexmq.mqtt.kinds import CONNECT
 from plexmq.mqtt.properties import WILL, Properties
 from plexmq.mqtt.reasons import TOPIC_NAME_INVALID

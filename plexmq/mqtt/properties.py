@@ -16,8 +16,16 @@ import struct
 from typing import NamedTuple, Union
 
 from plexmq.mqtt import kinds
-from plexmq.mqtt.framing import (PROTOCOL_ERROR, TOPIC_ALIAS_INVALID, MalformedPacket, encode_binary, encode_remaining_length,
-                                  encode_string, read_string, read_varint)
+from plexmq.mqtt.framing import (
+    PROTOCOL_ERROR,
+    TOPIC_ALIAS_INVALID,
+    MalformedPacket,
+    encode_binary,
+    encode_remaining_length,
+    encode_string,
+    read_string,
+    read_varint,
+)
 from plexmq.mqtt.reasons import QUOTA_EXCEEDED
 
 WILL = 0  # the will's properties, in the CONNECT payload, are a "packet" of their own here

@@ -9,18 +9,46 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from plexmq.mqtt import properties as props_codec
 from plexmq.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
 from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
-    MAX_REMAINING_LENGTH, PROTOCOL_ERROR, U16, MalformedPacket, UnsupportedProtocol, encode_remaining_length, encode_string, frame,
-    packet, read_packet_id, read_string, read_varint)
+    MAX_REMAINING_LENGTH,
+    PROTOCOL_ERROR,
+    U16,
+    MalformedPacket,
+    UnsupportedProtocol,
+    encode_remaining_length,
+    encode_string,
+    frame,
+    packet,
+    read_packet_id,
+    read_string,
+    read_varint,
+)
 from plexmq.mqtt.kinds import (  # noqa: F401
-    AUTH, CONNACK, CONNECT, DISCONNECT, PINGREQ, PINGREQ_PACKET, PINGRESP, PINGRESP_PACKET, PUBACK, PUBCOMP,
-    PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
+    AUTH,
+    CONNACK,
+    CONNECT,
+    DISCONNECT,
+    PINGREQ,
+    PINGREQ_PACKET,
+    PINGRESP,
+    PINGRESP_PACKET,
+    PUBACK,
+    PUBCOMP,
+    PUBLISH,
+    PUBREC,
+    PUBREL,
+    SUBACK,
+    SUBSCRIBE,
+    UNSUBACK,
+    UNSUBSCRIBE,
+)
 from plexmq.mqtt.properties import Properties
-from plexmq.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
+from plexmq.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID
+from plexmq.mqtt.reasons import name as reason_name
 from plexmq.mqtt.topics import SHARED_PREFIX, topic_name_error
 from plexmq.mqtt.v4 import publish_header as v4_publish_header
 

@@ -9,11 +9,11 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from plexmq.workers import scram
-from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers import scram
+from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
 from plexmq.workers.states import CHALLENGED, CONNECTED
 
 if TYPE_CHECKING:

@@ -13,15 +13,15 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING
 
-from plexmq.workers import scram
-from plexmq.workers.acl import may_publish
-from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
 from plexmq.mqtt.framing import PROTOCOL_ERROR
+from plexmq.workers import scram
+from plexmq.workers.acl import may_publish
+from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from plexmq.workers.negotiated import Negotiated
-from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
+from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CONNECTING
 from plexmq.workers.tls import unfit_username
 
 if TYPE_CHECKING:

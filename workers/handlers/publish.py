@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from plexmq.workers.acl import may_publish
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers.acl import may_publish
 from plexmq.workers.states import CLOSED
 
 if TYPE_CHECKING:
