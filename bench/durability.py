@@ -414,7 +414,10 @@ def run(plan: Plan, workers: int, extra: list[str], data_dir: str | None, timeou
 
 def table(r: dict) -> str:
     p = r["plan"]
-    mb = lambda d: f"router {d['router']} MB, whole broker {d['broker']} MB" if d else "-"
+
+    def mb(d: dict) -> str:
+        return f"router {d['router']} MB, whole broker {d['broker']} MB" if d else "-"
+
     d, s = r.get("disk_filled", {}), r.get("disk_stopped", {})
     rows = [
         ("load", (f"{p['sessions']:,} persistent sessions x {p['messages']} QoS 1 messages of {p['size']} B "

@@ -129,7 +129,8 @@ def table(r: dict) -> str:
                   f"  p99.9 {lat['p99.9']:.3f}  max {lat['max']:.3f}  ({_n(lat['samples'])} samples)"))]
     else:
         rows.append(("keepalive", f"pings {_n(r['pings'])} pongs {_n(r['pongs'])}"))
-    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')} ({_n(r['broker_cpu_s'], ' s')})  rss {_n(r['broker_rss_mb'], ' MB')}"
+    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')} ({_n(r['broker_cpu_s'], ' s')})"
+                         f"  rss {_n(r['broker_rss_mb'], ' MB')}"
               f" (idle {_n(r['broker_rss_idle_mb'], ' MB')}, {_n(r['rss_per_conn_kb'], ' KB')}/conn,"
               f" {_n(r['broker_procs'])} processes)")),
              ("generator", f"cpu {_n(r['generator_cpu_pct'], '%')} over {r['procs']} processes"),

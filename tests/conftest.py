@@ -43,7 +43,7 @@ class Broker:
                  prefix: tuple[str, ...] = (), new_session: bool = False) -> None:
         self.port = 0
         self.log_path = log_path
-        self.log = open(log_path, "wb")
+        self.log = open(log_path, "wb")  # noqa: SIM115  # the broker's output until stop() closes it
         if "--data-dir" not in args:  # each broker its own store, next to its log
             args = [*args, "--data-dir", str(log_path.with_suffix(".data"))]
         if "--metrics-port" not in args:  # brokers side by side: each its own metrics port

@@ -137,7 +137,7 @@ def test_records_wait_for_a_full_chunk_under_load(tmp_path: Path) -> None:
     (part,) = parts(tmp_path)
     size = part.stat().st_size
     big = run(T0, bytes(1000))
-    for i in range(archive.CHUNK_BYTES // len(big[2])):
+    for _ in range(archive.CHUNK_BYTES // len(big[2])):
         w.append(big)
         w.flush()
     assert part.stat().st_size == size  # within WRITE_SECONDS of the last write: kept in memory

@@ -262,7 +262,8 @@ class Stream(threading.Thread):
         try:
             for i in range(self.count):
                 if self.qos == 1 and i >= self.window:
-                    self.peer.wait(lambda: self._acked() > i - self.window, f"PUBACK of message {i - self.window}")
+                    self.peer.wait(lambda: self._acked() > i - self.window,  # noqa: B023  # waited for here
+                                   f"PUBACK of message {i - self.window}")
                     self.confirmed = self._acked()
                 elif self.qos == 0 and i and i % self.window == 0:
                     self.peer.ping()

@@ -249,8 +249,10 @@ MALFORMED: list[tuple[str, bytes, int]] = [
     ("connect will qos without will flag", h("10 0e") + MQTT + h("0a 003c 0002") + b"c1", 1 << 20),
     ("connect will retain without will flag", h("10 0e") + MQTT + h("22 003c 0002") + b"c1", 1 << 20),
     ("connect will qos 3", h("10 18") + MQTT + h("1e 003c 0002") + b"c1" + h("0003") + b"w/t" + h("0003") + b"bye", 1 << 20),
-    ("connect will topic wildcard", h("10 18") + MQTT + h("0e 003c 0002") + b"c1" + h("0003") + b"w/#" + h("0003") + b"bye", 1 << 20),
-    ("connect will message truncated", h("10 16") + MQTT + h("0e 003c 0002") + b"c1" + h("0003") + b"w/t" + h("0003") + b"b", 1 << 20),
+    ("connect will topic wildcard",
+     h("10 18") + MQTT + h("0e 003c 0002") + b"c1" + h("0003") + b"w/#" + h("0003") + b"bye", 1 << 20),
+    ("connect will message truncated",
+     h("10 16") + MQTT + h("0e 003c 0002") + b"c1" + h("0003") + b"w/t" + h("0003") + b"b", 1 << 20),
     ("connect password without username", h("10 12") + MQTT + h("42 003c 0002") + b"c1" + h("0002") + b"pw", 1 << 20),
     ("connect username flag without username", h("10 0e") + MQTT + h("82 003c 0002") + b"c1", 1 << 20),
     ("connect trailing bytes", h("10 0f") + MQTT + h("02 003c 0002") + b"c1" + b"x", 1 << 20),
@@ -347,7 +349,7 @@ def test_frame_back_to_back() -> None:
     raws = [f[2] for f in FIXTURES]
     buf = bytearray(b"junk") + b"".join(raws)
     pos = 4
-    for ptype, raw, value in [(f[1], f[2], f[3]) for f in FIXTURES]:
+    for raw, value in [(f[2], f[3]) for f in FIXTURES]:
         framed = p.frame(buf, pos, 1 << 20)
         assert framed is not None
         first, start, end = framed

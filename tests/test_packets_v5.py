@@ -416,7 +416,7 @@ def test_fixtures_cover_every_packet_kind_and_every_property() -> None:
 def test_fixtures_back_to_back_in_one_buffer() -> None:
     buf = bytearray(b"junk") + b"".join(f[2] for f in FIXTURES)
     pos = 4
-    for kind, raw, value in [(f[1], f[2], f[3]) for f in FIXTURES]:
+    for raw, value in [(f[2], f[3]) for f in FIXTURES]:
         framed = p.frame(buf, pos, 1 << 20)
         assert framed is not None
         first, start, end = framed

@@ -354,7 +354,8 @@ def test_clients_of_a_killed_worker_leave_their_will_and_no_subscription(start_b
 # -- the acceptor is stopped or killed ---------------------------------------------------------------
 
 
-def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Broker], no_orphans: Callable[[Broker], None]) -> None:
+def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Broker],
+                                                no_orphans: Callable[[Broker], None]) -> None:
     b = start_broker("--workers", "2")
     no_orphans(b)
     clients = connect_spread(b, "term", per_worker=1)
@@ -376,7 +377,8 @@ def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Brok
     assert said == [], "a clean stop is no reason for a warning"
 
 
-def test_sigkill_of_the_acceptor_leaves_no_orphan(start_broker: Callable[..., Broker], no_orphans: Callable[[Broker], None]) -> None:
+def test_sigkill_of_the_acceptor_leaves_no_orphan(start_broker: Callable[..., Broker],
+                                                  no_orphans: Callable[[Broker], None]) -> None:
     b = start_broker("--workers", "2")
     no_orphans(b)
     clients = connect_spread(b, "orphan", per_worker=1)

@@ -178,8 +178,8 @@ def test_restarted_router_and_worker_link_again(start_broker: Callable[..., Brok
         old = b.router() if kill == "router" else b.workers()[0]
         assert old is not None
         os.kill(old.pid, signal.SIGKILL)
-        wait_for(lambda: (new := b.router() if kill == "router" else b.workers().get(0)) is not None
-                 and new.pid != old.pid, 10, f"a new {kill}")
+        wait_for(lambda: (new := b.router() if kill == "router" else b.workers().get(0)) is not None  # noqa: B023
+                 and new.pid != old.pid, 10, f"a new {kill}")  # noqa: B023  # both waited for in this turn
         wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, f"the link after the {kill}'s restart")
         assert child_config(b.router() if kill == "router" else b.workers()[0])["router_curve"] == keys
         crossing(b, f"curve/after-{kill}")

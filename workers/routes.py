@@ -45,8 +45,8 @@ class LocalRoutes:
                 found = tuple([(conn, granted, 0) for conn, granted in self.local.match(name).items()])
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
-            self.cache[topic] = found
-        return found  # type: ignore[return-value]
+            self.cache[topic] = found  # type: ignore[assignment]  # the local trie is keyed by conn id
+        return found  # type: ignore[return-value]  # not _UNKNOWN by now
 
     def apply(self, whole: bool, entries: list[list]) -> None:
         """A ROUTES record: each filter with its places now (`whole`: the entire table)."""

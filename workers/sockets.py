@@ -84,7 +84,8 @@ class SocketTransport(asyncio.Transport):
     __slots__ = ("poller", "sock", "fd", "protocol", "pending", "size", "reading", "closing", "draining",
                  "writing_paused")
 
-    def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:  # no Transport.__init__: no extra dict
+    # no Transport.__init__: no extra dict
+    def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:
         self.poller = poller
         self.sock: socket.socket | None = sock  # None once closed
         self.fd = sock.fileno()

@@ -127,8 +127,8 @@ def _refuse_broken(conn: Connection, exc: RefusedConnect) -> None:
     """CONNACK with the reason code of the rule a 5.0 CONNECT breaks, then close (section 4.13.1); the
     reason string goes only where the client's Maximum Packet Size is known (its properties were read)."""
     reason = v5.refusal(exc)
-    told = None if exc.properties is None else {props.REASON_STRING: reason}
-    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]
+    told: props.Properties | None = None if exc.properties is None else {props.REASON_STRING: reason}
+    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]  # an int
     packet = v5.within(limit, partial(v5.encode_connack, False, exc.code), told)
     if packet is not None:
         conn.write(packet)
@@ -198,9 +198,9 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
 
 def accept(conn: Connection, connect: Connect) -> None:
     """Credentials accepted (`conn.username` is who logged in): check the will against the ACL (a `$`
-    will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection when its expiry interval is not 0; clean
-    start alone says whether an earlier one is discarded. The keepalive is the client's, or the
-    Server Keep Alive a 5.0 client was told instead."""
+    will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection
+    when its expiry interval is not 0; clean start alone says whether an earlier one is discarded. The
+    keepalive is the client's, or the Server Keep Alive a 5.0 client was told instead."""
     worker = conn.worker
     if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
         return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")
