@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import timeit
 from collections.abc import Callable
 from importlib import metadata
@@ -43,7 +42,7 @@ try:  # not a dependency of plexmq: only measured where installed
 
     QOS1 = mqtt5.QoS.AT_LEAST_ONCE
 except ImportError:
-    mqtt5 = None  # type: ignore[assignment]
+    mqtt5 = None
 
 TOPIC = "sensors/dev-42/temp"
 TOPIC_BYTES = TOPIC.encode()
@@ -71,7 +70,7 @@ MAX_SIZE = MAX_REMAINING_LENGTH + 5
 
 def read(decoders: dict[int, Callable[..., Any]], buf: bytes) -> Any:
     """One whole packet, as the read loop takes it: frame it, then decode its body by kind."""
-    first, start, stop = frame(buf, 0, MAX_SIZE)  # type: ignore[misc]
+    first, start, stop = frame(buf, 0, MAX_SIZE)  # type: ignore[misc]  # a whole packet
     return decoders[first >> 4](first & 0x0F, buf[start:stop])
 
 
@@ -145,4 +144,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

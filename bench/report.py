@@ -85,8 +85,8 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
     }
     refused = sum(n for k, n in errors.items() if k in ("closed_by_broker", "ECONNRESET", "ECONNREFUSED"))
     if refused and connected:
-        result["notes"].append(f"LIMIT?: the broker refused or closed {refused:,} connections while {connected:,} "
-                               "were open: a per-process open-file limit of the broker? (see its log)")
+        all_notes.append(f"LIMIT?: the broker refused or closed {refused:,} connections while {connected:,} "
+                         "were open: a per-process open-file limit of the broker? (see its log)")
     result["ok"] = (result["connect_failed"] == 0 and result["dropped"] == 0 and result["protocol_errors"] == 0
                     and (opts.qos == 0 or result["lost"] == 0))
     return result

@@ -52,8 +52,8 @@ def merge(old: Matched, new: int) -> Matched:
     """Two subscriptions of one session match a topic: the higher QoS when both are plain, else both kept."""
     if new < 4 and old.__class__ is int and old < 4:
         return new if new > old else old
-    # `__class__ is` (cheaper than isinstance here) leaves a tuple subclass possible in the else
-    return (*old, new) if old.__class__ is tuple else (old, new)  # type: ignore[return-value]
+    # (`__class__ is`, cheaper than isinstance here, leaves a tuple subclass possible in the else)
+    return (*old, new) if old.__class__ is tuple else (old, new)  # type: ignore[return-value]  # old: an int there
 
 
 def resolve(matched: Matched, qos: int, retain: bool, own: bool) -> tuple[int, bool, bytes] | None:

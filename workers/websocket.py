@@ -52,7 +52,7 @@ class WebSocket(asyncio.Protocol, asyncio.Transport):
     # -- the socket's side ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
         self.conn.connection_made(self)  # now: the CONNECT deadline must be able to close the socket
 
     def data_received(self, data: bytes) -> None:

@@ -194,7 +194,7 @@ def decode(body: bytes | memoryview, pos: int, kind: int, max_user: int = ANY) -
         if ident in _NOT_ZERO and not value:
             raise MalformedPacket(f"{prop.name} 0", TOPIC_ALIAS_INVALID if ident == TOPIC_ALIAS else PROTOCOL_ERROR)
         if ident == USER_PROPERTY or (ident == SUBSCRIPTION_IDENTIFIER and kind == kinds.PUBLISH):
-            props.setdefault(ident, []).append(value)  # type: ignore[union-attr]
+            props.setdefault(ident, []).append(value)  # type: ignore[union-attr]  # a list-valued property
         elif ident in props:
             raise _protocol_error(f"{prop.name} more than once")
         else:

@@ -86,12 +86,12 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         conn.v5.server_keepalive = most
     conn.client_id = client_id
     if method is not None:
-        conn.v5.auth_method = method  # type: ignore[union-attr]
+        conn.v5.auth_method = method  # type: ignore[union-attr]  # a 5.0 CONNECT
         try:
-            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]
+            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]  # binary
         except scram.Failed as failure:
             return fail_login(conn, failure)
-        conn.v5.pending = connect  # type: ignore[union-attr]
+        conn.v5.pending = connect  # type: ignore[union-attr]  # a 5.0 CONNECT
         conn.state = CHALLENGED
         return
     conn.username = connect.username
@@ -100,7 +100,7 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         conn.username = conn.cert_username
     elif auth.required:
         conn.state = AUTHENTICATING
-        conn.transport.pause_reading()  # type: ignore[union-attr]
+        conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
         login = asyncio.ensure_future(auth.login(connect.username, connect.password, client_address(conn)))
         login.add_done_callback(lambda done: _logged_in(conn, done, connect))
         return
@@ -143,12 +143,12 @@ def challenge(conn: Connection, client_first: bytes, username: str | None) -> No
     passwords = conn.worker.auth.passwords
     if passwords is None:
         raise scram.Failed("SCRAM is no longer offered (no password_file)", False)
-    exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]
+    exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]  # SCRAM runs with a password file
     server_first = exchange.first(client_first)
     if username is not None and exchange.username != username:
         raise scram.Failed(f"SCRAM user {exchange.username!r} is not the user name {username!r}", True)
     if not conn.send5(partial(v5.encode_auth, reasons.CONTINUE_AUTHENTICATION),
-                      {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]
+                      {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]  # as above
                        props.AUTHENTICATION_DATA: server_first}):
         raise scram.Failed("the server's AUTH does not fit the client's maximum packet size", False)
 
@@ -157,7 +157,7 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
     """An exchange at CONNECT failed: CONNACK 0x86 (wrong proof) or 0x87, after the same growing
     delay as a wrong password from that address; reading waits meanwhile."""
     worker = conn.worker
-    exchange = conn.v5.exchange  # type: ignore[union-attr]
+    exchange = conn.v5.exchange  # type: ignore[union-attr]  # AUTH: a 5.0 connection
     passwords = worker.auth.passwords
     user = exchange.username if exchange is not None else ""
     if passwords is not None and user in passwords and not passwords.has_scram_keys(user):
@@ -165,7 +165,7 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
                     conn.client_id, user, passwords.path)
     code, reason = (BAD_CREDENTIALS, "bad user name or password") if failure.bad_proof else (NOT_AUTHORIZED, str(failure))
     conn.state = AUTHENTICATING
-    conn.transport.pause_reading()  # type: ignore[union-attr]
+    conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
     worker.loop.call_later(worker.auth.failed(client_address(conn)), _refuse_failed, conn, code, reason)
 
 
