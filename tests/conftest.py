@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import pytest
@@ -22,8 +23,10 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+T = TypeVar("T")
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
+
+def wait_for(predicate: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
     """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -119,7 +122,7 @@ class Broker:
                 return self.worker_of(client_port) + 1  # +1: worker 0 must read as found
             except AssertionError:
                 return None
-        return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
+        return int(wait_for(find, 20, "the socket to reach a worker")) - 1
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -6,6 +6,7 @@ import queue
 import socket
 import threading
 import time
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
@@ -90,7 +91,7 @@ class Client:
     def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
                  will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311,
                  username: str | None = None, password: str | None = None, transport: str = "tcp",
-                 tls: dict[str, str] | None = None, session_expiry: int = 0) -> None:
+                 tls: dict[str, Any] | None = None, session_expiry: int = 0) -> None:
         """`transport`: tcp or websockets; `tls`: the arguments of paho's tls_set (ca_certs, certfile, keyfile)."""
         v5 = protocol == paho.MQTTv5
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,  # type: ignore[arg-type]

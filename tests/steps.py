@@ -118,7 +118,7 @@ def worker_of(broker: Broker, c: RawClient) -> int:
             return (broker.worker_of(c.local_port),)
         except AssertionError:
             return None
-    return wait_for(look, 5, "the socket to reach a worker")[0]  # type: ignore[index]
+    return wait_for(look, 5, "the socket to reach a worker")[0]
 
 
 def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) -> RawClient:
@@ -136,7 +136,7 @@ def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) ->
                 return c
             spare.append(c)
             return None
-        return wait_for(attempt, 10, f"a socket on the wanted worker (want {want}, avoid {avoid})")  # type: ignore[return-value]
+        return wait_for(attempt, 10, f"a socket on the wanted worker (want {want}, avoid {avoid})")
     finally:
         for c in spare:
             c.close()

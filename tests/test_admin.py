@@ -26,7 +26,7 @@ NOBODY = ("runuser", "-u", "nobody", "--")
 
 def token_file(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"admin token \(for /clients\) in (\S+)", b.output()), 10, "the token line")
-    return found.group(1)  # type: ignore[union-attr]
+    return found.group(1)
 
 
 def curl_as_nobody(url: str, *args: str) -> str:
@@ -95,6 +95,7 @@ def test_admin_requests_must_name_this_endpoint_and_act_only_as_json(start_broke
     with open(token_file(b)) as f:
         bearer = {"Authorization": f"Bearer {f.read().strip()}"}
     port = urlsplit(url).port
+    assert port is not None
     client_id = f"adm-{uid()}"
     target = connect(b.port, client_id)
     body = orjson.dumps({"client_id": client_id})

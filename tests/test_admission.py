@@ -60,7 +60,7 @@ def test_max_connections(tmp_path: Path, start_broker: Callable[..., Broker]) ->
     # the startup probe's connection may still count for a moment: wait for room rather than assume it
     held = [wait_for(one_more, 5, "room for a connection") for _ in range(3)]
     assert one_more() is None
-    held.pop().close()  # type: ignore[union-attr]
+    held.pop().close()
     wait_for(one_more, 5, "room for one more once a client left")
 
 

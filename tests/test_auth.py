@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def config(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def login(port: int, username: str | None, password: bytes | None, client_id: str = "", **kw: object) -> tuple[RawClient, int]:
+def login(port: int, username: str | None, password: bytes | None, client_id: str = "", **kw: Any) -> tuple[RawClient, int]:
     c = RawClient(port)
     _present, code = c.connect(client_id or f"auth-{uid()}", username=username, password=password, **kw)
     return c, code

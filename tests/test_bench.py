@@ -18,7 +18,7 @@ from tests.mqtt import RawClient
 
 
 def _records(out: Path, kind: samples.Kind) -> list[tuple]:
-    rows = []
+    rows: list[tuple] = []
     for path in (out / kind.name).glob("*" + samples.SUFFIX):
         region, damage, _ = samples.records_region(path.read_bytes(), kind)
         assert damage is None

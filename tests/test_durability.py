@@ -258,7 +258,7 @@ def check_delivered(got: list[Pub], acked: set[int], exactly_once: bool) -> None
                          f"{missing[:10]}{' ...' if len(missing) > 10 else ''}")
     firsts = list(dict.fromkeys(seqs))
     wrong = next((i for i in range(1, len(firsts)) if firsts[i] < firsts[i - 1]), None)
-    assert wrong is None, f"out of order: {firsts[max(wrong - 2, 0):wrong + 3]} (arrival {wrong})"  # type: ignore[operator]
+    assert wrong is None, f"out of order: {firsts[max(wrong - 2, 0):wrong + 3]} (arrival {wrong})"
     if exactly_once:
         twice = sorted(s for s, k in Counter(seqs).items() if k > 1)
         assert not twice, f"QoS 2 messages delivered more than once: {twice[:10]}"
@@ -514,9 +514,9 @@ def test_sigkill_of_the_router_keeps_clients_connected_and_traffic_resumes_withi
     away, present = reconnect(b.port, away_id)
     assert present, "the offline persistent session was lost"
     want = [*before, *acked, b"after"]
-    got = receive(away, payloads=want)
-    got += sync(away)
-    firsts = list(dict.fromkeys(m.payload for m in got))
+    messages = receive(away, payloads=want)
+    messages += sync(away)
+    firsts = list(dict.fromkeys(m.payload for m in messages))
     assert firsts == want, f"expected {want}, got {firsts}"
     for c in [away, *online, pub]:
         disconnect(c)
@@ -825,7 +825,7 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
     assert c.recv()[0] == 0x90
     c.send(v5.encode_disconnect())
     c.read_until_closed()
-    carried = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("trace", "t-1")]}
+    carried: P.Properties = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("trace", "t-1")]}
     pub = RawClient(b.port)
     pub.connect5(f"dur5-pub-{uid()}", properties={P.REQUEST_PROBLEM_INFORMATION: 0})
     for pid, (payload, expiry) in enumerate([(b"brief", 2), (b"lasting", 3600)], 1):
@@ -843,14 +843,14 @@ def test_sigkill_keeps_a_v5_session_and_its_messages_properties_and_expiry(broke
     present, code, _props = c.connect5(cid, clean_start=False, properties={P.SESSION_EXPIRY_INTERVAL: 3600})
     assert (present, code) == (True, 0), "the 5.0 session was lost"
     c.send(v5.encode_subscribe(2, [(f"{topic}/r", 1)]))
-    got = []
+    got: list[tuple] = []
     while len(got) < 2:  # the queued message and the retained one, in either order around the SUBACK
         first, body = c.recv()
         if first >> 4 == v5.PUBLISH:
             topic_got, pid, payload, props = v5.decode_publish(first & 15, body, from_server=True)
             c.send(v5.encode_ack(v5.PUBACK, pid))
             left = props.pop(P.MESSAGE_EXPIRY_INTERVAL)
-            assert 3590 <= left < 3600
+            assert isinstance(left, int) and 3590 <= left < 3600
             assert props == (carried if topic_got.endswith("/r") else {**carried, P.SUBSCRIPTION_IDENTIFIER: [42]})
             got.append((topic_got, payload))
     assert sorted(got) == [(topic, b"lasting"), (f"{topic}/r", b"kept")]  # "brief" expired, never delivered

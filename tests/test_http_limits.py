@@ -30,6 +30,7 @@ def test_idle_connections_take_no_thread_are_capped_and_closed_after_the_timeout
     b = start_broker("--workers", "1")
     url = metrics_url(b)
     parts = urlsplit(url)
+    assert parts.port is not None
     router = b.router()
     assert router is not None
     wait_for(lambda: health(url) == 200, 15, "/health to answer 200")

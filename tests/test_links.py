@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import zmq
 
+from plexmq import wire
 from plexmq.mqtt import v4 as p
-from plexmq.router import links, wire
+from plexmq.router import links
 from tests.conftest import Broker, wait_for
 from tests.steps import publish, raw_on, subscribe, sync, uid
 from tests.test_durability import receive
@@ -116,7 +117,7 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
     try:
         peer.setsockopt(zmq.IDENTITY, b"w9")
         peer.setsockopt(zmq.LINGER, 0)
-        peer.connect(endpoint.group(1))  # type: ignore[union-attr]
+        peer.connect(endpoint.group(1))
         hello = wire.Batch()
         hello.add_json(wire.HELLO, {"worker": 9, "node": "", "address": "", "pid": 1, "live": []})
         peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pytest
 
@@ -33,6 +33,7 @@ from tests.steps import raw_on, uid, worker_of
 
 PUBLISH, PUBACK, SUBACK, UNSUBACK, PINGRESP = 3, 4, 9, 11, 13
 NO_LOCAL = 0x04  # MQTT 5 subscription option
+T = TypeVar("T")
 
 
 class Event(NamedTuple):
@@ -89,7 +90,7 @@ class Peer:
             qos = (first >> 1) & 3
             if self.v5:
                 topic, packet_id, payload, props = v5.decode_publish(first & 15, body, from_server=True)
-                ids = tuple(props.get(P.SUBSCRIPTION_IDENTIFIER, ()))
+                ids = tuple(props.get(P.SUBSCRIPTION_IDENTIFIER, ()))  # type: ignore[arg-type]  # a list of ints
             else:
                 topic, packet_id, payload = p.decode_publish(first & 15, body)
                 ids = ()
@@ -127,7 +128,7 @@ class Peer:
             self.last_id = self.last_id % 65535 + 1
             return self.last_id
 
-    def wait(self, predicate: Callable[[], object], what: str, timeout: float = 10.0) -> object:
+    def wait(self, predicate: Callable[[], T | None], what: str, timeout: float = 10.0) -> T:
         """Wait (on the reader's notifications, no polling) until `predicate` holds; fail after `timeout`."""
         deadline = time.monotonic() + timeout
         with self.changed:
@@ -140,7 +141,7 @@ class Peer:
 
     def _await_ack(self, kind: int, packet_id: int, what: str) -> int:
         """Index in `events` of the acknowledgement `kind` for `packet_id` (cleared before sending)."""
-        return int(self.wait(lambda: self.acks.get((kind, packet_id), -1) + 1, what)) - 1  # type: ignore[arg-type]
+        return int(self.wait(lambda: self.acks.get((kind, packet_id), -1) + 1, what)) - 1
 
     def _send_awaiting(self, kind: int, packet_id: int, data: bytes) -> None:
         with self.changed:
@@ -216,7 +217,7 @@ class Peer:
         def enough() -> list[bytes] | None:
             got = [e.payload for e in self.pubs if e.topic == topic]
             return got if len(got) >= count else None
-        return self.wait(enough, what, timeout)  # type: ignore[return-value]
+        return self.wait(enough, what, timeout)
 
     def disconnect(self) -> None:
         """DISCONNECT, and wait until the broker has closed the socket."""
@@ -315,7 +316,7 @@ def peers() -> Iterator[list[Peer]]:
 
 def metrics_url(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    return found.group(1)  # type: ignore[union-attr]
+    return found.group(1)
 
 
 # -- (a), (c), (d): a topic switching paths while one publisher streams -------------------------------
@@ -348,6 +349,7 @@ class Toggler:
                 # a busy machine answers late: wait, so that a stream has its rounds whatever the load
                 self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]
                 at = self.peer.answered(*self.pending)
+                assert at is not None
             kind = self.pending[0]
             self.pending = None
             k = len(self.rounds)
@@ -620,10 +622,10 @@ def test_after_a_sigkill_of_the_router_both_workers_still_exchange_messages(
     wait_for(crossed, 15, "messages to cross between the workers after the router's restart")
     n = 300
     streams = [Stream(pubs[w], [local[w], both], n, 1, tag=b"w%d-" % w) for w in (0, 1)]
-    for s in streams:
-        s.start()
-    for s in streams:
-        s.finish()
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        stream.finish()
     for w in (0, 1):
         subs[w].wait_received(both, 2 * n, f"worker {w}'s subscriber to get both streams")  # (and the probes)
         subs[w].wait_received(local[w], n, f"worker {w}'s subscriber to get its local stream")

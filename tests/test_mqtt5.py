@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 
@@ -22,7 +23,7 @@ V5 = paho.MQTTv5
 
 
 def raw5(port: int, client_id: str = "", clean_start: bool = True, properties: dict | None = None,
-         **kw: object) -> tuple[RawClient, tuple[bool, int, dict]]:
+         **kw: Any) -> tuple[RawClient, tuple[bool, int, dict]]:
     c = RawClient(port)
     return c, c.connect5(client_id or f"r5-{uid()}", clean_start, properties=properties, **kw)
 
@@ -548,7 +549,7 @@ def test_graceful_stop_tells_clients_0x8b(start_broker: Callable[..., Broker]) -
 
 # -- what a message carries: properties byte for byte, message expiry --------------------------------
 
-CARRIED = {P.PAYLOAD_FORMAT_INDICATOR: 1, P.CONTENT_TYPE: "application/json", P.RESPONSE_TOPIC: "replies/7",
+CARRIED: P.Properties = {P.PAYLOAD_FORMAT_INDICATOR: 1, P.CONTENT_TYPE: "application/json", P.RESPONSE_TOPIC: "replies/7",
            P.CORRELATION_DATA: b"\x00\x01req-7", P.USER_PROPERTY: [("k", "1"), ("k", "2"), ("zone", "été")]}
 
 

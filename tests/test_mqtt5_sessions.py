@@ -104,7 +104,7 @@ def test_a_delayed_will_waits_and_is_not_sent_when_the_client_comes_back(broker:
     topic = f"v5/delay/{uid()}"
     watcher = Client(broker.port, protocol=paho.MQTTv5)
     assert watcher.subscribe(f"{topic}/#", 1) == [1]
-    carried = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("why", "lost"), ("why", "again")]}
+    carried: P.Properties = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("why", "lost"), ("why", "again")]}
 
     def drop(client_id: str, delay: int, expiry: int) -> None:
         """Connect with a will delayed by `delay` s in a session of `expiry` s, and lose the connection."""

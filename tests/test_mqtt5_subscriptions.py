@@ -100,7 +100,7 @@ def test_retain_handling_sends_retained_always_only_when_new_or_never(broker: Br
             got.append(message)
         return got
 
-    retained = [(f"{base}/r", b"kept", 1, True, [])]  # retained on subscribe: retain flag set, always
+    retained: list[tuple] = [(f"{base}/r", b"kept", 1, True, [])]  # retained on subscribe: retain flag set, always
     assert after_subscribe(2, 1) == retained  # 0: on every SUBSCRIBE
     assert after_subscribe(3, 1) == retained
     c.send(v5.encode_unsubscribe(4, [f"{base}/r"]))

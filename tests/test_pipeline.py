@@ -77,8 +77,8 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     writers[2].flush()  # its first chunk goes out at once; the next waits for close()
     for r in torn:
         writers[2].append(r.run())
-    for w in writers.values():
-        w.close()
+    for writer in writers.values():
+        writer.close()
     (segment,) = root.glob("date=*/hour=*/w2-*.seg")
     segment.write_bytes(segment.read_bytes()[:-1])
     traffic[2] = kept
@@ -118,7 +118,8 @@ def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tm
     assert silent == {"dev-b": 49.5 * 60, "dev-e": 58 * 60}  # dev-c: exactly 10 min, not longer
 
     minutes = spark.read.parquet(str(out / "minutes"))
-    assert minutes.groupBy().sum("messages").first()[0] == len(window)
+    total = minutes.groupBy().sum("messages").first()
+    assert total is not None and total[0] == len(window)
     (row,) = minutes.where("topic = 'sensors/b/hum' AND minute = '2024-05-01 00:20:00'").collect()
     assert (row.client_id, row.messages, row.bytes) == ("dev-b", 1, 7)
 
@@ -202,7 +203,7 @@ def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int
     rates from two writers, and broker process samples. Returns the latency rows and the rates."""
     rng = random.Random(5)
     t0 = us(START) // 1_000_000
-    rows = []
+    rows: list[tuple[int, ...]] = []
     for sub in range(3):
         with SampleWriter(root, LATENCY, f"run-p{sub}") as w:
             for seq in range(1500 if sub < 2 else 10):

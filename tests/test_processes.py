@@ -286,7 +286,7 @@ def test_killed_worker_is_replaced_and_the_other_worker_keeps_its_clients(start_
 
     for c in held[victim]:
         c.read_until_closed()
-    new = wait_for(lambda: (w := b.workers().get(victim)) is not None and w.pid != old.pid and w, 5,
+    new = wait_for(lambda: w if (w := b.workers().get(victim)) is not None and w.pid != old.pid else None, 5,
                    f"a new worker {victim}")
     assert b.workers()[survivor].pid == survivor_pid, "the surviving worker was restarted"
     line = wait_for(lambda: log_line(b, str(old.pid), "killed by SIGKILL"), 5, "the log line about the kill")
@@ -435,13 +435,14 @@ def test_killed_router_is_restarted_and_clients_are_served_within_5_s(start_brok
     killed_at = time.monotonic()
     os.kill(old.pid, signal.SIGKILL)
 
-    new = wait_for(lambda: (r := b.router()) is not None and r.pid != old.pid and r, STOP_LIMIT, "a new router")
+    new = wait_for(lambda: r if (r := b.router()) is not None and r.pid != old.pid else None, STOP_LIMIT, "a new router")
     left = STOP_LIMIT - (time.monotonic() - killed_at)
     wait_for(lambda: roundtrip(b.port, "proc/router/after"), max(left, 0.1),
              "a publish/subscribe round trip through the new router")
     took = time.monotonic() - killed_at
     assert took <= STOP_LIMIT, f"the first round trip after the router's death succeeded only after {took:.1f} s"
-    assert b.router().pid == new.pid  # type: ignore[union-attr]
+    now = b.router()
+    assert now is not None and now.pid == new.pid
     assert {w: proc.pid for w, proc in b.workers().items()} == worker_pids, "workers were restarted"
     wait_for(lambda: log_line(b, str(old.pid), "killed by SIGKILL"), 5, "the log line about the router's death")
     # and not only once: a second round trip across the (possibly) other worker
@@ -497,11 +498,11 @@ def test_workers_refuse_sockets_cleanly_when_out_of_descriptors(own_broker: Call
     for c in accepted[20:40]:
         c.close()
     newcomer = wait_for(lambda: try_connect(b.port, "fd-newcomer", 1.0), 5, "a new client served after others closed")
-    subscribe(newcomer, "proc/fd/again")  # type: ignore[arg-type]
+    subscribe(newcomer, "proc/fd/again")
     publish_qos1(accepted[0], "proc/fd/again", b"room again", 2)
-    assert receive(newcomer) == ("proc/fd/again", b"room again")  # type: ignore[arg-type]
+    assert receive(newcomer) == ("proc/fd/again", b"room again")
     assert b.proc.poll() is None and {proc.pid for proc in descendants(b)} == pids
     assert "Traceback" not in b.output(), b.output()[-3000:]
-    newcomer.close()  # type: ignore[union-attr]
+    newcomer.close()
     for c in accepted:
         c.close()

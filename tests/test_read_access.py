@@ -44,10 +44,10 @@ def persistent(port: int, client_id: str, user: str, protocol: int) -> Client:
 
 def withheld(b: Broker) -> float:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    with urllib.request.urlopen(f"{found.group(1)}/metrics", timeout=5) as response:  # type: ignore[union-attr]
+    with urllib.request.urlopen(f"{found.group(1)}/metrics", timeout=5) as response:
         text = response.read().decode()
-    found = re.search(r"^plexmq_messages_withheld_total (\S+)$", text, re.M)  # none before the first snapshot
-    return float(found.group(1)) if found else 0.0
+    total = re.search(r"^plexmq_messages_withheld_total (\S+)$", text, re.M)  # none before the first snapshot
+    return float(total.group(1)) if total else 0.0
 
 
 @pytest.mark.parametrize("protocol", VERSIONS)

@@ -97,7 +97,7 @@ def crossing(b: Broker, topic: str) -> None:
 def probe(endpoint: str, curve: tuple[bytes, bytes, bytes] | None, wait: float) -> bytes | None:
     """Connect a DEALER as a worker would (curve: server public, client public, client secret; None:
     plain), send HELLO and a CONNECT, and return the router's first frame, or None after `wait` s."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     try:
         sock.setsockopt(zmq.LINGER, 0)

@@ -148,7 +148,7 @@ def test_offline_persistent_members_get_messages_only_when_no_member_is_online(b
     kept, (present, _code, _props) = raw5(broker.port, cid, clean_start=False,
                                           properties={P.SESSION_EXPIRY_INTERVAL: 600})
     assert present
-    got = []
+    got: list[bytes] = []
     while not got or got[-1] != b"marker":
         _topic, packet_id, payload, _props, _first = recv_publish(kept)
         kept.send(v5.encode_ack(v5.PUBACK, packet_id))
@@ -169,7 +169,7 @@ def test_sticky_and_random_strategies(start_broker: Callable[..., Broker], tmp_p
         pub = Client(b.port)
         for n in range(9):
             pub.publish(f"shared/{strategy}", f"m{n}", 1)
-        received: list[list[bytes]] = [[] for _ in group]
+        received: list[list[bytes | bytearray]] = [[] for _ in group]
         for n, c in enumerate(group):
             pub.publish(marker(share, n), "marker", 1)
             while (payload := c.get().payload) != b"marker":

@@ -60,7 +60,7 @@ class MariaDB:
                                       "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=16M"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            self.admin: pymysql.connections.Connection = wait_for(  # type: ignore[assignment]
+            self.admin: pymysql.connections.Connection = wait_for(
                 self._connect, 60, "MariaDB to accept connections")
         except BaseException:
             self.stop()
@@ -145,7 +145,7 @@ def broker(mariadb: MariaDB, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def connack(port: int, username: str | None, password: str | None, client_id: str = "",
-            protocol: int = paho.MQTTv311) -> str:
+            protocol: paho.MQTTProtocolVersion = paho.MQTTv311) -> str:
     """The name of the CONNACK a paho client got ("Success", "Bad user name or password", ...)."""
     got: queue.Queue[str] = queue.Queue()
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id or f"sql-{uid()}",

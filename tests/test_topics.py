@@ -199,7 +199,8 @@ def test_order_is_kept_across_qos_levels(broker: Broker) -> None:
     qos_of = [(0, 1, 0, 2, 0)[i % 5] for i in range(n)]
     pub.send(b"".join(p.encode_publish(topic.encode(), b"%d" % i, qos_of[i], packet_id=i + 1 if qos_of[i] else 0)
                       for i in range(n)))
-    pubacks, pubcomps = set(), set()
+    pubacks: set[int] = set()
+    pubcomps: set[int] = set()
     while len(pubacks) + len(pubcomps) < sum(1 for q in qos_of if q):
         first, body = pub.recv()
         pid = int.from_bytes(body, "big")

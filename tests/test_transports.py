@@ -112,7 +112,7 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=2))
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+            .sign(ca_key, hashes.SHA256()))
     name = uuid.uuid4().hex[:8]
     (where / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (where / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
