@@ -124,7 +124,7 @@ def test_floor_measures_a_bare_connection_both_ways() -> None:
     def per_connection(*how: str) -> int:
         said = subprocess.run([sys.executable, "-m", "plexmq.bench.floor", "-n", "2000", *how], capture_output=True,
                               text=True, check=True, timeout=120, cwd=ROOT).stdout
-        return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]
+        return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]  # the probe prints it
     uvloop_transport = per_connection("--uvloop")
     assert uvloop_transport > 1000
     assert per_connection() < uvloop_transport / 2

@@ -45,7 +45,7 @@ def test_idle_connections_take_no_thread_are_capped_and_closed_after_the_timeout
             selector.register(sock, selectors.EVENT_READ)
         while selector.get_map() and time.monotonic() < opened + TIMEOUT + 10:
             for key, _ in selector.select(1.0):
-                assert key.fileobj.recv(1) == b""  # type: ignore[union-attr]
+                assert key.fileobj.recv(1) == b""  # type: ignore[union-attr]  # only sockets are registered
                 selector.unregister(key.fileobj)
         assert not selector.get_map(), f"{len(selector.get_map())} idle connections still open"
     for sock in idle:

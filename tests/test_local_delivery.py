@@ -347,7 +347,7 @@ class Toggler:
                 if self.stream.sent - self.asked_at < TOGGLE_LAG:
                     return
                 # a busy machine answers late: wait, so that a stream has its rounds whatever the load
-                self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]
+                self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]  # pending: set while waited for
                 at = self.peer.answered(*self.pending)
                 assert at is not None
             kind = self.pending[0]
@@ -379,7 +379,7 @@ class Toggler:
         self.ending = True
         self.step()
         while self.pending is not None:
-            self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "the last (UN)SUBACK")  # type: ignore[misc]
+            self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "the last (UN)SUBACK")  # type: ignore[misc]  # as above
             self.step()
 
 

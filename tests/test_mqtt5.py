@@ -110,7 +110,7 @@ def test_paho_v5_round_trip_at_each_qos_beside_a_311_client(broker: Broker) -> N
     sub4 = Client(broker.port, f"sub4-{uid()}")
     assert sub5.subscribe(topic, 2) == [2]
     assert sub4.subscribe(topic, 2) == [2]
-    assert sub5.connack_properties.ReceiveMaximum == 1024  # type: ignore[union-attr]
+    assert sub5.connack_properties.ReceiveMaximum == 1024  # type: ignore[union-attr]  # a 5.0 CONNACK has properties
     pub5 = Client(broker.port, f"pub5-{uid()}", protocol=V5)
     pub4 = Client(broker.port, f"pub4-{uid()}")
     for qos in (0, 1, 2):
@@ -578,8 +578,8 @@ def test_properties_pass_through_byte_for_byte(broker: Broker) -> None:
     msg = sub4.get()
     assert (msg.payload, msg.properties) == (b'{"t": 21}', None)
     msg = paho5.get()
-    assert msg.properties.UserProperty == [("k", "1"), ("k", "2"), ("zone", "été")]  # type: ignore[union-attr]
-    assert msg.properties.CorrelationData == b"\x00\x01req-7"  # type: ignore[union-attr]
+    assert msg.properties.UserProperty == [("k", "1"), ("k", "2"), ("zone", "été")]  # type: ignore[union-attr]  # a 5.0 message has properties
+    assert msg.properties.CorrelationData == b"\x00\x01req-7"  # type: ignore[union-attr]  # as above
 
     late, _ = raw5(broker.port)  # the retained copy keeps them too
     assert subscribe5(late, 1, [(topic, 1)]) == [1]
@@ -616,7 +616,7 @@ def test_expired_messages_are_never_delivered(broker: Broker) -> None:
         _t, pid, payload, props, _first = recv_publish(c)
         c.send(v5.encode_ack(v5.PUBACK, pid))
         got.append((payload, props.get(P.MESSAGE_EXPIRY_INTERVAL)))
-    assert got[0][0] == b"long" and 590 <= got[0][1] < 600  # type: ignore[operator]
+    assert got[0][0] == b"long" and 590 <= got[0][1] < 600  # type: ignore[operator]  # an expiry interval: an int
     assert got[1] == (b"forever", None)
     assert subscribe5(c, 2, [(f"{topic}/kept", 1)]) == [1]
     assert subscribe5(c, 3, [(f"{topic}/barrier", 0)]) == [0]  # no retained PUBLISH came between: it expired

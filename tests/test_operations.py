@@ -123,7 +123,7 @@ def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> Non
     text = wait_for(table, 10, "status to show 3 clients")
     rows = {line.split()[0]: line.split() for line in text.splitlines()[1:-1]}
     assert set(rows) == {"acceptor", "router", "worker-0", "worker-1"}
-    assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]
+    assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]  # the router is up
     for c in clients:
         c.disconnect()
 

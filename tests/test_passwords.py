@@ -122,7 +122,7 @@ def test_unknown_user_costs_a_hash_like_a_known_one(tmp_path: Path, monkeypatch:
 
     def counting(password: bytes, **kwargs: int) -> bytes:
         calls.append(kwargs["n"])
-        return real(password, **kwargs)  # type: ignore[arg-type]
+        return real(password, **kwargs)  # type: ignore[arg-type]  # n, r, p, maxmem, dklen: ints
 
     monkeypatch.setattr(hashlib, "scrypt", counting)
     assert not users.check("mallory", "pw")

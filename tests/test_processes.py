@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psutil
@@ -245,8 +246,8 @@ class OwnBroker(Broker):
 def own_broker(tmp_path: Path) -> Iterator[Callable[..., OwnBroker]]:
     started: list[OwnBroker] = []
 
-    def start(*args: str, **kw: object) -> OwnBroker:
-        b = OwnBroker(tmp_path / f"own{len(started)}.log", list(args) or ["--workers", "2"], **kw)  # type: ignore[arg-type]
+    def start(*args: str, **kw: Any) -> OwnBroker:
+        b = OwnBroker(tmp_path / f"own{len(started)}.log", list(args) or ["--workers", "2"], **kw)
         started.append(b)
         return b
 
@@ -338,7 +339,7 @@ def test_clients_of_a_killed_worker_leave_their_will_and_no_subscription(start_b
     # enough new connections on the replacement that one of them reuses the victim's place there
     fresh = [try_connect(b.port, f"kwill-new-{i}") for i in range(24)]
     assert None not in fresh, "a new client was not served"
-    on = holders(b, fresh)  # type: ignore[arg-type]
+    on = holders(b, fresh)  # type: ignore[arg-type]  # no None: asserted above
     newcomers = [c for c, worker_id in on.items() if worker_id == 0]
     assert len(newcomers) >= 10, f"only {len(newcomers)} of 24 new clients went to the new worker"
     for c in newcomers:

@@ -72,10 +72,10 @@ def linked_over_tcp(b: Broker, port: int) -> bool:
 def on_two_workers(b: Broker) -> tuple[Client, Client]:
     """Two paho clients held by different workers (so their messages cross the router link)."""
     first = Client(b.port)
-    held = b.worker_holding(first.client.socket().getsockname()[1])  # type: ignore[union-attr]
+    held = b.worker_holding(first.client.socket().getsockname()[1])  # type: ignore[union-attr]  # connected: has a socket
     for _ in range(10):
         other = Client(b.port)
-        if b.worker_holding(other.client.socket().getsockname()[1]) != held:  # type: ignore[union-attr]
+        if b.worker_holding(other.client.socket().getsockname()[1]) != held:  # type: ignore[union-attr]  # as above
             return first, other
         other.disconnect()
     raise AssertionError("10 clients in a row went to the same worker")
@@ -154,7 +154,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
     b, endpoint = tcp_broker(start_broker, tmp_path)
     wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, "both workers linked")
     keys = {k: v.encode() for k, v in child_config(b.router())["router_curve"].items()}
-    pids = {b.router().pid, *(w.pid for w in b.workers().values())}  # type: ignore[union-attr]
+    pids = {b.router().pid, *(w.pid for w in b.workers().values())}  # type: ignore[union-attr]  # the router is up
     stranger_public, stranger_secret = zmq.curve_keypair()
 
     assert probe(endpoint, None, REFUSED_WAIT) is None, "a plain (unencrypted) peer got an answer"
@@ -162,7 +162,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
         "a peer that knows the server key but not the client key got an answer"
 
     assert b.proc.poll() is None
-    assert {b.router().pid, *(w.pid for w in b.workers().values())} == pids, "a process died"  # type: ignore[union-attr]
+    assert {b.router().pid, *(w.pid for w in b.workers().values())} == pids, "a process died"  # type: ignore[union-attr]  # as above
     crossing(b, "curve/after-strangers")
     assert "Traceback" not in b.output(), b.output()[-3000:]
     # the probe can tell: with the workers' keys the router answers the same frames
@@ -215,8 +215,8 @@ def test_keys_from_router_curve_dir(start_broker: Callable[..., Broker], tmp_pat
     server_public, server_secret = zmq.auth.load_certificate(where / "server.key_secret")
     client_public, client_secret = zmq.auth.load_certificate(where / "client.key_secret")
     assert child_config(b.router())["router_curve"] == {
-        "server_public": server_public.decode(), "server_secret": server_secret.decode(),  # type: ignore[union-attr]
-        "client_public": client_public.decode(), "client_secret": client_secret.decode()}  # type: ignore[union-attr]
+        "server_public": server_public.decode(), "server_secret": server_secret.decode(),  # type: ignore[union-attr]  # key_secret files have both
+        "client_public": client_public.decode(), "client_secret": client_secret.decode()}  # type: ignore[union-attr]  # as above
     crossing(b, "curve/from-files")
 
 

@@ -30,7 +30,7 @@ class Recorder(asyncio.Protocol):
         self.received = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # the poller's stream transport
         self.events.append("made")
 
     def data_received(self, data: bytes) -> None:

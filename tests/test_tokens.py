@@ -29,13 +29,13 @@ def keys() -> dict[str, object]:
 
 def token(key: object, kid: str, algorithm: str = "RS256", **claims: object) -> bytes:
     body = {"sub": "device-1", "aud": "plexmq", "iss": "https://idp.example", "exp": time.time() + 300, **claims}
-    return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid}).encode()  # type: ignore[arg-type]
+    return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid}).encode()  # type: ignore[arg-type]  # any of the test's keys
 
 
 def start_tokens_broker(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object],
                         extra: str = "") -> Broker:
-    jwks = {"keys": [dict(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys["rsa"].public_key())), kid="r1"),  # type: ignore[attr-defined]
-                     dict(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(keys["ec"].public_key())), kid="e1")]}  # type: ignore[attr-defined]
+    jwks = {"keys": [dict(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys["rsa"].public_key())), kid="r1"),  # type: ignore[attr-defined]  # jwt.algorithms is there with cryptography
+                     dict(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(keys["ec"].public_key())), kid="e1")]}  # type: ignore[attr-defined]  # as above
     (tmp_path / "jwks.json").write_text(json.dumps(jwks))
     return start_broker("--workers", "2", "--config", config(tmp_path, f'jwt_jwks_file = "{tmp_path / "jwks.json"}"\n'
                                                             'jwt_audience = "plexmq"\njwt_issuer = "https://idp.example"\n'

@@ -579,8 +579,8 @@ def test_the_readme_security_example_works(pki: Pki, tmp_path: Path) -> None:
     from tests.test_auth import users
 
     readme = (Path(__file__).parent.parent / "README.md").read_text().split("## Securing plexmq", 1)[1]
-    toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
-    acl = re.search(r"```\n(# /etc/plexmq/acl.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
+    toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]  # the README has it
+    acl = re.search(r"```\n(# /etc/plexmq/acl.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]  # the README has it
     (tmp_path / "acl").write_text(acl)
     users(tmp_path / "passwd", alice="wonderland")
     shutil.copy(pki.server_cert, tmp_path / "server.crt")
