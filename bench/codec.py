@@ -1,8 +1,8 @@
 """`python -m plexmq.bench.codec`: ns/op of plexmq's MQTT codecs (5.0 and 3.1.1) against mqtt5, the Rust/PyO3
 MQTT 5 codec on PyPI, on the same packets.
 
-It exists because the issue asked to evaluate mqtt5 against our decoder by benchmark; the verdict and
-its reasons are in bench/RESULTS.md. mqtt5 is not a dependency of plexmq: without it, its column
+It exists to weigh mqtt5 against our decoder by measurement; the verdict and its reasons are in
+bench/RESULTS.md. mqtt5 is not a dependency of plexmq: without it, its column
 reads "not installed".
 
 Every decode starts from one whole packet in bytes, as mqtt5.read takes it; plexmq's side is `frame`,

@@ -1,5 +1,5 @@
 """`python -m plexmq.bench.durability`: what 10,000 offline persistent sessions with 100 queued messages each
-cost plexmq, and how fast it serves again after a restart (issue 4).
+cost plexmq, and how fast it serves again after a restart.
 
 Phases, against a broker it starts itself on a free loopback port with a fresh data dir:
 1. sessions: N clients connect with clean session 0 and stable ids (<prefix><i>), subscribe QoS 1 to

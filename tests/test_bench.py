@@ -71,9 +71,9 @@ def test_preset_by_name_with_command_line_overrides(broker, capsys) -> None:
     assert result["broker_cpu_s"] is not None and result["broker_cpu_s"] >= 0 and result["broker_procs"] >= 3
 
 
-def test_light_group_is_issue_13s_table() -> None:
-    """Each row as issue 13 states it: sizes, rates, QoS, 15 s for p2p, and the plexmq workers of the
-    connect storm and the 100k idle clients."""
+def test_light_group_is_the_light_load_table() -> None:
+    """Each row as the light-load table states it (bench/RESULTS.md, the `light` group): sizes, rates,
+    QoS, 15 s for p2p, and the plexmq workers of the connect storm and the 100k idle clients."""
     assert presets.expand("light,lat0") == ["lat0", "p2p2k0", "p2p2k1", "p2p9k1", "connstorm15k", "idle100k", "fanin1"]
     p2p = presets.options("p2p9k1")
     assert (p2p.pubs, p2p.subs, p2p.qos, p2p.rate, p2p.duration) == (9000, 9000, 1, 2.0, 15.0)

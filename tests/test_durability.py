@@ -1,9 +1,9 @@
-"""Durability end to end (issue 4): whatever process dies, nothing acknowledged is lost.
+"""Durability end to end: whatever process dies, nothing acknowledged is lost.
 
 Real broker processes, real clients, raw sockets where bytes matter (DUP flags, packet ids). A broker
 that a test SIGKILLs whole runs in a session of its own, so that one `killpg` reaches the acceptor, the
 router and the workers at the same instant. Every wait is bounded and awaits an event; the only timing
-assertion is the issue's "traffic resumes within 5 s" after the router's death.
+assertion is "traffic resumes within 5 s" after the router's death.
 
 Publishers stream in a pipelined way (many PUBLISH in flight, PUBACKs read as they come) so that a kill
 lands mid-stream; payloads carry their sequence number. A message counts as acknowledged when the
@@ -48,7 +48,7 @@ from tests.steps import (
 )
 from tests.test_processes import OwnBroker, alive, descendants, ping
 
-RESUME_LIMIT = 5.0  # seconds the issue allows for traffic to resume after the router's death
+RESUME_LIMIT = 5.0  # seconds traffic may take to resume after the router's death
 QUEUE = 20_000  # max_queued_messages for these tests: the streams must not overflow an offline queue
 SQLITE_MAGIC = b"SQLite format 3\x00"
 GARBAGE = b"this is not a plexmq database, whatever it was before\n"

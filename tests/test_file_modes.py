@@ -1,4 +1,4 @@
-"""The files that hold clients' messages are the broker's user's alone, whatever the umask (issue 20):
+"""The files that hold clients' messages are the broker's user's alone, whatever the umask:
 the data dir 0700, the store with its -wal and -shm 0600, the archive's segments 0600 (or 0640 for
 the group `archive.group` names); a password file others may read is warned about (or refused)."""
 

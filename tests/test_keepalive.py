@@ -46,7 +46,7 @@ def test_pingreq_gets_pingresp_byte_exact(broker: Broker) -> None:
 def test_silent_clients_are_closed_within_half_a_second_after_one_and_a_half_keepalives(broker: Broker) -> None:
     """[MQTT-3.1.2-24] Keepalive 1, connections opened at moments spread over a second (so the
     worker's sweeps meet each at another phase): each is closed 1.5 s after its CONNECT was read, and
-    within 0.5 s more (the issue's bound: it was up to 1 s more, on a sweep each whole second)."""
+    within 0.5 s more (it was up to 1 s more when the sweep ran each whole second)."""
     with selectors.DefaultSelector() as selector:
         for i in range(5):
             raw = RawClient(broker.port)

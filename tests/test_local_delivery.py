@@ -1,4 +1,4 @@
-"""End to end: what must hold whichever path a PUBLISH takes, the router's or (issue 13) a worker's own
+"""End to end: what must hold whichever path a PUBLISH takes, the router's or a worker's own
 delivery to subscribers on the same worker. A topic switches between the two paths when a client on
 another worker subscribes or unsubscribes, when a subscriber is persistent, has MQTT 5 options or is
 offline, and when the router restarts; these tests drive those switches while numbered messages
@@ -650,11 +650,11 @@ def test_after_a_sigkill_of_the_router_both_workers_still_exchange_messages(
 
 # -- (h): the message counters --------------------------------------------------------------------------
 #
-# NOTE (h) is written to the brief of issue 13 and checks the counters as they are today: the router
+# NOTE (h) checks the counters as they were before workers delivered messages themselves: the router
 # counts every PUBLISH it receives (`Router.received`: $SYS/broker/messages/received and
 # plexmq_messages_received_total) and every delivery (`Router.delivered`: messages/sent,
 # plexmq_messages_sent_total), per message. Messages a worker delivers itself never reach the router,
-# so the new path must still count them; if issue 13 changes what these counters mean, change this test.
+# so that path must still count them; if what these counters mean changes, change this test.
 
 
 def test_message_counters_count_messages_delivered_on_the_publishers_worker(

@@ -60,7 +60,7 @@ def test_the_expiry_set_at_disconnect_replaces_the_one_at_connect(broker: Broker
 
 
 STAGGER = 0.2  # seconds between the sessions of a deadline test: the router's turns meet each at another phase
-LATE = 0.5  # seconds a deadline may be late here: the 100 ms, and slack for a busy 2-core CI machine
+LATE = 0.5  # seconds a deadline may be late here: 100 ms, and slack for a busy 2-core CI machine
 
 
 def test_no_session_can_be_resumed_after_its_expiry_interval(broker: Broker) -> None:

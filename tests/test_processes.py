@@ -25,7 +25,7 @@ from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 
-STOP_LIMIT = 5.0  # seconds the issue allows for every process to be gone
+STOP_LIMIT = 5.0  # seconds every process may take to be gone
 PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")
 WILL = p.Will("proc/kwill/will/v", b"victim gone", 1, False)
 

@@ -1,4 +1,4 @@
-"""Read access judged at every delivery (issue 19): a resumed session under another user name, rights
+"""Read access judged at every delivery: a resumed session under another user name, rights
 taken away by a reload, and "everything except X" ACLs, with 3.1.1 and 5.0 subscribers.
 
 Nothing waits for an absence: a withheld message is followed by one the receiver may read, from the

@@ -87,8 +87,8 @@ def test_v5_clients_hear_the_token_verdict_as_reason_codes(tokens_broker: Broker
 
 
 def test_a_token_must_name_its_user(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object]) -> None:
-    """A trusted token without the user claim would log in as any user name the client picks: refused
-    (issue 20). The claim is configurable."""
+    """A trusted token without the user claim would log in as any user name the client picks: refused.
+    The claim is configurable."""
     b = start_tokens_broker(tmp_path, start_broker, keys, 'jwt_username_claim = "preferred_username"\n')
     named = token(keys["rsa"], "r1", preferred_username="device-9")
     c, code = login(b.port, "device-9", named)
