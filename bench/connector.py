@@ -47,26 +47,26 @@ class Raw:
         self.buf = b""
 
     def begin(self) -> None:
-        conn = self.connector
+        connector = self.connector
         self.t0 = monotonic()
         try:
             sock = self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setblocking(False)
-            if conn.sources:  # bind first; the kernel picks the port per 4-tuple at connect
+            if connector.sources:  # bind first; the kernel picks the port per 4-tuple at connect
                 sock.setsockopt(socket.SOL_IP, limits.IP_BIND_ADDRESS_NO_PORT, 1)
-                sock.bind((conn.sources[self.gid % len(conn.sources)], 0))
-            err = sock.connect_ex(conn.address_of(self))
+                sock.bind((connector.sources[self.gid % len(connector.sources)], 0))
+            err = sock.connect_ex(connector.address_of(self))
         except OSError as exc:
-            conn.agent.connect_error(exc)
+            connector.agent.connect_error(exc)
             self.fail(errno.errorcode.get(exc.errno or 0, type(exc).__name__))
             return
         self.fd = sock.fileno()
         if err == 0:
             self._writable()
         elif err == errno.EINPROGRESS:
-            conn.loop.add_writer(self.fd, self._writable)
+            connector.loop.add_writer(self.fd, self._writable)
         else:
-            conn.agent.connect_error(OSError(err, ""))
+            connector.agent.connect_error(OSError(err, ""))
             self.fail(errno.errorcode.get(err, str(err)))
 
     def _writable(self) -> None:

@@ -42,15 +42,15 @@ def clients_as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
 def status_of(url: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
     """The status of a request sent with exactly these headers (a Host of its own too)."""
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
+    client = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
     try:
-        conn.putrequest(method, path, skip_host="Host" in headers, skip_accept_encoding=True)
+        client.putrequest(method, path, skip_host="Host" in headers, skip_accept_encoding=True)
         for name, value in {**headers, **({} if body is None else {"Content-Length": str(len(body))})}.items():
-            conn.putheader(name, value)
-        conn.endheaders(body)
-        return conn.getresponse().status
+            client.putheader(name, value)
+        client.endheaders(body)
+        return client.getresponse().status
     finally:
-        conn.close()
+        client.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("curl") is None, reason="acting as nobody needs root, and curl")

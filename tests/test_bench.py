@@ -52,10 +52,10 @@ def test_p2p_qos1_json_samples_then_conn(start_broker, tmp_path: Path, capsys) -
     assert {"router", "worker-0"} <= {row[2].rstrip(b"\0").decode() for row in _records(out, samples.PROCESSES)}
     assert next(out.glob("summary-*.json"))
 
-    conn = _run(broker, "conn", clients=300, duration=1.2, keepalive=2)  # the same broker: starting one is slow
-    assert conn["connected"] == 300 and conn["connect_failed"] == 0 and conn["dropped"] == 0
-    assert conn["connect_rate"] > 0 and conn["pongs"] > 0
-    assert conn["rss_per_conn_kb"] is not None
+    storm = _run(broker, "conn", clients=300, duration=1.2, keepalive=2)  # the same broker: starting one is slow
+    assert storm["connected"] == 300 and storm["connect_failed"] == 0 and storm["dropped"] == 0
+    assert storm["connect_rate"] > 0 and storm["pongs"] > 0
+    assert storm["rss_per_conn_kb"] is not None
 
 
 def test_preset_by_name_with_command_line_overrides(broker, capsys) -> None:
@@ -156,8 +156,8 @@ def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
     assert report.per_connect_us(110.0, 10_000) == 110.0  # 1.1 cores at 10k conn/s: 110 µs each
     assert report.per_connect_us(None, 10_000) is None and report.per_connect_us(50.0, 0) is None
     raw = {"conns": "1000", "connect_rate": "20000", "connect_s": "0.05"}
-    conn = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
-    assert conn["broker_connect_cpu_pct"] == 110.0 and conn["broker_connect_us"] == 110.0  # 0.11 s for 1,000
+    storm = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
+    assert storm["broker_connect_cpu_pct"] == 110.0 and storm["broker_connect_us"] == 110.0  # 0.11 s for 1,000
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
