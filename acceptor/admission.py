@@ -2,8 +2,9 @@
 
 Network allow and deny lists (CIDR), a cap on connections held by the whole broker, and a rate per
 client address (a token bucket that refills `max_connection_rate` per second, up to a burst of as
-many, and at least one, so that a rate below 1 means one connection every 1/rate seconds): a refused socket is closed at once and counted, and refusals are logged at most once a
-second, so a flood costs the acceptor one accept and one close per socket.
+many, and at least one, so that a rate below 1 means one connection every 1/rate seconds): a refused
+socket is closed at once and counted, and refusals are logged at most once a second, so a flood
+costs the acceptor one accept and one close per socket.
 """
 
 from __future__ import annotations

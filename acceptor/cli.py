@@ -33,10 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="Prometheus endpoint on metrics_host (default 9883; 0: any free port; -1: none)")
-    serve.add_argument("--data-dir", metavar="DIR", help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
+    serve.add_argument("--data-dir", metavar="DIR",
+                       help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
     serve.add_argument("--no-persistence", dest="persistence", action="store_const", const=False,
                        help="keep everything in memory only")
-    serve.add_argument("--sync", choices=("normal", "full"), help="store durability: full also survives power loss (default normal)")
+    serve.add_argument("--sync", choices=("normal", "full"),
+                       help="store durability: full also survives power loss (default normal)")
     for name, (_module, text) in TOOLS.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser

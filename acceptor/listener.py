@@ -40,7 +40,7 @@ class Listener:
         live = [w for w in self.workers if w.channel is not None]
         held = sum(w.load for w in live)
         admit = self.admission.admit
-        accept = self.sock._accept  # type: ignore[attr-defined]
+        accept = self.sock._accept  # type: ignore[attr-defined]  # CPython's, not in the stubs
         for _ in range(ACCEPT_BURST):
             try:
                 fd, addr = accept()  # the bare fd: no socket object to make and detach
@@ -59,7 +59,7 @@ class Listener:
             held += 1
             worker = min(live, key=lambda w: w.load)
             worker.handed += 1
-            bound.setdefault(worker.worker_id, []).append(fd)  # type: ignore[arg-type]
+            bound.setdefault(worker.worker_id, []).append(fd)  # type: ignore[arg-type]  # a live worker has its id
         for worker_id, fds in bound.items():
             self._hand(self.workers[worker_id], fds)
 
@@ -68,7 +68,7 @@ class Listener:
         try:
             for start in range(0, len(fds), handoff.MAX_FDS_PER_MESSAGE):
                 chunk = fds[start:start + handoff.MAX_FDS_PER_MESSAGE]
-                handoff.send_fds(worker.channel, chunk, self.kind * len(chunk))  # type: ignore[arg-type]
+                handoff.send_fds(worker.channel, chunk, self.kind * len(chunk))  # type: ignore[arg-type]  # a live worker has its channel
                 sent += len(chunk)
         except OSError as exc:
             worker.handed -= len(fds) - sent  # never arrive: they must not count as load

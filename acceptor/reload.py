@@ -13,7 +13,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import psutil
@@ -23,12 +24,14 @@ from plexmq.acceptor import config as cfg
 log = logging.getLogger("plexmq.acceptor")
 
 RELOADABLE = {
-    "log_level", "connect_timeout", "max_packet_size", "max_user_properties", "max_subscriptions", "max_queued_messages", "max_queued_bytes",
+    "log_level", "connect_timeout", "max_packet_size", "max_user_properties", "max_subscriptions", "max_queued_messages",
+    "max_queued_bytes",
     "persistent_client_expiration", "password_file", "acl_file", "allow_anonymous", "max_connections",
     "max_connection_rate", "client_message_rate", "client_byte_rate", "rate_limit_action", "allow_networks",
     "deny_networks", "max_keepalive", "response_information", "server_reference", "server_moved",
     "archive.topics", "memory_limit", "stop_timeout", "tls.crlfile", "strict_file_modes",
-    "jwt_jwks_file", "jwt_audience", "jwt_issuer", "jwt_disconnect_on_expiry", "auth_database", "auth_database_acl", "auth_database_cache",
+    "jwt_jwks_file", "jwt_audience", "jwt_issuer", "jwt_disconnect_on_expiry", "auth_database", "auth_database_acl",
+    "auth_database_cache",
     "auth_database_timeout",
 }
 

@@ -11,15 +11,15 @@ import signal
 import socket
 import sys
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
-from plexmq.acceptor.config import curve_keys, listeners, security_line
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
+from plexmq.acceptor.config import curve_keys, listeners, security_line
 from plexmq.acceptor.listener import Listener
 from plexmq.acceptor.supervisor import Supervisor
-from plexmq.process import connections_per_worker, raise_fd_limit
 from plexmq.files import Access, private_dir
+from plexmq.process import connections_per_worker, raise_fd_limit
 from plexmq.router.store import Store, StoreError
 from plexmq.workers import handoff
 

@@ -8,16 +8,16 @@ so does one whose exit status says that a restart would not help (STORE_FAILED, 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import deque
-import asyncio
-import socket
-from typing import Callable
+from collections.abc import Callable
 
 import orjson
 

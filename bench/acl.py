@@ -1,4 +1,4 @@
-"""`python -m plexmq.bench.acl`: what judging read access at every delivery costs (issue 19), with the C
+"""`python -m plexmq.bench.acl`: what judging read access at every delivery costs, with the C
 generator mqload as the load, each (scenario, broker) on a fresh broker as in bench.mqload.
 
 The ACL has 100 rules for anonymous clients: `bench/#` readwrite, 98 read rules elsewhere and one

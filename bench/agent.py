@@ -105,7 +105,7 @@ class Agent:
             raw.close()
         await asyncio.sleep(0.05)
         samples_file = None
-        if self.samples is not None and len(self.samples.sub):
+        if self.samples is not None and self.opts.out and len(self.samples.sub):  # (samples: only with --out)
             samples_file = self.samples.write(self.opts.out, self.run_id, self.index)
         self._report("final", hist=self.hist, errors=self.errors, notes=self.notes, samples_file=samples_file)
 
@@ -145,7 +145,7 @@ class Agent:
         subs = [Subscriber(self, i, gid_sub + i) for i in share.subs]
         pubs = [Publisher(self, i, i) for i in share.pubs]
         self.pubs = {p.index: p for p in pubs}
-        self.clients = subs + pubs  # subscribers first: they must be listening before anyone publishes
+        self.clients = [*subs, *pubs]  # subscribers first: they must be listening before anyone publishes
         self.connector = Connector(self, [], opts.conn_rate / max(opts.procs, 1), opts.max_pending,
                                    opts.connect_timeout, self.sources)
         for c in self.clients:
@@ -261,7 +261,7 @@ class Agent:
         """A client may send again (acks, receipts, resumed socket): pump it next turn."""
         if not self.publishing or self.opts.rate or type(client) is not Publisher:
             return
-        p: Publisher = client  # type: ignore[assignment]
+        p: Publisher = client
         if not p.queued and p.credit() >= self.chunk:
             p.queued = True
             self.ready_pubs.append(p)

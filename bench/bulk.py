@@ -73,10 +73,7 @@ def count(sub: Subscriber, data: bytes, now: int) -> int:
     agent = sub.agent
     if runs.count(agent.run_id) != n:
         return 0
-    if pubs.count(pubs[0]) == n:
-        bounds = [0, n]
-    else:
-        bounds = [0, *[i for i in range(1, n) if pubs[i] != pubs[i - 1]], n]
+    bounds = [0, n] if pubs.count(pubs[0]) == n else [0, *[i for i in range(1, n) if pubs[i] != pubs[i - 1]], n]
     expect = sub.expect
     nxt: dict[int, int] = {}
     for a, b in itertools.pairwise(bounds):

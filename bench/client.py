@@ -60,9 +60,10 @@ class Client(asyncio.Protocol):
         self.gid = gid  # position among all the run's connections: picks the source address
         self.transport: asyncio.Transport | None = None
         self.buf = b""
-        self.out: list[bytes] = []
+        self.out: list[bytes | bytearray] = []
         self.ready = False
-        self.raw: Raw | None = None  # its handshake (bench.connector), which did CONNECT/CONNACK
+        # its handshake (bench.connector), which did CONNECT/CONNACK
+        self.raw: Raw = None  # type: ignore[assignment]  # set by Agent.connect_all before any use
         self.paused = False
 
     @property
@@ -72,7 +73,7 @@ class Client(asyncio.Protocol):
     # -- transport callbacks (the socket arrives connected, CONNACK already read) -----------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
         self.on_connected()
 
     def on_connected(self) -> None:
@@ -154,7 +155,7 @@ class Publisher(Client):
         topic = opts.topic(index).encode()
         packet = wire.publish(opts.protocol, topic, bytes(opts.size), opts.qos, 1 if opts.qos else 0)
         stamp_off = len(packet) - opts.size  # the payload starts with the send time
-        pid_off = frame(packet, 0, MAX_PACKET)[1] + 2 + len(topic)  # the packet id follows the topic
+        pid_off = frame(packet, 0, MAX_PACKET)[1] + 2 + len(topic)  # type: ignore[index]  # a whole packet; the packet id follows the topic
         head = packet[:pid_off] if opts.qos else packet[:stamp_off]
         props = packet[pid_off + 2:stamp_off] if opts.qos else b""  # 5.0: the property block after the id
         tail = packet[stamp_off + PAYLOAD.size:]
@@ -259,7 +260,7 @@ class Subscriber(Client):
     def on_connected(self) -> None:
         opts = self.agent.opts
         packet = wire.subscribe(opts.protocol, 1, opts.filter(self.index), opts.qos)
-        self.transport.write(packet)  # type: ignore[union-attr]
+        self.transport.write(packet)  # type: ignore[union-attr]  # connected
 
     def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:
         if first == 0x90:

@@ -1,8 +1,8 @@
 """`python -m plexmq.bench.codec`: ns/op of plexmq's MQTT codecs (5.0 and 3.1.1) against mqtt5, the Rust/PyO3
 MQTT 5 codec on PyPI, on the same packets.
 
-It exists because the issue asked to evaluate mqtt5 against our decoder by benchmark; the verdict and
-its reasons are in bench/RESULTS.md. mqtt5 is not a dependency of plexmq: without it, its column
+It exists to weigh mqtt5 against our decoder by measurement; the verdict and its reasons are in
+bench/RESULTS.md. mqtt5 is not a dependency of plexmq: without it, its column
 reads "not installed".
 
 Every decode starts from one whole packet in bytes, as mqtt5.read takes it; plexmq's side is `frame`,
@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import argparse
 import platform
-import sys
 import timeit
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 from plexmq.mqtt import v4
 from plexmq.mqtt.connect import decode_connect, encode_connect
 from plexmq.mqtt.framing import MAX_REMAINING_LENGTH, frame
 from plexmq.mqtt.kinds import CONNECT, PUBACK, PUBLISH, SUBSCRIBE
-from plexmq.mqtt.properties import (MESSAGE_EXPIRY_INTERVAL, RECEIVE_MAXIMUM, SESSION_EXPIRY_INTERVAL,
-                                     SUBSCRIPTION_IDENTIFIER, USER_PROPERTY)
+from plexmq.mqtt.properties import (
+    MESSAGE_EXPIRY_INTERVAL,
+    RECEIVE_MAXIMUM,
+    SESSION_EXPIRY_INTERVAL,
+    SUBSCRIPTION_IDENTIFIER,
+    USER_PROPERTY,
+)
 from plexmq.mqtt.v5 import decode_publish, decode_subscribe, encode_ack, encode_publish, encode_subscribe
 
 try:  # not a dependency of plexmq: only measured where installed
@@ -37,7 +42,7 @@ try:  # not a dependency of plexmq: only measured where installed
 
     QOS1 = mqtt5.QoS.AT_LEAST_ONCE
 except ImportError:
-    mqtt5 = None  # type: ignore[assignment]
+    mqtt5 = None
 
 TOPIC = "sensors/dev-42/temp"
 TOPIC_BYTES = TOPIC.encode()
@@ -65,7 +70,7 @@ MAX_SIZE = MAX_REMAINING_LENGTH + 5
 
 def read(decoders: dict[int, Callable[..., Any]], buf: bytes) -> Any:
     """One whole packet, as the read loop takes it: frame it, then decode its body by kind."""
-    first, start, stop = frame(buf, 0, MAX_SIZE)  # type: ignore[misc]
+    first, start, stop = frame(buf, 0, MAX_SIZE)  # type: ignore[misc]  # a whole packet
     return decoders[first >> 4](first & 0x0F, buf[start:stop])
 
 
@@ -87,7 +92,7 @@ def check() -> None:
     got = read(V5, CONN)
     assert (got.client_id, got.username, got.password, got.keepalive, got.clean_session) == (
         ref.client_id, ref.username, ref.password, ref.keep_alive, ref.clean_start)
-    assert CONNECT_PROPS == {SESSION_EXPIRY_INTERVAL: ref.session_expiry_interval, RECEIVE_MAXIMUM: ref.receive_max}
+    assert {SESSION_EXPIRY_INTERVAL: ref.session_expiry_interval, RECEIVE_MAXIMUM: ref.receive_max} == CONNECT_PROPS
     assert got.properties == CONNECT_PROPS
     ref, _ = mqtt5_read(SUB)
     packet_id, filters, props = read(V5, SUB)
@@ -139,4 +144,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

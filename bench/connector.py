@@ -47,30 +47,31 @@ class Raw:
         self.buf = b""
 
     def begin(self) -> None:
-        conn = self.connector
+        connector = self.connector
         self.t0 = monotonic()
         try:
             sock = self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setblocking(False)
-            if conn.sources:  # bind first; the kernel picks the port per 4-tuple at connect
+            if connector.sources:  # bind first; the kernel picks the port per 4-tuple at connect
                 sock.setsockopt(socket.SOL_IP, limits.IP_BIND_ADDRESS_NO_PORT, 1)
-                sock.bind((conn.sources[self.gid % len(conn.sources)], 0))
-            err = sock.connect_ex(conn.address_of(self))
+                sock.bind((connector.sources[self.gid % len(connector.sources)], 0))
+            err = sock.connect_ex(connector.address_of(self))
         except OSError as exc:
-            conn.agent.connect_error(exc)
+            connector.agent.connect_error(exc)
             self.fail(errno.errorcode.get(exc.errno or 0, type(exc).__name__))
             return
         self.fd = sock.fileno()
         if err == 0:
             self._writable()
         elif err == errno.EINPROGRESS:
-            conn.loop.add_writer(self.fd, self._writable)
+            connector.loop.add_writer(self.fd, self._writable)
         else:
-            conn.agent.connect_error(OSError(err, ""))
+            connector.agent.connect_error(OSError(err, ""))
             self.fail(errno.errorcode.get(err, str(err)))
 
     def _writable(self) -> None:
         loop, sock = self.connector.loop, self.sock
+        assert sock is not None  # until _wrap hands it over
         loop.remove_writer(self.fd)
         err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
@@ -86,6 +87,7 @@ class Raw:
         loop.add_reader(self.fd, self._readable)
 
     def _readable(self) -> None:
+        assert self.sock is not None  # until _wrap hands it over
         try:
             data = self.sock.recv(4096)
         except (BlockingIOError, InterruptedError):
@@ -138,14 +140,16 @@ class Raw:
             self.connector.loop.create_task(self._wrap())
 
     async def _wrap(self) -> None:
+        client = self.client
+        assert client is not None  # only a publisher's or subscriber's socket is wrapped
         try:
-            await self.connector.loop.create_connection(lambda: self.client, sock=self.sock)
+            await self.connector.loop.create_connection(lambda: client, sock=self.sock)
         except (OSError, AttributeError, TypeError) as exc:  # closed meanwhile (timeout): sock gone
             self.fail(errno.errorcode.get(getattr(exc, "errno", 0) or 0, "wrap_failed"))
             return
         self.sock, self.fd = None, -1  # the transport owns the socket now
-        if self.state == DONE and self.client.transport is not None:
-            self.client.transport.abort()
+        if self.state == DONE and client.transport is not None:
+            client.transport.abort()
         # the client calls agent.on_ready / agent.fail once it is ready (after SUBACK for a subscriber)
 
     def _closed(self, kind: str) -> None:

@@ -1,5 +1,5 @@
 """`python -m plexmq.bench.durability`: what 10,000 offline persistent sessions with 100 queued messages each
-cost plexmq, and how fast it serves again after a restart (issue 4).
+cost plexmq, and how fast it serves again after a restart.
 
 Phases, against a broker it starts itself on a free loopback port with a fresh data dir:
 1. sessions: N clients connect with clean session 0 and stable ids (<prefix><i>), subscribe QoS 1 to
@@ -138,7 +138,7 @@ class Publisher(asyncio.Protocol):
         self.done: asyncio.Future[None] = loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         for fut in (self.connack, self.done):
@@ -159,7 +159,7 @@ class Publisher(asyncio.Protocol):
                 out.append(pack(first_session, k // n))
                 out.append(filler)
             self.next = stop
-            self.transport.write(b"".join(out))  # type: ignore[union-attr]
+            self.transport.write(b"".join(out))  # type: ignore[union-attr]  # connected
         if self.acked == self.total and not self.done.done():
             self.done.set_result(None)
 
@@ -193,8 +193,8 @@ async def fill(plan: Plan) -> dict:
     pubs = []
     for k in range(min(plan.publishers, plan.topics)):
         pub = Publisher(plan, k)
-        await loop.create_connection(lambda pub=pub: pub, plan.host, plan.port)
-        pub.transport.write(encode_connect(f"{plan.prefix}pub{k}", True, 60))  # type: ignore[union-attr]
+        await loop.create_connection(lambda pub=pub: pub, plan.host, plan.port)  # type: ignore[misc]  # pub: bound now
+        pub.transport.write(encode_connect(f"{plan.prefix}pub{k}", True, 60))  # type: ignore[union-attr]  # connected
         pubs.append(pub)
     await asyncio.gather(*(p.connack for p in pubs))
     t_build = time.monotonic()
@@ -203,8 +203,8 @@ async def fill(plan: Plan) -> dict:
     await asyncio.gather(*(p.done for p in pubs))
     elapsed = time.monotonic() - t_build
     for p in pubs:
-        p.transport.write(DISCONNECT)  # type: ignore[union-attr]
-        p.transport.close()  # type: ignore[union-attr]
+        p.transport.write(DISCONNECT)  # type: ignore[union-attr]  # connected
+        p.transport.close()  # type: ignore[union-attr]  # connected
     published = sum(p.acked for p in pubs)
     return {"published": published, "fill_s": round(elapsed, 2), "fill_rate": round(published / elapsed),
             "build_s": round(t_build - t0, 2)}
@@ -304,7 +304,7 @@ def rss_mb(broker: RunningBroker) -> dict:
 
 
 def disk(data_dir: str) -> dict:
-    sizes = {}
+    sizes: dict[str, float] = {}
     for suffix in ("", "-wal", "-shm"):
         path = os.path.join(data_dir, "plexmq.db" + suffix)
         sizes["db" + suffix.replace("-", "_")] = os.path.getsize(path) if os.path.exists(path) else 0
@@ -414,7 +414,10 @@ def run(plan: Plan, workers: int, extra: list[str], data_dir: str | None, timeou
 
 def table(r: dict) -> str:
     p = r["plan"]
-    mb = lambda d: f"router {d['router']} MB, whole broker {d['broker']} MB" if d else "-"
+
+    def mb(d: dict | None) -> str:
+        return f"router {d['router']} MB, whole broker {d['broker']} MB" if d else "-"
+
     d, s = r.get("disk_filled", {}), r.get("disk_stopped", {})
     rows = [
         ("load", (f"{p['sessions']:,} persistent sessions x {p['messages']} QoS 1 messages of {p['size']} B "

@@ -1,10 +1,11 @@
 """`python -m plexmq.bench.mqload` (or `plexmq bench mqload`): compare's presets and table, with the independent
-C generator mqload (../shared/tools/mqload) as the load instead of ours.
+C generator mqload as the load instead of ours (its binary: --mqload, or $MQLOAD, or by default a
+build of it in shared/tools/mqload beside this checkout).
 
 Why: at light load a broker's cost depends on how its messages arrive. Our generator publishes at a
 fixed rate on a 1 ms tick, so the messages of one process leave in bursts that plexmq handles in one
 loop turn; mqload wakes on every delivery and sends each message when it is due, as independent
-devices would. Issue 13's table was measured with mqload. Each (scenario, broker) pair gets a fresh
+devices would. The light-load table (bench/RESULTS.md) was measured with mqload. Each (scenario, broker) pair gets a fresh
 broker as in compare; the broker's CPU (all its processes) is read over mqload's publishing window.
 """
 

@@ -1,8 +1,8 @@
-"""The named scenarios of the issues' targets (3, 13), so compare, sweep, `plexmq bench` and RESULTS.md
-mean the same runs.
+"""The named scenarios of the broker's performance targets (bench/RESULTS.md), so compare, sweep,
+`plexmq bench` and RESULTS.md mean the same runs.
 
 Each preset is a set of Options fields plus what the comparison shows for it (the key metrics); a
-group names the presets of one issue's table, so one `--scenarios` runs the whole table.
+group names the presets of one table (`light`: the light-load table), so one `--scenarios` runs the whole table.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ PRESETS: dict[str, dict] = {
     "connstorm": {"scenario": "conn", "clients": 10_000, "conn_rate": 0.0, "duration": 3.0, "keepalive": 60},
     "p2p1": {"scenario": "p2p", "clients": 100, "qos": 1, "window": 10, "rate": 0.0},
     "idle100k": {"scenario": "conn", "clients": 100_000, "duration": 60.0, "keepalive": 30},
-    # issue 13's light load, at mqload's sizes: many clients sending a little each, CPU-s over 15 s
+    # the light load (the `light` group), at mqload's sizes: many clients sending a little each, CPU-s over 15 s
     "p2p2k0": {"scenario": "p2p", "clients": 2000, "qos": 0, "rate": 5.0, "duration": 15.0},
     "p2p2k1": {"scenario": "p2p", "clients": 2000, "qos": 1, "window": 10, "rate": 5.0, "duration": 15.0},
     "p2p9k1": {"scenario": "p2p", "clients": 9000, "qos": 1, "window": 10, "rate": 2.0, "duration": 15.0},
     "connstorm15k": {"scenario": "conn", "clients": 15_000, "conn_rate": 0.0, "duration": 3.0, "keepalive": 60},
 }
 DEFAULT = ("fanin0", "fanin1", "fanout0", "lat0", "connstorm")
-# plexmq --workers a preset is stated with (issue 13's table); the others take compare's --workers
+# plexmq --workers a preset is stated with (the light-load table); the others take compare's --workers
 WORKERS = {"connstorm15k": 2, "idle100k": 8}
-GROUPS = {"light": ("lat0", "p2p2k0", "p2p2k1", "p2p9k1", "connstorm15k", "idle100k", "fanin1")}  # issue 13
+GROUPS = {"light": ("lat0", "p2p2k0", "p2p2k1", "p2p9k1", "connstorm15k", "idle100k", "fanin1")}  # the light-load table
 
 # (label, result key or latency percentile, digits) shown per scenario kind
 METRICS = {

@@ -20,7 +20,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-
 from plexmq.bench.monitor import BrokerMonitor
 
 PROFILED = ("router", "worker-0")  # the processes --py-spy samples: one of each role is enough

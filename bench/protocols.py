@@ -1,7 +1,7 @@
 """`python -m plexmq.bench.protocols` (or `plexmq bench protocols`): the same scenarios with MQTT 3.1.1 and
 5.0 clients against one plexmq build, side by side, with the ratio 5.0/3.1.1.
 
-Why: 5.0 clients should cost the broker about what 3.1.1 clients cost (issue 12: within 10 %). On a
+Why: 5.0 clients should cost the broker about what 3.1.1 clients cost (within 10 %). On a
 shared machine the load drifts, so the runs alternate (3.1.1 first in odd repetitions, 5.0 first in
 even ones) and the table shows the median of the repetitions next to each run's value. Every run gets
 a fresh broker, as in bench.compare.

@@ -85,8 +85,8 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
     }
     refused = sum(n for k, n in errors.items() if k in ("closed_by_broker", "ECONNRESET", "ECONNREFUSED"))
     if refused and connected:
-        result["notes"].append(f"LIMIT?: the broker refused or closed {refused:,} connections while {connected:,} "
-                               "were open: a per-process open-file limit of the broker? (see its log)")
+        all_notes.append(f"LIMIT?: the broker refused or closed {refused:,} connections while {connected:,} "
+                         "were open: a per-process open-file limit of the broker? (see its log)")
     result["ok"] = (result["connect_failed"] == 0 and result["dropped"] == 0 and result["protocol_errors"] == 0
                     and (opts.qos == 0 or result["lost"] == 0))
     return result
@@ -129,7 +129,8 @@ def table(r: dict) -> str:
                   f"  p99.9 {lat['p99.9']:.3f}  max {lat['max']:.3f}  ({_n(lat['samples'])} samples)"))]
     else:
         rows.append(("keepalive", f"pings {_n(r['pings'])} pongs {_n(r['pongs'])}"))
-    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')} ({_n(r['broker_cpu_s'], ' s')})  rss {_n(r['broker_rss_mb'], ' MB')}"
+    rows += [("broker", (f"cpu {_n(r['broker_cpu_pct'], '%')} ({_n(r['broker_cpu_s'], ' s')})"
+                         f"  rss {_n(r['broker_rss_mb'], ' MB')}"
               f" (idle {_n(r['broker_rss_idle_mb'], ' MB')}, {_n(r['rss_per_conn_kb'], ' KB')}/conn,"
               f" {_n(r['broker_procs'])} processes)")),
              ("generator", f"cpu {_n(r['generator_cpu_pct'], '%')} over {r['procs']} processes"),

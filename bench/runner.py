@@ -16,6 +16,7 @@ import sys
 import time
 from multiprocessing.connection import Connection, wait
 from time import monotonic_ns
+from typing import cast
 
 import psutil
 
@@ -77,7 +78,7 @@ class Controller:
         txs = [tx for _, tx in dgrams]
         self.pipes: list[Connection] = []
         self.pipes_index: dict[Connection, int] = {}
-        self.children: list[mp.Process] = []
+        self.children: list[mp.process.BaseProcess] = []
         for k in range(self.opts.procs):
             ours, theirs = ctx.Pipe()
             child = ctx.Process(target=agent.run, name=f"bench-{k}", daemon=True,
@@ -102,7 +103,7 @@ class Controller:
     def pump(self, timeout: float) -> list[tuple]:
         """Receive what the generator processes sent within `timeout`; the events other than stats."""
         events = []
-        for pipe in wait(self.pipes, timeout):
+        for pipe in cast(list[Connection], wait(self.pipes, timeout)):  # the ones it was given
             try:
                 while pipe.poll():
                     kind, index, counters, extra = pipe.recv()
@@ -284,6 +285,7 @@ class Controller:
 
     def _write_samples(self, result: dict) -> None:
         out, run = self.opts.out, self.run_id
+        assert out is not None  # samples are written with --out only
         files = [f for _, extra in self.finals.values() if (f := extra.get("samples_file"))]
         files.append(rawout.write_rates(out, run, self.rates))
         if self.broker_rows:

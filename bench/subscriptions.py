@@ -68,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--persistent", action="store_true", help="clean session 0 (the router stores them)")
     parser.add_argument("--brokers", default="plexmq,mosquitto")
     args = parser.parse_args(argv)
-    conf = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-    conf.write("max_subscriptions = 0\n")
-    conf.close()
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as conf:
+        conf.write("max_subscriptions = 0\n")
     specs = {"plexmq": BrokerSpec("plexmq", "plexmq", extra=["--config", conf.name]),
              "mosquitto": BrokerSpec("mosquitto", "mosquitto")}
     try:

@@ -389,9 +389,9 @@ class _Columns:
         if content_type is None:
             self.content_type_len.append(-1)
         else:
-            self.content_type.append(content_type.encode())  # type: ignore[union-attr]
+            self.content_type.append(content_type.encode())  # type: ignore[union-attr]  # a string property
             self.content_type_len.append(len(self.content_type[-1]))
-        pairs: list[tuple[str, str]] = found.get(props.USER_PROPERTY, [])  # type: ignore[assignment]
+        pairs: list[tuple[str, str]] = found.get(props.USER_PROPERTY, [])  # type: ignore[assignment]  # pairs, as decoded
         self.user_properties_len.append(len(pairs))
         for key, value in pairs:
             self.key.append(key.encode())
@@ -406,7 +406,7 @@ class _Columns:
         def joined(values: list[bytes]) -> memoryview:
             return memoryview(b"".join(values))
 
-        return Chunk(self.count, ints(self.recv_us, "q"), memoryview(bytes(self.qos)),
+        return Chunk(self.count, ints(self.recv_us, "q"), memoryview(bytes(self.qos)),  # type: ignore[call-arg]  # *map: as many as listed
                      memoryview(bytes(self.retain)), memoryview(bytes(self.level)),
                      *map(ints, (self.topic_len, self.client_len, self.username_len, self.payload_len,
                                  self.content_type_len, self.user_properties_len)),
@@ -443,8 +443,8 @@ def records(segment: Segment) -> Iterator[Record]:
         )
         for recv_us, topic, qos, retain, payload, client_id, username, level, content_type, n in columns:
             user_properties = None if n < 0 else tuple(next(pairs) for _ in range(n))
-            yield Record(recv_us, topic, qos, bool(retain), payload, client_id, username,  # type: ignore[arg-type]
-                         level, content_type, user_properties)
+            yield Record(recv_us, topic, qos, bool(retain), payload, client_id, username,
+                         level, content_type, user_properties)  # type: ignore[arg-type]  # a pair is never null
 
 
 def _text_values(lengths: memoryview, data: memoryview) -> list[str | None]:

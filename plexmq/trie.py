@@ -108,7 +108,7 @@ class SubscriptionTrie:
                 if node.subs is not None or node.children is not None:
                     break
                 children = parent.children
-                del children[level]  # type: ignore[index]
+                del children[level]  # type: ignore[union-attr]  # a node on the path has children
                 if not children:
                     parent.children = None
                 node = parent

@@ -19,8 +19,8 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 TIMEOUT = 10.0  # seconds a connection has to send its request, and each write of the answer
@@ -80,7 +80,7 @@ class Endpoint(WSGIServer):
     request_queue_size = CONNECTIONS
 
     def __init__(self, address: tuple[str, int], app: Callable) -> None:
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler)  # type: ignore[arg-type]  # the base never makes one: _read does
         self.set_app(app)
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="plexmq-http")
         self._selector = selectors.DefaultSelector()
@@ -99,14 +99,14 @@ class Endpoint(WSGIServer):
                 if key.fileobj is self.socket:
                     self._accept()
                 else:
-                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]
+                    self._read(key.fileobj, key.data)  # type: ignore[arg-type]  # only sockets are registered
             now = time.monotonic()
             for sock, wait in self._waiting().items():
                 if wait.deadline <= now:
                     self._drop(sock)
 
     def _waiting(self) -> dict[socket.socket, _Waiting]:
-        return {key.fileobj: key.data for key in self._selector.get_map().values()  # type: ignore[misc]
+        return {key.fileobj: key.data for key in self._selector.get_map().values()  # type: ignore[misc]  # sockets only
                 if key.fileobj is not self.socket}
 
     def _accept(self) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
@@ -48,7 +48,7 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listin
     """Start the endpoint, its admin token in `run_dir`; its (host, port), or None when the port cannot be
     had (logged)."""
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(stats)  # type: ignore[arg-type]
+    registry.register(stats)
     registry.register(turns.frames)
     registry.register(turns.seconds)
     metrics = make_wsgi_app(registry)
@@ -88,7 +88,7 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listin
     except OSError as exc:
         log.error("no metrics endpoint: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
-    bound = server.server_address[:2]
+    bound = server.socket.getsockname()[:2]  # (host, port): what server_address holds, typed
     gate = Gate(admin.issue(run_dir, bound[1]), host, bound[1])
     threading.Thread(target=server.run, name="plexmq-metrics", daemon=True).start()
     log.info("metrics on http://%s:%d/metrics", bound[0], bound[1])

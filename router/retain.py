@@ -3,7 +3,7 @@ properties and its deadline (`Message.expires_at`): an expired one is never sent
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from plexmq.mqtt.topics import matches
 from plexmq.router.message import Message

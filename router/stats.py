@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,7 +33,7 @@ class Stats:
         self.started = time.time()
         self.processes = {"router": psutil.Process(), "acceptor": psutil.Process(acceptor_pid)}
         self.loads: dict[str, dict[int, float]] = {"received": {}, "sent": {}}  # msgs/minute, averaged
-        self.snapshot: dict[str, object] = {}
+        self.snapshot: dict[str, Any] = {}  # numbers, and the workers, nodes and protocols as dicts
         self._last: tuple[float, int, int] | None = None
 
     def refresh(self, now: float) -> None:
@@ -57,7 +58,7 @@ class Stats:
             "retained": len(router.retained),
             **totals,
         }
-        self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])  # type: ignore[arg-type]
+        self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
 
     def _nodes(self, workers: dict[str, dict]) -> dict[str, dict]:
         """Each node that has joined (role node; none all-in-one): its address, workers, clients and
@@ -95,26 +96,26 @@ class Stats:
             "uptime": f"{int(now - self.started)} seconds",
             "clients/connected": snap["clients"],
             "clients/disconnected": snap["offline"],
-            "clients/total": snap["clients"] + snap["offline"],  # type: ignore[operator]
+            "clients/total": snap["clients"] + snap["offline"],
             "messages/received": snap["received"],
             "messages/sent": snap["sent"],
-            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"],  # type: ignore[operator]
+            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"],
             "publish/messages/withheld": snap["withheld"],
             "subscriptions/count": snap["subscriptions"],
             "retained messages/count": snap["retained"],
         }
-        for protocol, count in snap["protocols"].items():  # type: ignore[attr-defined]
+        for protocol, count in snap["protocols"].items():
             values[f"clients/protocol/{protocol}"] = count
         for name, by_window in self.loads.items():
             for window, value in sorted(by_window.items()):
                 values[f"load/messages/{name}/{window}min"] = f"{value:.2f}"
-        for topic, value in values.items():
-            yield f"$SYS/broker/{topic}", str(value).encode()
-        for label, report in snap["workers"].items():  # type: ignore[attr-defined]
+        for topic, shown in values.items():
+            yield f"$SYS/broker/{topic}", str(shown).encode()
+        for label, report in snap["workers"].items():
             yield f"$SYS/broker/workers/{label}/clients/connected", str(report["clients"]).encode()
             yield f"$SYS/broker/workers/{label}/cpu", f"{report['cpu']:.1f}".encode()
             yield f"$SYS/broker/workers/{label}/rss", str(report["rss"]).encode()
-        for name, node in snap["nodes"].items():  # type: ignore[attr-defined]
+        for name, node in snap["nodes"].items():
             for key in ("address", "state", "workers"):
                 yield f"$SYS/broker/nodes/{name}/{key}", str(node[key]).encode()
             yield f"$SYS/broker/nodes/{name}/clients/connected", str(node["clients"]).encode()
@@ -124,12 +125,12 @@ class Stats:
         snap = self.snapshot
         if not snap:
             return
-        workers: dict[str, dict] = snap["workers"]  # type: ignore[assignment]
+        workers: dict[str, dict] = snap["workers"]
         clients = GaugeMetricFamily("plexmq_clients_connected", "Clients connected", labels=["worker"])
         for label, report in workers.items():
             clients.add_metric([label], report["clients"])
         yield clients
-        nodes: dict[str, dict] = snap["nodes"]  # type: ignore[assignment]
+        nodes: dict[str, dict] = snap["nodes"]
         if nodes:
             up = GaugeMetricFamily("plexmq_node_up", "Whether a node's link is up (1) or lost (0)",
                                    labels=["node", "address"])
@@ -142,7 +143,7 @@ class Stats:
             yield from (up, node_workers, node_clients)
         protocols = GaugeMetricFamily("plexmq_clients_protocol", "Connected clients (CONNACK sent), by MQTT version",
                                       labels=["protocol"])
-        for protocol, count in snap["protocols"].items():  # type: ignore[attr-defined]
+        for protocol, count in snap["protocols"].items():
             protocols.add_metric([protocol], count)
         yield protocols
         yield CounterMetricFamily("plexmq_messages_received", "PUBLISH messages routed", value=snap["received"])
@@ -185,7 +186,7 @@ class Stats:
         """Every worker reported within link_timeout (read from the snapshot: any thread)."""
         now, limit = time.monotonic(), self.router.links.timeout
         workers = self.snapshot.get("workers") or {}
-        return bool(workers) and all(now - w["at"] < limit for w in workers.values())  # type: ignore[union-attr]
+        return bool(workers) and all(now - w["at"] < limit for w in workers.values())
 
 
 def _in_order(item: tuple[str, dict]) -> tuple[str, int]:

@@ -15,7 +15,6 @@ from plexmq.archive_format import Record, Run
 from plexmq.mqtt import v4
 from plexmq.workers.archive import ArchiveWriter
 
-
 T0 = 1_714_521_600_000_000  # 2024-05-01 00:00:00 UTC in microseconds
 
 

@@ -11,8 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import Broker, ROOT, wait_for
-
+from tests.conftest import ROOT, Broker, wait_for
 
 PASSWD = [sys.executable, "-c", "import sys; from acceptor.passwd import main; sys.exit(main(sys.argv[1:]))"]
 

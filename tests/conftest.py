@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import psutil
 import pytest
@@ -25,8 +26,10 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+T = TypeVar("T")
 
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> object:
+
+def wait_for(predicate: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
     """Poll `predicate` until it is truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -46,7 +49,7 @@ class Broker:
                  prefix: tuple[str, ...] = (), new_session: bool = False) -> None:
         self.port = 0
         self.log_path = log_path
-        self.log = open(log_path, "wb")
+        self.log = open(log_path, "wb")  # noqa: SIM115  # the broker's output until stop() closes it
         if "--data-dir" not in args:  # each broker its own store, next to its log
             args = [*args, "--data-dir", str(log_path.with_suffix(".data"))]
         if "--metrics-port" not in args:  # brokers side by side: each its own metrics port
@@ -122,7 +125,7 @@ class Broker:
                 return self.worker_of(client_port) + 1  # +1: worker 0 must read as found
             except AssertionError:
                 return None
-        return int(wait_for(find, 20, "the socket to reach a worker")) - 1  # type: ignore[arg-type]
+        return int(wait_for(find, 20, "the socket to reach a worker")) - 1
 
     def stop(self) -> None:
         if self.proc.poll() is None:

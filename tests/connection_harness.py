@@ -31,10 +31,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from plexmq import wire
-from plexmq.mqtt import PROTOCOLS
+from plexmq.mqtt import PROTOCOLS, v5
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
 from plexmq.workers.connection import Connection
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink

@@ -23,9 +23,9 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
+from plexmq.mqtt import v4 as p
 from tests.mqtt import RawClient
 from tests.packet_fixtures import FIXTURES, MALFORMED
-from plexmq.mqtt import v4 as p
 
 SEED_PACKETS: tuple[bytes, ...] = tuple(f[2] for f in FIXTURES) + tuple(m[1] for m in MALFORMED)
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -171,7 +172,7 @@ class Host:
         """A socket to this node's MQTT listener (not yet CONNECTed), from the root namespace."""
         return RawClient(MQTT_PORT, host=self.front_ip)
 
-    def client(self, client_id: str = "", clean: bool = True, **kw: object) -> RawClient:
+    def client(self, client_id: str = "", clean: bool = True, **kw: Any) -> RawClient:
         """A client CONNECTed (3.1.1) to this node."""
         c = self.raw()
         _present, code = c.connect(client_id or f"c-{uid()}", clean, **kw)
@@ -252,8 +253,12 @@ class Net:
         n.start("--role", "node", "--router", self.router_url, "--router-curve-dir", str(keys or self.keys),
                 "--node-name", name, "--host", n.front_ip, "--port", str(MQTT_PORT), "--workers", str(self.workers),
                 "--metrics-port", "-1", "--data-dir", str(self.tmp_path / f"{name}-data"), config=config)
-        wait_for(lambda: n.check_running() or "plexmq listening on" in n.since_start(), START_LIMIT,
-                 f"{name} to listen")
+
+        def listening() -> bool:
+            n.check_running()
+            return "plexmq listening on" in n.since_start()
+
+        wait_for(listening, START_LIMIT, f"{name} to listen")
         if join:
             self.wait_joined(name)
         return n

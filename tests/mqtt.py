@@ -6,6 +6,7 @@ import queue
 import socket
 import threading
 import time
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
@@ -30,16 +31,16 @@ class RawClient:
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def connect(self, client_id: str, clean: bool = True, keepalive: int = 60, **kw: object) -> tuple[bool, int]:
-        self.send(p.encode_connect(client_id, clean, keepalive, **kw))  # type: ignore[arg-type]
+    def connect(self, client_id: str, clean: bool = True, keepalive: int = 60, **kw: Any) -> tuple[bool, int]:
+        self.send(p.encode_connect(client_id, clean, keepalive, **kw))
         first, body = self.recv()
         assert first == 0x20, f"expected CONNACK, got {first:#x}"
         return p.decode_connack(0, body)
 
     def connect5(self, client_id: str, clean_start: bool = True, keepalive: int = 60,
-                 properties: dict | None = None, **kw: object) -> tuple[bool, int, dict]:
+                 properties: dict | None = None, **kw: Any) -> tuple[bool, int, dict]:
         """An MQTT 5.0 CONNECT; the CONNACK's (session present, reason code, properties)."""
-        self.send(v5.encode_connect(client_id, clean_start, keepalive, protocol_level=5, properties=properties, **kw))  # type: ignore[arg-type]
+        self.send(v5.encode_connect(client_id, clean_start, keepalive, protocol_level=5, properties=properties, **kw))
         first, body = self.recv()
         assert first == 0x20, f"expected CONNACK, got {first:#x}"
         return v5.decode_connack(0, body)
@@ -90,11 +91,11 @@ class Client:
     def __init__(self, port: int, client_id: str = "", clean: bool = True, keepalive: int = 60,
                  will: tuple[str, bytes, int, bool] | None = None, protocol: int = paho.MQTTv311,
                  username: str | None = None, password: str | None = None, transport: str = "tcp",
-                 tls: dict[str, str] | None = None, session_expiry: int = 0) -> None:
+                 tls: dict[str, Any] | None = None, session_expiry: int = 0) -> None:
         """`transport`: tcp or websockets; `tls`: the arguments of paho's tls_set (ca_certs, certfile, keyfile)."""
         v5 = protocol == paho.MQTTv5
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,  # type: ignore[arg-type]
-                                  transport=transport, **({} if v5 else {"clean_session": clean}))  # type: ignore[arg-type]
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,  # type: ignore[arg-type]  # protocol: paho's int constants
+                                  transport=transport, **({} if v5 else {"clean_session": clean}))  # type: ignore[arg-type]  # as above
         if tls is not None:
             self.client.tls_set(**tls)
         if username is not None:
@@ -161,4 +162,4 @@ class Client:
     def drop(self) -> None:
         """Close the socket without DISCONNECT (so the will fires)."""
         self.client.loop_stop()
-        self.client.socket().close()  # type: ignore[union-attr]
+        self.client.socket().close()  # type: ignore[union-attr]  # connected: has a socket

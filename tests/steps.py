@@ -11,10 +11,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from tests.conftest import Broker, wait_for
-from tests.mqtt import RawClient
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.conftest import Broker, wait_for
+from tests.mqtt import RawClient
 
 BARRIER_PID = 0xBEEF
 PINGREQ, PINGRESP = b"\xc0\x00", (0xD0, b"")
@@ -121,7 +121,7 @@ def worker_of(broker: Broker, c: RawClient) -> int:
             return (broker.worker_of(c.local_port),)
         except AssertionError:
             return None
-    return wait_for(look, 5, "the socket to reach a worker")[0]  # type: ignore[index]
+    return wait_for(look, 5, "the socket to reach a worker")[0]
 
 
 def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) -> RawClient:
@@ -139,7 +139,7 @@ def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) ->
                 return c
             spare.append(c)
             return None
-        return wait_for(attempt, 10, f"a socket on the wanted worker (want {want}, avoid {avoid})")  # type: ignore[return-value]
+        return wait_for(attempt, 10, f"a socket on the wanted worker (want {want}, avoid {avoid})")
     finally:
         for c in spare:
             c.close()

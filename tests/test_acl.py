@@ -1,5 +1,6 @@
 """The ACL file (`workers.acl`): mosquitto's syntax, who gets which rules, deny winning, patterns that
-cannot be abused through a user name or client id, and SUBSCRIBE filters granted when some topic under them is readable, topics judged at delivery."""
+cannot be abused through a user name or client id, and SUBSCRIBE filters granted when some topic under
+them is readable, topics judged at delivery."""
 
 from __future__ import annotations
 

@@ -10,24 +10,23 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import orjson
 import pytest
 
-from tests.users import as_nobody
-from tests.conftest import ROOT, Broker, wait_for
-from tests.steps import connect, uid
 from tests.cli import cli, metrics_url
+from tests.conftest import Broker, wait_for
+from tests.steps import connect, uid
+from tests.users import as_nobody
 
 NOBODY = ("runuser", "-u", "nobody", "--")
 
 
 def token_file(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"admin token \(for /clients\) in (\S+)", b.output()), 10, "the token line")
-    return found.group(1)  # type: ignore[union-attr]
+    return found.group(1)
 
 
 def curl_as_nobody(url: str, *args: str) -> str:
@@ -43,15 +42,15 @@ def clients_as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
 def status_of(url: str, method: str, path: str, headers: dict[str, str], body: bytes | None = None) -> int:
     """The status of a request sent with exactly these headers (a Host of its own too)."""
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
+    client = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
     try:
-        conn.putrequest(method, path, skip_host="Host" in headers, skip_accept_encoding=True)
+        client.putrequest(method, path, skip_host="Host" in headers, skip_accept_encoding=True)
         for name, value in {**headers, **({} if body is None else {"Content-Length": str(len(body))})}.items():
-            conn.putheader(name, value)
-        conn.endheaders(body)
-        return conn.getresponse().status
+            client.putheader(name, value)
+        client.endheaders(body)
+        return client.getresponse().status
     finally:
-        conn.close()
+        client.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("curl") is None, reason="acting as nobody needs root, and curl")
@@ -96,6 +95,7 @@ def test_admin_requests_must_name_this_endpoint_and_act_only_as_json(start_broke
     with open(token_file(b)) as f:
         bearer = {"Authorization": f"Bearer {f.read().strip()}"}
     port = urlsplit(url).port
+    assert port is not None
     client_id = f"adm-{uid()}"
     target = connect(b.port, client_id)
     body = orjson.dumps({"client_id": client_id})

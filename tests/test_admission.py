@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import from_address, uid
-from plexmq.mqtt import v4 as p
 
 
 def refused(c: RawClient) -> bool:
@@ -51,7 +51,7 @@ def test_max_connections(tmp_path: Path, start_broker: Callable[..., Broker]) ->
     # the startup probe's connection may still count for a moment: wait for room rather than assume it
     held = [wait_for(one_more, 5, "room for a connection") for _ in range(3)]
     assert one_more() is None
-    held.pop().close()  # type: ignore[union-attr]
+    held.pop().close()
     wait_for(one_more, 5, "room for one more once a client left")
 
 

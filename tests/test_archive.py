@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 from paho.mqtt.client import MQTTv5, MQTTv31
 
-from tests.conftest import Broker
-from tests.mqtt import Client
-from plexmq.workers import archive
-from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import (
     HOUR_US,
-    Record,
     VERSION,
+    Record,
     Run,
     UnknownVersion,
     decode_segment,
@@ -27,7 +23,11 @@ from plexmq.archive_format import (
     sender,
 )
 from plexmq.mqtt import v4
+from plexmq.workers import archive
+from plexmq.workers.archive import ArchiveWriter
 from tests.archives import T0, publish_properties, run, version_2_segment
+from tests.conftest import Broker
+from tests.mqtt import Client
 
 
 def sealed(root: Path) -> list[Path]:
@@ -128,7 +128,7 @@ def test_records_wait_for_a_full_chunk_under_load(tmp_path: Path) -> None:
     (part,) = parts(tmp_path)
     size = part.stat().st_size
     big = run(T0, bytes(1000))
-    for i in range(archive.CHUNK_BYTES // len(big[2])):
+    for _ in range(archive.CHUNK_BYTES // len(big[2])):
         w.append(big)
         w.flush()
     assert part.stat().st_size == size  # within WRITE_SECONDS of the last write: kept in memory

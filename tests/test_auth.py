@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import ROOT, Broker, wait_for
+from tests.logins import config, login, users
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, sync, uid
-from plexmq.mqtt import v4 as p
-from tests.logins import config, login, users
 
 CHEAP = 2 ** 10  # scrypt cost for test users: the file says it, the broker honours it
 

@@ -18,7 +18,7 @@ from tests.mqtt import RawClient
 
 
 def _records(out: Path, kind: samples.Kind) -> list[tuple]:
-    rows = []
+    rows: list[tuple] = []
     for path in (out / kind.name).glob("*" + samples.SUFFIX):
         region, damage, _ = samples.records_region(path.read_bytes(), kind)
         assert damage is None
@@ -52,10 +52,10 @@ def test_p2p_qos1_json_samples_then_conn(start_broker, tmp_path: Path, capsys) -
     assert {"router", "worker-0"} <= {row[2].rstrip(b"\0").decode() for row in _records(out, samples.PROCESSES)}
     assert next(out.glob("summary-*.json"))
 
-    conn = _run(broker, "conn", clients=300, duration=1.2, keepalive=2)  # the same broker: starting one is slow
-    assert conn["connected"] == 300 and conn["connect_failed"] == 0 and conn["dropped"] == 0
-    assert conn["connect_rate"] > 0 and conn["pongs"] > 0
-    assert conn["rss_per_conn_kb"] is not None
+    storm = _run(broker, "conn", clients=300, duration=1.2, keepalive=2)  # the same broker: starting one is slow
+    assert storm["connected"] == 300 and storm["connect_failed"] == 0 and storm["dropped"] == 0
+    assert storm["connect_rate"] > 0 and storm["pongs"] > 0
+    assert storm["rss_per_conn_kb"] is not None
 
 
 def test_preset_by_name_with_command_line_overrides(broker, capsys) -> None:
@@ -71,9 +71,9 @@ def test_preset_by_name_with_command_line_overrides(broker, capsys) -> None:
     assert result["broker_cpu_s"] is not None and result["broker_cpu_s"] >= 0 and result["broker_procs"] >= 3
 
 
-def test_light_group_is_issue_13s_table() -> None:
-    """Each row as issue 13 states it: sizes, rates, QoS, 15 s for p2p, and the plexmq workers of the
-    connect storm and the 100k idle clients."""
+def test_light_group_is_the_light_load_table() -> None:
+    """Each row as the light-load table states it (bench/RESULTS.md, the `light` group): sizes, rates,
+    QoS, 15 s for p2p, and the plexmq workers of the connect storm and the 100k idle clients."""
     assert presets.expand("light,lat0") == ["lat0", "p2p2k0", "p2p2k1", "p2p9k1", "connstorm15k", "idle100k", "fanin1"]
     p2p = presets.options("p2p9k1")
     assert (p2p.pubs, p2p.subs, p2p.qos, p2p.rate, p2p.duration) == (9000, 9000, 1, 2.0, 15.0)
@@ -124,7 +124,7 @@ def test_floor_measures_a_bare_connection_both_ways() -> None:
     def per_connection(*how: str) -> int:
         said = subprocess.run([sys.executable, "-m", "plexmq.bench.floor", "-n", "2000", *how], capture_output=True,
                               text=True, check=True, timeout=120, cwd=ROOT).stdout
-        return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]
+        return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]  # the probe prints it
     uvloop_transport = per_connection("--uvloop")
     assert uvloop_transport > 1000
     assert per_connection() < uvloop_transport / 2
@@ -156,8 +156,8 @@ def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
     assert report.per_connect_us(110.0, 10_000) == 110.0  # 1.1 cores at 10k conn/s: 110 µs each
     assert report.per_connect_us(None, 10_000) is None and report.per_connect_us(50.0, 0) is None
     raw = {"conns": "1000", "connect_rate": "20000", "connect_s": "0.05"}
-    conn = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
-    assert conn["broker_connect_cpu_pct"] == 110.0 and conn["broker_connect_us"] == 110.0  # 0.11 s for 1,000
+    storm = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
+    assert storm["broker_connect_cpu_pct"] == 110.0 and storm["broker_connect_us"] == 110.0  # 0.11 s for 1,000
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:

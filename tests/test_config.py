@@ -9,15 +9,15 @@ import resource
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from plexmq.acceptor import config as cfg
-from tests.conftest import Broker, free_port
 from tests.cli import names_line, one_error_line, run, write
-
+from tests.conftest import Broker, free_port
 
 # -- the program ------------------------------------------------------------------------------------
 

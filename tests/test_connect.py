@@ -9,10 +9,10 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
-from plexmq.mqtt import v4 as p
 
 CONNACK_ACCEPTED = b"\x20\x02\x00\x00"
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from plexmq import wire
 from plexmq.mqtt import properties as props
-from plexmq.mqtt import reasons
+from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
-from tests.connection_harness import (ConnectionHarness, Packet, Record, deliver, kick, resend_rel, routed,
-                                      session)
+from tests.connection_harness import ConnectionHarness, Packet, Record, deliver, kick, resend_rel, routed, session
 
 
 def publish(topic: str, payload: bytes, qos: int = 0, pid: int = 0) -> bytes:

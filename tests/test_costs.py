@@ -8,11 +8,11 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, uid
-from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
 
 
 def cpu_seconds(b: Broker, worker: int) -> float:

@@ -58,7 +58,7 @@ def test_every_key_of_the_schema_is_in_the_file_with_a_comment_right_above(secti
 def test_the_comment_of_every_key_states_its_default() -> None:
     text = CONFIG.read_text()
     lines = text.splitlines()
-    for (section, key), index in assignments(text).items():
+    for (_section, key), index in assignments(text).items():
         block = []
         for line in reversed(lines[:index]):
             if not line.strip().startswith("#"):

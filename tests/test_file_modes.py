@@ -1,4 +1,4 @@
-"""The files that hold clients' messages are the broker's user's alone, whatever the umask (issue 20):
+"""The files that hold clients' messages are the broker's user's alone, whatever the umask:
 the data dir 0700, the store with its -wal and -shm 0600, the archive's segments 0600 (or 0640 for
 the group `archive.group` names); a password file others may read is warned about (or refused)."""
 
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.files import Access
+from plexmq.workers.archive import ArchiveWriter
+from plexmq.workers.passwords import set_password
+from tests.archives import T0, run
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
-from tests.archives import T0, run
-from plexmq.workers.archive import ArchiveWriter
-from plexmq.files import Access
-from plexmq.workers.passwords import set_password
 
 
 def mode(path: Path) -> int:

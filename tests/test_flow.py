@@ -11,12 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import Pub, connect, publish, read_until, subscribe, sync, uid
-from plexmq.mqtt import v4 as p
-
-
 
 
 def dedicated(start_broker: Callable[..., Broker], tmp_path: Path, max_inflight: int, max_queued: int) -> Broker:

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import psutil
 
 from plexmq.router.httpd import CONNECTIONS, THREADS, TIMEOUT
-from tests.conftest import Broker, wait_for
 from tests.cli import health, metrics_url
+from tests.conftest import Broker, wait_for
 
 IDLE = 200
 
@@ -30,6 +30,7 @@ def test_idle_connections_take_no_thread_are_capped_and_closed_after_the_timeout
     b = start_broker("--workers", "1")
     url = metrics_url(b)
     parts = urlsplit(url)
+    assert parts.port is not None
     router = b.router()
     assert router is not None
     wait_for(lambda: health(url) == 200, 15, "/health to answer 200")
@@ -44,7 +45,7 @@ def test_idle_connections_take_no_thread_are_capped_and_closed_after_the_timeout
             selector.register(sock, selectors.EVENT_READ)
         while selector.get_map() and time.monotonic() < opened + TIMEOUT + 10:
             for key, _ in selector.select(1.0):
-                assert key.fileobj.recv(1) == b""  # type: ignore[union-attr]
+                assert key.fileobj.recv(1) == b""  # type: ignore[union-attr]  # only sockets are registered
                 selector.unregister(key.fileobj)
         assert not selector.get_map(), f"{len(selector.get_map())} idle connections still open"
     for sock in idle:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -7,17 +7,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import zmq
 
 from plexmq import wire
+from plexmq.mqtt import v4 as p
 from plexmq.router import links
 from tests.conftest import Broker, wait_for
 from tests.steps import ping, publish, raw_on, receive, subscribe, sync, uid
-from plexmq.mqtt import v4 as p
 
 TIMEOUT = 2.0  # link_timeout of these brokers (the least allowed)
 
@@ -115,7 +115,7 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
     try:
         peer.setsockopt(zmq.IDENTITY, b"w9")
         peer.setsockopt(zmq.LINGER, 0)
-        peer.connect(endpoint.group(1))  # type: ignore[union-attr]
+        peer.connect(endpoint.group(1))
         hello = wire.Batch()
         hello.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 9, "", "", 1, []).encode())
         peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))

@@ -1,4 +1,4 @@
-"""End to end: what must hold whichever path a PUBLISH takes, the router's or (issue 13) a worker's own
+"""End to end: what must hold whichever path a PUBLISH takes, the router's or a worker's own
 delivery to subscribers on the same worker. A topic switches between the two paths when a client on
 another worker subscribes or unsubscribes, when a subscriber is persistent, has MQTT 5 options or is
 offline, and when the router restarts; these tests drive those switches while numbered messages
@@ -19,20 +19,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import pytest
 
 from plexmq.acceptor.status import scrape
-from tests.conftest import Broker, wait_for
-from tests.mqtt import RawClient
-from tests.steps import raw_on, uid, worker_of
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.conftest import Broker, wait_for
+from tests.mqtt import RawClient
+from tests.steps import raw_on, uid, worker_of
 
 PUBLISH, PUBACK, SUBACK, UNSUBACK, PINGRESP = 3, 4, 9, 11, 13
 NO_LOCAL = 0x04  # MQTT 5 subscription option
+T = TypeVar("T")
 
 
 class Event(NamedTuple):
@@ -89,7 +90,7 @@ class Peer:
             qos = (first >> 1) & 3
             if self.v5:
                 topic, packet_id, payload, props = v5.decode_publish(first & 15, body, from_server=True)
-                ids = tuple(props.get(P.SUBSCRIPTION_IDENTIFIER, ()))
+                ids = tuple(props.get(P.SUBSCRIPTION_IDENTIFIER, ()))  # type: ignore[arg-type]  # a list of ints
             else:
                 topic, packet_id, payload = p.decode_publish(first & 15, body)
                 ids = ()
@@ -127,7 +128,7 @@ class Peer:
             self.last_id = self.last_id % 65535 + 1
             return self.last_id
 
-    def wait(self, predicate: Callable[[], object], what: str, timeout: float = 10.0) -> object:
+    def wait(self, predicate: Callable[[], T | None], what: str, timeout: float = 10.0) -> T:
         """Wait (on the reader's notifications, no polling) until `predicate` holds; fail after `timeout`."""
         deadline = time.monotonic() + timeout
         with self.changed:
@@ -140,7 +141,7 @@ class Peer:
 
     def _await_ack(self, kind: int, packet_id: int, what: str) -> int:
         """Index in `events` of the acknowledgement `kind` for `packet_id` (cleared before sending)."""
-        return int(self.wait(lambda: self.acks.get((kind, packet_id), -1) + 1, what)) - 1  # type: ignore[arg-type]
+        return int(self.wait(lambda: self.acks.get((kind, packet_id), -1) + 1, what)) - 1
 
     def _send_awaiting(self, kind: int, packet_id: int, data: bytes) -> None:
         with self.changed:
@@ -216,7 +217,7 @@ class Peer:
         def enough() -> list[bytes] | None:
             got = [e.payload for e in self.pubs if e.topic == topic]
             return got if len(got) >= count else None
-        return self.wait(enough, what, timeout)  # type: ignore[return-value]
+        return self.wait(enough, what, timeout)
 
     def disconnect(self) -> None:
         """DISCONNECT, and wait until the broker has closed the socket."""
@@ -262,7 +263,8 @@ class Stream(threading.Thread):
         try:
             for i in range(self.count):
                 if self.qos == 1 and i >= self.window:
-                    self.peer.wait(lambda: self._acked() > i - self.window, f"PUBACK of message {i - self.window}")
+                    self.peer.wait(lambda: self._acked() > i - self.window,  # noqa: B023  # waited for here
+                                   f"PUBACK of message {i - self.window}")
                     self.confirmed = self._acked()
                 elif self.qos == 0 and i and i % self.window == 0:
                     self.peer.ping()
@@ -314,7 +316,7 @@ def peers() -> Iterator[list[Peer]]:
 
 def metrics_url(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    return found.group(1)  # type: ignore[union-attr]
+    return found.group(1)
 
 
 # -- (a), (c), (d): a topic switching paths while one publisher streams -------------------------------
@@ -345,8 +347,9 @@ class Toggler:
                 if self.stream.sent - self.asked_at < TOGGLE_LAG:
                     return
                 # a busy machine answers late: wait, so that a stream has its rounds whatever the load
-                self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]
+                self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "a (UN)SUBACK")  # type: ignore[misc]  # pending: set while waited for
                 at = self.peer.answered(*self.pending)
+                assert at is not None
             kind = self.pending[0]
             self.pending = None
             k = len(self.rounds)
@@ -376,7 +379,7 @@ class Toggler:
         self.ending = True
         self.step()
         while self.pending is not None:
-            self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "the last (UN)SUBACK")  # type: ignore[misc]
+            self.peer.wait(lambda: self.peer.answered(*self.pending) is not None, "the last (UN)SUBACK")  # type: ignore[misc]  # as above
             self.step()
 
 
@@ -619,10 +622,10 @@ def test_after_a_sigkill_of_the_router_both_workers_still_exchange_messages(
     wait_for(crossed, 15, "messages to cross between the workers after the router's restart")
     n = 300
     streams = [Stream(pubs[w], [local[w], both], n, 1, tag=b"w%d-" % w) for w in (0, 1)]
-    for s in streams:
-        s.start()
-    for s in streams:
-        s.finish()
+    for stream in streams:
+        stream.start()
+    for stream in streams:
+        stream.finish()
     for w in (0, 1):
         subs[w].wait_received(both, 2 * n, f"worker {w}'s subscriber to get both streams")  # (and the probes)
         subs[w].wait_received(local[w], n, f"worker {w}'s subscriber to get its local stream")
@@ -647,11 +650,11 @@ def test_after_a_sigkill_of_the_router_both_workers_still_exchange_messages(
 
 # -- (h): the message counters --------------------------------------------------------------------------
 #
-# NOTE (h) is written to the brief of issue 13 and checks the counters as they are today: the router
+# NOTE (h) checks the counters as they were before workers delivered messages themselves: the router
 # counts every PUBLISH it receives (`Router.received`: $SYS/broker/messages/received and
 # plexmq_messages_received_total) and every delivery (`Router.delivered`: messages/sent,
 # plexmq_messages_sent_total), per message. Messages a worker delivers itself never reach the router,
-# so the new path must still count them; if issue 13 changes what these counters mean, change this test.
+# so that path must still count them; if what these counters mean changes, change this test.
 
 
 def test_message_counters_count_messages_delivered_on_the_publishers_worker(

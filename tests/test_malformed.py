@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from plexmq.mqtt import v4 as p
 
 
 def string(text: str | bytes) -> bytes:

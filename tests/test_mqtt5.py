@@ -11,12 +11,12 @@ from pathlib import Path
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
+from tests.cli import passwd
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import disconnect_of, raw5, recv_publish, subscribe5, uid
-from tests.cli import passwd
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 
@@ -78,7 +78,7 @@ def test_paho_v5_round_trip_at_each_qos_beside_a_311_client(broker: Broker) -> N
     sub4 = Client(broker.port, f"sub4-{uid()}")
     assert sub5.subscribe(topic, 2) == [2]
     assert sub4.subscribe(topic, 2) == [2]
-    assert sub5.connack_properties.ReceiveMaximum == 1024  # type: ignore[union-attr]
+    assert sub5.connack_properties.ReceiveMaximum == 1024  # type: ignore[union-attr]  # a 5.0 CONNACK has properties
     pub5 = Client(broker.port, f"pub5-{uid()}", protocol=V5)
     pub4 = Client(broker.port, f"pub4-{uid()}")
     for qos in (0, 1, 2):
@@ -517,7 +517,7 @@ def test_graceful_stop_tells_clients_0x8b(start_broker: Callable[..., Broker]) -
 
 # -- what a message carries: properties byte for byte, message expiry --------------------------------
 
-CARRIED = {P.PAYLOAD_FORMAT_INDICATOR: 1, P.CONTENT_TYPE: "application/json", P.RESPONSE_TOPIC: "replies/7",
+CARRIED: P.Properties = {P.PAYLOAD_FORMAT_INDICATOR: 1, P.CONTENT_TYPE: "application/json", P.RESPONSE_TOPIC: "replies/7",
            P.CORRELATION_DATA: b"\x00\x01req-7", P.USER_PROPERTY: [("k", "1"), ("k", "2"), ("zone", "été")]}
 
 
@@ -546,8 +546,8 @@ def test_properties_pass_through_byte_for_byte(broker: Broker) -> None:
     msg = sub4.get()
     assert (msg.payload, msg.properties) == (b'{"t": 21}', None)
     msg = paho5.get()
-    assert msg.properties.UserProperty == [("k", "1"), ("k", "2"), ("zone", "été")]  # type: ignore[union-attr]
-    assert msg.properties.CorrelationData == b"\x00\x01req-7"  # type: ignore[union-attr]
+    assert msg.properties.UserProperty == [("k", "1"), ("k", "2"), ("zone", "été")]  # type: ignore[union-attr]  # a 5.0 message has properties
+    assert msg.properties.CorrelationData == b"\x00\x01req-7"  # type: ignore[union-attr]  # as above
 
     late, _ = raw5(broker.port)  # the retained copy keeps them too
     assert subscribe5(late, 1, [(topic, 1)]) == [1]
@@ -584,7 +584,7 @@ def test_expired_messages_are_never_delivered(broker: Broker) -> None:
         _t, pid, payload, props, _first = recv_publish(c)
         c.send(v5.encode_ack(v5.PUBACK, pid))
         got.append((payload, props.get(P.MESSAGE_EXPIRY_INTERVAL)))
-    assert got[0][0] == b"long" and 590 <= got[0][1] < 600  # type: ignore[operator]
+    assert got[0][0] == b"long" and 590 <= got[0][1] < 600  # type: ignore[operator]  # an expiry interval: an int
     assert got[1] == (b"forever", None)
     assert subscribe5(c, 2, [(f"{topic}/kept", 1)]) == [1]
     assert subscribe5(c, 3, [(f"{topic}/barrier", 0)]) == [0]  # no retained PUBLISH came between: it expired

@@ -12,11 +12,11 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import uid
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 
 def publish0(topic: str, payload: bytes, alias: int = 0) -> tuple[int, bytes]:

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import scramp
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
+from plexmq.workers import passwords as pw
+from tests.cli import CHEAP, passwd
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import disconnect_of, subscribe5, uid
-from tests.cli import CHEAP, passwd
-from plexmq.workers import passwords as pw
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 METHOD = "SCRAM-SHA-256"
 

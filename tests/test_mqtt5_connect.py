@@ -14,12 +14,12 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4
+from tests.cli import names_line, one_error_line, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import disconnect_of, raw5, uid
-from tests.cli import names_line, one_error_line, run, write
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 V5 = paho.MQTTv5
 
@@ -46,7 +46,7 @@ def test_a_v5_keepalive_above_max_keepalive_is_replaced_and_held_to(start_broker
 def test_paho_v5_is_told_the_server_keep_alive(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b = configured(start_broker, tmp_path, "max_keepalive = 30\n")
     c = Client(b.port, f"ska-{uid()}", keepalive=120, protocol=V5)
-    assert c.connack_properties.ServerKeepAlive == 30  # type: ignore[union-attr]
+    assert c.connack_properties.ServerKeepAlive == 30  # type: ignore[union-attr]  # a 5.0 CONNACK has properties
     c.disconnect()
 
 

@@ -9,11 +9,11 @@ import time
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v5
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import raw5, recv_publish, subscribe5, uid
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v5
 
 
 def expired(broker: Broker, client_id: str) -> None:
@@ -59,7 +59,7 @@ def test_the_expiry_set_at_disconnect_replaces_the_one_at_connect(broker: Broker
 
 
 STAGGER = 0.2  # seconds between the sessions of a deadline test: the router's turns meet each at another phase
-LATE = 0.5  # seconds a deadline may be late here: the issue's 100 ms, and slack for a busy 2-core CI machine
+LATE = 0.5  # seconds a deadline may be late here: 100 ms, and slack for a busy 2-core CI machine
 
 
 def test_no_session_can_be_resumed_after_its_expiry_interval(broker: Broker) -> None:
@@ -103,7 +103,7 @@ def test_a_delayed_will_waits_and_is_not_sent_when_the_client_comes_back(broker:
     topic = f"v5/delay/{uid()}"
     watcher = Client(broker.port, protocol=paho.MQTTv5)
     assert watcher.subscribe(f"{topic}/#", 1) == [1]
-    carried = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("why", "lost"), ("why", "again")]}
+    carried: P.Properties = {P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("why", "lost"), ("why", "again")]}
 
     def drop(client_id: str, delay: int, expiry: int) -> None:
         """Connect with a will delayed by `delay` s in a session of `expiry` s, and lose the connection."""
@@ -129,9 +129,9 @@ def test_a_delayed_will_waits_and_is_not_sent_when_the_client_comes_back(broker:
     assert sorted(got) == sorted([f"{topic}/{late}", f"{topic}/{ended}"])
     for message in got.values():
         assert message.payload == b"gone"
-        assert message.properties.ContentType == "text/plain"  # type: ignore[union-attr]
-        assert message.properties.UserProperty == [("why", "lost"), ("why", "again")]  # type: ignore[union-attr]
-        assert 590 <= message.properties.MessageExpiryInterval <= 600  # type: ignore[union-attr]
+        assert message.properties.ContentType == "text/plain"  # type: ignore[union-attr]  # a 5.0 message has properties
+        assert message.properties.UserProperty == [("why", "lost"), ("why", "again")]  # type: ignore[union-attr]  # as above
+        assert 590 <= message.properties.MessageExpiryInterval <= 600  # type: ignore[union-attr]  # as above
     marker = Client(broker.port)
     marker.publish(f"{topic}/marker", "marker", 1)
     assert watcher.get().payload == b"marker"  # and nothing of `back` before it

@@ -10,11 +10,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import raw5, recv_publish, subscribe5, uid
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 NO_LOCAL, RETAIN_AS_PUBLISHED = 0x04, 0x08
 SEND_IF_NEW, NEVER = 0x10, 0x20  # retain handling 1 and 2
@@ -99,7 +99,7 @@ def test_retain_handling_sends_retained_always_only_when_new_or_never(broker: Br
             got.append(message)
         return got
 
-    retained = [(f"{base}/r", b"kept", 1, True, [])]  # retained on subscribe: retain flag set, always
+    retained: list[tuple] = [(f"{base}/r", b"kept", 1, True, [])]  # retained on subscribe: retain flag set, always
     assert after_subscribe(2, 1) == retained  # 0: on every SUBSCRIBE
     assert after_subscribe(3, 1) == retained
     c.send(v5.encode_unsubscribe(4, [f"{base}/r"]))
@@ -164,7 +164,7 @@ def test_identifiers_on_retained_and_queued_messages_and_with_paho(broker: Broke
     pub.publish(f"{base}/p", "to paho", 1, retain=True)
     message = sub.get()
     assert (message.payload, message.qos, message.retain) == (b"to paho", 1, True)
-    assert message.properties.SubscriptionIdentifier == [12]  # type: ignore[union-attr]
+    assert message.properties.SubscriptionIdentifier == [12]  # type: ignore[union-attr]  # a 5.0 message has properties
     sub.publish(f"{base}/p", "own", 1)  # no local
     pub.publish(f"{base}/p", "", 1, retain=True)
     assert sub.get().payload == b""  # the next one: "own" never came

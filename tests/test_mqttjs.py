@@ -2,8 +2,8 @@
 
 Each test runs one scenario of `tests/mqttjs/check.js` at one protocol version (the scenarios both
 versions share run at each; the 5.0 ones, and 3.1.1 beside 5.0, at 5), which prints one JSON line of
-what its clients saw; the assertions are here. The 5.0 features, end to end with a real v5 client
-(issue 12): CONNACK properties, assigned client ids, topic aliases, message properties passed through
+what its clients saw; the assertions are here. The 5.0 features, end to end with a real v5 client:
+CONNACK properties, assigned client ids, topic aliases, message properties passed through
 (and left out for 3.1.1 subscribers), subscription options (no local, retain as published, retain
 handling) and identifiers, shared subscriptions over 5.0 and 3.1.1 members, delayed wills with
 properties, session expiry set at DISCONNECT. Where a test shows that something was not delivered, a
@@ -129,7 +129,7 @@ def test_v5_connack_tells_the_limits_and_what_is_not_offered(broker: Broker) -> 
     result = check(broker, 5, "connack")
     assert result["reason_code"] == 0
     assert result["session_present"] is False
-    assert result["properties"] == {  # what is available is said explicitly (issue 19)
+    assert result["properties"] == {  # what is available is said explicitly
         "receiveMaximum": 1024,
         "maximumPacketSize": 1048576,
         "topicAliasMaximum": 10,

@@ -20,13 +20,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4 as p
+from plexmq.mqtt import v5
 from tests.conftest import ROOT, wait_for
 from tests.hosts import LINK_TIMEOUT, Net, make_keys, net, shared_net  # noqa: F401 (net, shared_net: fixtures)
 from tests.mqtt import RawClient
 from tests.steps import Pub, as_pub, ping, publish, receive, subscribe, sync, uid
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4 as p
-from plexmq.mqtt import v5
 
 MARGIN = 3.0  # seconds beyond link_timeout for the router's notice: the last word may be a heartbeat period (1 s)
 # before the kill or cut, the router checks for silence once a second, and 1 s of slack
@@ -242,7 +242,7 @@ def test_status_and_clients_show_both_nodes_and_the_clients_node(shared_net: Net
         rows = {m[0]: m[1:] for m in re.findall(r"^(n[12]) +(\S+) +(\S+) +(\d+) +(\d+)$", out, re.M)}
         return rows if len(rows) == 2 and all(int(r[3]) >= 1 for r in rows.values()) else None
     rows = wait_for(nodes, 10, "plexmq status to show both nodes up with a client each")
-    assert {name: row[:3] for name, row in rows.items()} == {  # type: ignore[union-attr]
+    assert {name: row[:3] for name, row in rows.items()} == {
         name: (shared_net.host(name).back_ip, "up", "1") for name in ("n1", "n2")}
     # $SYS (retained, refreshed every second on this router) names them too
     assert subscribe(a, 1, [("$SYS/broker/nodes/+/state", 0), ("$SYS/broker/nodes/+/address", 0)]) == [0, 0]

@@ -17,14 +17,14 @@ import psutil
 import pytest
 
 from plexmq.acceptor.status import scrape
-from tests.conftest import ROOT, Broker, wait_for
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.cli import cli, health, metrics_url
+from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 from tests.users import as_nobody
-from tests.cli import cli, health, metrics_url
 
 
 def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
@@ -48,8 +48,8 @@ def test_sys_topics_and_metrics_count_known_traffic(tmp_path: Path, start_broker
         return values if clients == 2 and all(values.get(k) == v for k, v in wanted.items()) else None
 
     values = wait_for(counted, 10, "the metrics to count the traffic")
-    assert values[("plexmq_router_batch_frames_count", ())] > 0 < values[("plexmq_router_turn_seconds_count", ())]  # type: ignore[index]
-    processes = {dict(labels)["process"] for (name, labels) in values if name == "plexmq_process_rss_bytes"}  # type: ignore[union-attr]
+    assert values[("plexmq_router_batch_frames_count", ())] > 0 < values[("plexmq_router_turn_seconds_count", ())]
+    processes = {dict(labels)["process"] for (name, labels) in values if name == "plexmq_process_rss_bytes"}
     assert processes == {"acceptor", "router", "worker-0", "worker-1"}
     wait_for(lambda: health(url) == 200, 10, "/health to answer 200")
 
@@ -100,9 +100,9 @@ def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> Non
         return out if "clients 3 " in out else None
 
     text = wait_for(table, 10, "status to show 3 clients")
-    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:-1]}  # type: ignore[union-attr]
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:-1]}
     assert set(rows) == {"acceptor", "router", "worker-0", "worker-1"}
-    assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]
+    assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]  # the router is up
     for c in clients:
         c.disconnect()
 
@@ -157,7 +157,7 @@ def test_reload_signals_only_a_broker_of_its_own_user(start_broker: Callable[...
         return [p for p in psutil.process_iter(["username", "cmdline"])
                 if p.info["username"] == "nobody" and (p.info["cmdline"] or [])[:1] == ["plexmq"]]
     try:
-        (fake,) = wait_for(nobodys, 10, "nobody's broker")  # type: ignore[misc]
+        (fake,) = wait_for(nobodys, 10, "nobody's broker")
         said = as_nobody("reload")
         assert said.returncode == 0, said.stderr
         assert said.stdout.startswith(f"sent SIGHUP to plexmq (pid {fake.pid}: plexmq -f /dev/null)")

@@ -86,7 +86,9 @@ def test_fixture_encodes(name: str, ptype: int, raw: bytes, value: Any) -> None:
     "name,raw", [(f[0], f[2]) for f in FIXTURES if f[1] == p.PUBLISH], ids=[f[0] for f in FIXTURES if f[1] == p.PUBLISH]
 )
 def test_publish_header_is_the_packet_before_its_payload(name: str, raw: bytes) -> None:
-    first, start, end = p.frame(raw, 0, 1 << 20)
+    framed = p.frame(raw, 0, 1 << 20)
+    assert framed is not None
+    first, start, end = framed
     topic, packet_id, payload = p.decode_publish(first & 0x0F, raw[start:end])
     qos = (first >> 1) & 3
     header = p.publish_header(topic.encode(), len(payload), qos, bool(first & 1), bool(first & 8), packet_id)
@@ -99,6 +101,7 @@ def test_decoded_types() -> None:
     assert type(topic) is str and type(payload) is bytes and packet_id == 1
     raw = next(f[2] for f in FIXTURES if f[0].startswith("connect everything"))
     connect = p.decode_connect(0, memoryview(raw)[2:])
+    assert connect.will is not None
     assert type(connect.password) is bytes and type(connect.will.payload) is bytes
 
 
@@ -149,7 +152,7 @@ def test_frame_back_to_back() -> None:
     raws = [f[2] for f in FIXTURES]
     buf = bytearray(b"junk") + b"".join(raws)
     pos = 4
-    for ptype, raw, value in [(f[1], f[2], f[3]) for f in FIXTURES]:
+    for raw, value in [(f[2], f[3]) for f in FIXTURES]:
         framed = p.frame(buf, pos, 1 << 20)
         assert framed is not None
         first, start, end = framed
@@ -227,7 +230,7 @@ def test_constants() -> None:
 # ------------------------------------------------------------------------------------- properties
 
 topic_names = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="+#\x00"), min_size=1, max_size=40
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="+#\x00"), min_size=1, max_size=40
 )
 
 
@@ -242,17 +245,19 @@ topic_names = st.text(
 def test_publish_round_trip(topic: str, payload: bytes, qos: int, retain: bool, dup: bool, packet_id: int) -> None:
     value = Pub(topic, payload, qos, retain, dup and qos > 0, packet_id if qos else 0)
     raw = encode(p.PUBLISH, value)
-    first, start, end = p.frame(raw, 0, 1 << 20)
+    framed = p.frame(raw, 0, 1 << 20)
+    assert framed is not None
+    first, start, end = framed
     assert end == len(raw)
     assert decode(first >> 4, first & 0x0F, raw[start:end]) == value
 
 
 @given(
-    client_id=st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30),
+    client_id=st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=30),
     clean=st.booleans(),
     keepalive=st.integers(0, 0xFFFF),
     will=st.none() | st.builds(Will, topic_names, st.binary(max_size=50), st.integers(0, 2), st.booleans()),
-    username=st.none() | st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    username=st.none() | st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00")),
     password=st.none() | st.binary(max_size=50),
     level=st.sampled_from([3, 4]),
 )
@@ -261,7 +266,9 @@ def test_connect_round_trip(client_id, clean, keepalive, will, username, passwor
         password = None
     value = Connect("MQIsdp" if level == 3 else "MQTT", level, clean, keepalive, client_id, will, username, password)
     raw = encode(p.CONNECT, value)
-    first, start, end = p.frame(raw, 0, 1 << 20)
+    framed = p.frame(raw, 0, 1 << 20)
+    assert framed is not None
+    first, start, end = framed
     assert end == len(raw)
     assert decode(first >> 4, first & 0x0F, memoryview(raw)[start:end]) == value
 

@@ -8,15 +8,15 @@ dicts, encoding writes them in insertion order, so every fixture checks both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plexmq.mqtt import kinds
+from plexmq.mqtt import kinds, v4
 from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4
 from plexmq.mqtt import v5 as p
 from plexmq.mqtt.connect import Connect, Will
 from plexmq.mqtt.framing import MalformedPacket, UnsupportedProtocol
@@ -77,7 +77,7 @@ def encode(kind: int, value: Any) -> bytes:
                                 value.packet_id, value.properties)
     if kind in ACKS:
         return p.encode_ack(kind, *value)
-    encoders = {
+    encoders: dict[int, Callable[..., bytes]] = {
         p.SUBSCRIBE: p.encode_subscribe,
         p.SUBACK: p.encode_suback,
         p.UNSUBSCRIBE: p.encode_unsubscribe,
@@ -387,7 +387,9 @@ def test_fixture_encodes(name: str, kind: int, raw: bytes, value: Any) -> None:
     "name,raw", [(f[0], f[2]) for f in FIXTURES if f[1] == p.PUBLISH], ids=[f[0] for f in FIXTURES if f[1] == p.PUBLISH]
 )
 def test_publish_header_is_the_packet_before_its_payload(name: str, raw: bytes) -> None:
-    first, start, end = p.frame(raw, 0, 1 << 20)
+    framed = p.frame(raw, 0, 1 << 20)
+    assert framed is not None
+    first, start, end = framed
     topic, packet_id, payload, props = p.decode_publish(first & 0x0F, raw[start:end])
     qos = (first >> 1) & 3
     header = p.publish_header(topic.encode(), len(payload), qos, bool(first & 1), bool(first & 8), packet_id,
@@ -417,7 +419,7 @@ def test_fixtures_cover_every_packet_kind_and_every_property() -> None:
 def test_fixtures_back_to_back_in_one_buffer() -> None:
     buf = bytearray(b"junk") + b"".join(f[2] for f in FIXTURES)
     pos = 4
-    for kind, raw, value in [(f[1], f[2], f[3]) for f in FIXTURES]:
+    for raw, value in [(f[2], f[3]) for f in FIXTURES]:
         framed = p.frame(buf, pos, 1 << 20)
         assert framed is not None
         first, start, end = framed
@@ -853,8 +855,8 @@ def test_connect_of_level_4_or_3_reads_no_properties() -> None:
 
 # --------------------------------------------------------------------------------- hypothesis
 
-text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
-topic_names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="+#\x00"), min_size=1,
+text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=20)
+topic_names = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="+#\x00"), min_size=1,
                       max_size=40)
 NOT_ZERO = {RM, MPS, TA, SID}  # "a Protocol Error ... to have the value 0" (sections 3.1.2.11, 3.2.2.3, 3.3.2.3)
 KINDS_WITH_PROPERTIES = sorted({k for prop in P.TABLE.values() for k in prop.packets})

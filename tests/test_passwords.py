@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.cli import CHEAP, PASSWD, one_error_line, passwd
 from plexmq.workers import passwords as pw
 from plexmq.workers.passwords import PasswordFile, PasswordFileError
-
+from tests.cli import CHEAP, PASSWD, one_error_line, passwd
+from tests.conftest import ROOT
 
 # made by `mosquitto_passwd -b FILE alice secret` (mosquitto 2.0.11)
 MOSQUITTO_ALICE = ("$7$101$XX0zZX+QVUtXsQNj$"
@@ -113,7 +112,7 @@ def test_unknown_user_costs_a_hash_like_a_known_one(tmp_path: Path, monkeypatch:
 
     def counting(password: bytes, **kwargs: int) -> bytes:
         calls.append(kwargs["n"])
-        return real(password, **kwargs)  # type: ignore[arg-type]
+        return real(password, **kwargs)  # type: ignore[arg-type]  # n, r, p, maxmem, dklen: ints
 
     monkeypatch.setattr(hashlib, "scrypt", counting)
     assert not users.check("mallory", "pw")

@@ -19,14 +19,13 @@ import pytest
 from paho.mqtt.client import MQTTv5
 from pyspark.sql import SparkSession
 
+from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
-from tests.archives import START, archive, at, us
+from plexmq.workers.archive import ArchiveWriter
+from tests.archives import START, archive, at, publish_properties, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
-from tests.archives import publish_properties
-from plexmq.workers.archive import ArchiveWriter
-from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 
 
 def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tmp_path: Path) -> None:
@@ -60,7 +59,8 @@ def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tm
     assert silent == {"dev-b": 49.5 * 60, "dev-e": 58 * 60}  # dev-c: exactly 10 min, not longer
 
     minutes = spark.read.parquet(str(out / "minutes"))
-    assert minutes.groupBy().sum("messages").first()[0] == len(window)
+    total = minutes.groupBy().sum("messages").first()
+    assert total is not None and total[0] == len(window)
     (row,) = minutes.where("topic = 'sensors/b/hum' AND minute = '2024-05-01 00:20:00'").collect()
     assert (row.client_id, row.messages, row.bytes) == ("dev-b", 1, 7)
 
@@ -144,7 +144,7 @@ def samples(root: Path) -> tuple[list[tuple[int, ...]], dict[int, tuple[int, int
     rates from two writers, and broker process samples. Returns the latency rows and the rates."""
     rng = random.Random(5)
     t0 = us(START) // 1_000_000
-    rows = []
+    rows: list[tuple[int, ...]] = []
     for sub in range(3):
         with SampleWriter(root, LATENCY, f"run-p{sub}") as w:
             for seq in range(1500 if sub < 2 else 10):

@@ -11,10 +11,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from plexmq.pipeline.__main__ import main
-from tests.archives import at
-from plexmq.workers.archive import ArchiveWriter
 from plexmq.archive_format import Record
+from plexmq.pipeline.__main__ import main
+from plexmq.workers.archive import ArchiveWriter
+from tests.archives import at
 
 SCHEMA = "temp double, battery struct<level: int>, watts long"
 

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 from plexmq.pipeline.__main__ import main
 from plexmq.pipeline.archive_source import sealed_segments
 from plexmq.pipeline.lake import CRASH_AFTER, ROLLUPS, STAGING, batches
+from plexmq.workers.archive import ArchiveWriter
 from tests.archives import START, archive, at, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
-from plexmq.workers.archive import ArchiveWriter
-from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 
 TABLES = ["messages", *ROLLUPS]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
-from plexmq.mqtt import v4 as p
 
 
 @pytest.mark.parametrize("pub_qos", [0, 1, 2])

@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Broker
-from tests.mqtt import Client, RawClient
-from tests.steps import uid
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
+from tests.conftest import Broker
+from tests.mqtt import Client, RawClient
+from tests.steps import uid
 
 
 def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:

@@ -1,4 +1,4 @@
-"""Read access judged at every delivery (issue 19): a resumed session under another user name, rights
+"""Read access judged at every delivery: a resumed session under another user name, rights
 taken away by a reload, and "everything except X" ACLs, with 3.1.1 and 5.0 subscribers.
 
 Nothing waits for an absence: a withheld message is followed by one the receiver may read, from the
@@ -17,10 +17,10 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
+from plexmq.workers.passwords import set_password
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid
-from plexmq.workers.passwords import set_password
 
 CHEAP = 2 ** 10  # scrypt cost for test users
 VERSIONS = [pytest.param(paho.MQTTv311, id="3.1.1"), pytest.param(paho.MQTTv5, id="5.0")]
@@ -44,10 +44,10 @@ def persistent(port: int, client_id: str, user: str, protocol: int) -> Client:
 
 def withheld(b: Broker) -> float:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    with urllib.request.urlopen(f"{found.group(1)}/metrics", timeout=5) as response:  # type: ignore[union-attr]
+    with urllib.request.urlopen(f"{found.group(1)}/metrics", timeout=5) as response:
         text = response.read().decode()
-    found = re.search(r"^plexmq_messages_withheld_total (\S+)$", text, re.M)  # none before the first snapshot
-    return float(found.group(1)) if found else 0.0
+    total = re.search(r"^plexmq_messages_withheld_total (\S+)$", text, re.M)  # none before the first snapshot
+    return float(total.group(1)) if total else 0.0
 
 
 @pytest.mark.parametrize("protocol", VERSIONS)

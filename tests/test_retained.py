@@ -7,15 +7,12 @@ writes what it got first.
 
 from __future__ import annotations
 
-
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import as_pub, connect, publish, subscribe, sync, uid
-from plexmq.mqtt import v4 as p
-
-
 
 
 def retain(pub: RawClient, topic: str, payload: bytes, qos: int) -> None:

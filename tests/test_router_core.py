@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from plexmq import wire
 from plexmq.router.sessions import QUEUED, SENT
-from tests.router_harness import Deliver, Kick, ResendRel, RouterHarness, Routed, Session, Sub, Suback, routed_of
+from tests.router_harness import Deliver, Kick, ResendRel, Routed, RouterHarness, Session, Sub, Suback, routed_of
 
 
 def connected(h: RouterHarness, end, conn: int, client_id: str, clean: bool = True, subs=()) -> None:

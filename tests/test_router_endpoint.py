@@ -8,8 +8,8 @@ import os
 import signal
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 import psutil
@@ -17,12 +17,12 @@ import pytest
 import zmq
 import zmq.auth
 
-from plexmq.acceptor import config as cfg
 from plexmq import wire
+from plexmq.acceptor import config as cfg
 from plexmq.process import CONFIG_ENV
+from tests.cli import names_line, one_error_line, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
-from tests.cli import names_line, one_error_line, run, write
 
 KEYS = {"server_public", "server_secret", "client_public", "client_secret"}
 REFUSED_WAIT = 2.0  # seconds a refused peer waits for an answer that must not come
@@ -72,10 +72,10 @@ def linked_over_tcp(b: Broker, port: int) -> bool:
 def on_two_workers(b: Broker) -> tuple[Client, Client]:
     """Two paho clients held by different workers (so their messages cross the router link)."""
     first = Client(b.port)
-    held = b.worker_holding(first.client.socket().getsockname()[1])  # type: ignore[union-attr]
+    held = b.worker_holding(first.client.socket().getsockname()[1])  # type: ignore[union-attr]  # connected: has a socket
     for _ in range(10):
         other = Client(b.port)
-        if b.worker_holding(other.client.socket().getsockname()[1]) != held:  # type: ignore[union-attr]
+        if b.worker_holding(other.client.socket().getsockname()[1]) != held:  # type: ignore[union-attr]  # as above
             return first, other
         other.disconnect()
     raise AssertionError("10 clients in a row went to the same worker")
@@ -97,7 +97,7 @@ def crossing(b: Broker, topic: str) -> None:
 def probe(endpoint: str, curve: tuple[bytes, bytes, bytes] | None, wait: float) -> bytes | None:
     """Connect a DEALER as a worker would (curve: server public, client public, client secret; None:
     plain), send HELLO and a CONNECT, and return the router's first frame, or None after `wait` s."""
-    ctx = zmq.Context.instance()
+    ctx: zmq.Context = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     try:
         sock.setsockopt(zmq.LINGER, 0)
@@ -154,7 +154,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
     b, endpoint = tcp_broker(start_broker, tmp_path)
     wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, "both workers linked")
     keys = {k: v.encode() for k, v in child_config(b.router())["router_curve"].items()}
-    pids = {b.router().pid, *(w.pid for w in b.workers().values())}  # type: ignore[union-attr]
+    pids = {b.router().pid, *(w.pid for w in b.workers().values())}  # type: ignore[union-attr]  # the router is up
     stranger_public, stranger_secret = zmq.curve_keypair()
 
     assert probe(endpoint, None, REFUSED_WAIT) is None, "a plain (unencrypted) peer got an answer"
@@ -162,7 +162,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
         "a peer that knows the server key but not the client key got an answer"
 
     assert b.proc.poll() is None
-    assert {b.router().pid, *(w.pid for w in b.workers().values())} == pids, "a process died"  # type: ignore[union-attr]
+    assert {b.router().pid, *(w.pid for w in b.workers().values())} == pids, "a process died"  # type: ignore[union-attr]  # as above
     crossing(b, "curve/after-strangers")
     assert "Traceback" not in b.output(), b.output()[-3000:]
     # the probe can tell: with the workers' keys the router answers the same frames
@@ -178,8 +178,8 @@ def test_restarted_router_and_worker_link_again(start_broker: Callable[..., Brok
         old = b.router() if kill == "router" else b.workers()[0]
         assert old is not None
         os.kill(old.pid, signal.SIGKILL)
-        wait_for(lambda: (new := b.router() if kill == "router" else b.workers().get(0)) is not None
-                 and new.pid != old.pid, 10, f"a new {kill}")
+        wait_for(lambda: (new := b.router() if kill == "router" else b.workers().get(0)) is not None  # noqa: B023
+                 and new.pid != old.pid, 10, f"a new {kill}")  # noqa: B023  # both waited for in this turn
         wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, f"the link after the {kill}'s restart")
         assert child_config(b.router() if kill == "router" else b.workers()[0])["router_curve"] == keys
         crossing(b, f"curve/after-{kill}")
@@ -215,8 +215,8 @@ def test_keys_from_router_curve_dir(start_broker: Callable[..., Broker], tmp_pat
     server_public, server_secret = zmq.auth.load_certificate(where / "server.key_secret")
     client_public, client_secret = zmq.auth.load_certificate(where / "client.key_secret")
     assert child_config(b.router())["router_curve"] == {
-        "server_public": server_public.decode(), "server_secret": server_secret.decode(),  # type: ignore[union-attr]
-        "client_public": client_public.decode(), "client_secret": client_secret.decode()}  # type: ignore[union-attr]
+        "server_public": server_public.decode(), "server_secret": server_secret.decode(),  # type: ignore[union-attr]  # key_secret files have both
+        "client_public": client_public.decode(), "client_secret": client_secret.decode()}  # type: ignore[union-attr]  # as above
     crossing(b, "curve/from-files")
 
 

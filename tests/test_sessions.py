@@ -16,13 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from plexmq.mqtt import v4 as p
-
-
-
+from tests.steps import as_pub, connect, publish, raw_on, subscribe, sync, uid, worker_of
 
 
 def disconnect(c: RawClient) -> None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import paho.mqtt.client as paho
 
+from plexmq.mqtt import properties as P
+from plexmq.mqtt import v4, v5
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient
 from tests.steps import raw5, recv_publish, subscribe5, uid
-from plexmq.mqtt import properties as P
-from plexmq.mqtt import v4, v5
 
 
 def marker(share: str, n: int) -> str:
@@ -147,7 +147,7 @@ def test_offline_persistent_members_get_messages_only_when_no_member_is_online(b
     kept, (present, _code, _props) = raw5(broker.port, cid, clean_start=False,
                                           properties={P.SESSION_EXPIRY_INTERVAL: 600})
     assert present
-    got = []
+    got: list[bytes] = []
     while not got or got[-1] != b"marker":
         _topic, packet_id, payload, _props, _first = recv_publish(kept)
         kept.send(v5.encode_ack(v5.PUBACK, packet_id))
@@ -168,7 +168,7 @@ def test_sticky_and_random_strategies(start_broker: Callable[..., Broker], tmp_p
         pub = Client(b.port)
         for n in range(9):
             pub.publish(f"shared/{strategy}", f"m{n}", 1)
-        received: list[list[bytes]] = [[] for _ in group]
+        received: list[list[bytes | bytearray]] = [[] for _ in group]
         for n, c in enumerate(group):
             pub.publish(marker(share, n), "marker", 1)
             while (payload := c.get().payload) != b"marker":

@@ -30,7 +30,7 @@ class Recorder(asyncio.Protocol):
         self.received = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # the poller's stream transport
         self.events.append("made")
 
     def data_received(self, data: bytes) -> None:
@@ -128,6 +128,7 @@ def test_a_close_with_input_unread_ends_the_stream_without_a_reset() -> None:
         poller, peer, transport = await pair(protocol)
         transport.pause_reading()
         peer.sendall(b"unread" * 1000)
+        assert transport.sock is not None
         assert select.select([transport.sock], [], [], 5)[0]  # the input is there, unread
         transport.write(b"goodbye")
         transport.close()

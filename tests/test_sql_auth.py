@@ -24,12 +24,12 @@ import pymysql
 import pytest
 
 from plexmq.acceptor import config as cfg
-from tests.conftest import ROOT, Broker, free_port, wait_for
-from tests.mqtt import Client, RawClient
-from tests.steps import uid
 from plexmq.mqtt import v4 as p
 from plexmq.workers.passwords import hash_password
 from plexmq.workers.sqlauth import connect_args
+from tests.conftest import ROOT, Broker, free_port, wait_for
+from tests.mqtt import Client, RawClient
+from tests.steps import uid
 
 SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
 SERVER = shutil.which("mariadbd", path=SEARCH) or shutil.which("mysqld", path=SEARCH)
@@ -60,7 +60,7 @@ class MariaDB:
                                       "--skip-name-resolve", "--skip-log-bin", "--innodb-buffer-pool-size=16M"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            self.admin: pymysql.connections.Connection = wait_for(  # type: ignore[assignment]
+            self.admin: pymysql.connections.Connection = wait_for(
                 self._connect, 60, "MariaDB to accept connections")
         except BaseException:
             self.stop()
@@ -145,7 +145,7 @@ def broker(mariadb: MariaDB, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def connack(port: int, username: str | None, password: str | None, client_id: str = "",
-            protocol: int = paho.MQTTv311) -> str:
+            protocol: paho.MQTTProtocolVersion = paho.MQTTv311) -> str:
     """The name of the CONNACK a paho client got ("Success", "Bad user name or password", ...)."""
     got: queue.Queue[str] = queue.Queue()
     client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id or f"sql-{uid()}",

@@ -11,12 +11,12 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from tests.conftest import Broker
-from tests.steps import from_address, uid
-from tests.mqtt import RawClient
-from tests.logins import config, login, users
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
+from tests.conftest import Broker
+from tests.logins import config, login, users
+from tests.mqtt import RawClient
+from tests.steps import from_address, uid
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +28,13 @@ def keys() -> dict[str, object]:
 
 def token(key: object, kid: str, algorithm: str = "RS256", **claims: object) -> bytes:
     body = {"sub": "device-1", "aud": "plexmq", "iss": "https://idp.example", "exp": time.time() + 300, **claims}
-    return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid}).encode()  # type: ignore[arg-type]
+    return jwt.encode(body, key, algorithm=algorithm, headers={"kid": kid}).encode()  # type: ignore[arg-type]  # any of the test's keys
 
 
 def start_tokens_broker(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object],
                         extra: str = "") -> Broker:
-    jwks = {"keys": [dict(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys["rsa"].public_key())), kid="r1"),  # type: ignore[attr-defined]
-                     dict(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(keys["ec"].public_key())), kid="e1")]}  # type: ignore[attr-defined]
+    jwks = {"keys": [dict(json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys["rsa"].public_key())), kid="r1"),  # type: ignore[attr-defined]  # jwt.algorithms is there with cryptography
+                     dict(json.loads(jwt.algorithms.ECAlgorithm.to_jwk(keys["ec"].public_key())), kid="e1")]}  # type: ignore[attr-defined]  # as above
     (tmp_path / "jwks.json").write_text(json.dumps(jwks))
     return start_broker("--workers", "2", "--config", config(tmp_path, f'jwt_jwks_file = "{tmp_path / "jwks.json"}"\n'
                                                             'jwt_audience = "plexmq"\njwt_issuer = "https://idp.example"\n'
@@ -86,8 +86,8 @@ def test_v5_clients_hear_the_token_verdict_as_reason_codes(tokens_broker: Broker
 
 
 def test_a_token_must_name_its_user(tmp_path: Path, start_broker: Callable[..., Broker], keys: dict[str, object]) -> None:
-    """A trusted token without the user claim would log in as any user name the client picks: refused
-    (issue 20). The claim is configurable."""
+    """A trusted token without the user claim would log in as any user name the client picks: refused.
+    The claim is configurable."""
     b = start_tokens_broker(tmp_path, start_broker, keys, 'jwt_username_claim = "preferred_username"\n')
     named = token(keys["rsa"], "r1", preferred_username="device-9")
     c, code = login(b.port, "device-9", named)

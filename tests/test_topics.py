@@ -11,14 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker
 from tests.mqtt import RawClient
-from tests.steps import as_pub, connect, publish, subscribe, sync, uid, worker_of, raw_on
-from plexmq.mqtt import v4 as p
-
-
-
-
+from tests.steps import as_pub, connect, publish, raw_on, subscribe, sync, uid, worker_of
 
 # ------------------------------------------------------------------------------------ matching
 
@@ -203,7 +199,8 @@ def test_order_is_kept_across_qos_levels(broker: Broker) -> None:
     qos_of = [(0, 1, 0, 2, 0)[i % 5] for i in range(n)]
     pub.send(b"".join(p.encode_publish(topic.encode(), b"%d" % i, qos_of[i], packet_id=i + 1 if qos_of[i] else 0)
                       for i in range(n)))
-    pubacks, pubcomps = set(), set()
+    pubacks: set[int] = set()
+    pubcomps: set[int] = set()
     while len(pubacks) + len(pubcomps) < sum(1 for q in qos_of if q):
         first, body = pub.recv()
         pid = int.from_bytes(body, "big")

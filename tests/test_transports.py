@@ -15,10 +15,11 @@ import socket
 import ssl
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
@@ -28,13 +29,22 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from wsproto import WSConnection
 from wsproto.connection import CLIENT
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, Pong, RejectConnection,
-                            Request, TextMessage)
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    Pong,
+    RejectConnection,
+    Request,
+    TextMessage,
+)
 
+from plexmq.mqtt import v4 as p
+from tests.cli import one_error_line, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
-from tests.cli import one_error_line, run, write
-from plexmq.mqtt import v4 as p
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
 
@@ -97,12 +107,12 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
     writes a CN that openssl's -subj cannot (a NUL)."""
     ca, ca_key = authority(pki)
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - timedelta(hours=1)).not_valid_after(now + timedelta(days=2))
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+            .sign(ca_key, hashes.SHA256()))
     name = uuid.uuid4().hex[:8]
     (where / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (where / f"{name}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -113,7 +123,7 @@ def client_certificate(pki: Pki, where: Path, cn: str) -> tuple[str, str]:
 def revoke(pki: Pki, path: Path, *certs: str) -> None:
     """Write the test CA's CRL revoking the certificate files `certs` to `path`, replacing it whole."""
     ca, ca_key = authority(pki)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     crl = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject)
            .last_update(now - timedelta(hours=1)).next_update(now + timedelta(days=2)))
     for cert in certs:
@@ -569,8 +579,8 @@ def test_the_readme_security_example_works(pki: Pki, tmp_path: Path) -> None:
     from tests.logins import users
 
     readme = (Path(__file__).parent.parent / "README.md").read_text().split("## Securing plexmq", 1)[1]
-    toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
-    acl = re.search(r"```\n(# /etc/plexmq/acl.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]
+    toml = re.search(r"```toml\n(.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]  # the README has it
+    acl = re.search(r"```\n(# /etc/plexmq/acl.*?)```", readme, re.DOTALL).group(1)  # type: ignore[union-attr]  # the README has it
     (tmp_path / "acl").write_text(acl)
     users(tmp_path / "passwd", alice="wonderland")
     shutil.copy(pki.server_cert, tmp_path / "server.crt")

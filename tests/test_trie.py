@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plexmq.mqtt.topics import matches, topic_name_error, valid_filter
 from plexmq import grants
+from plexmq.mqtt.topics import matches, topic_name_error, valid_filter
 from plexmq.trie import SubscriptionTrie
 
 # (filter, topic, expected)
@@ -148,9 +148,9 @@ def test_grants_with_options_or_identifiers_are_all_kept() -> None:
     no_local = grants.make(2 | grants.NO_LOCAL)
     trie.add("a/+", "c", with_id)
     trie.add("a/#", "c", 0)
-    assert sorted(trie.match("a/b")["c"]) == [0, with_id]  # type: ignore[arg-type]
+    assert sorted(trie.match("a/b")["c"]) == [0, with_id]  # type: ignore[arg-type]  # both kept: a tuple
     trie.add("a/b", "c", no_local)
-    assert sorted(trie.match("a/b")["c"]) == [0, no_local, with_id]  # type: ignore[arg-type]
+    assert sorted(trie.match("a/b")["c"]) == [0, no_local, with_id]  # type: ignore[arg-type]  # as above
     assert trie.match("a") == {"c": 0}
     assert grants.resolve(trie.match("a/b")["c"], 2, True, own=True) == (1, False, b"\x0b\x07")
     assert grants.resolve(trie.match("a/b")["c"], 2, True, own=False) == (2, False, b"\x0b\x07")

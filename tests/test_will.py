@@ -6,10 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from plexmq.mqtt import v4 as p
-
 
 
 def raw_on_worker(b: Broker, want: Callable[[int], bool]) -> RawClient:

@@ -15,8 +15,9 @@ import re
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import zmq

@@ -70,7 +70,7 @@ def meet(a: str, b: str) -> str:
     """The filter of the topics both overlapping valid filters match (`a/+` and `+/b`: `a/b`)."""
     a_levels = a.split("/")
     b_levels = b.split("/")
-    levels = []
+    levels: list[str] = []
     for i, x in enumerate(a_levels):
         if x == "#":
             return "/".join(levels + b_levels[i:])

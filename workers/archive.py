@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from plexmq.files import Access
-from plexmq.mqtt.topics import matches
 from plexmq.archive_format import (
     HOUR_US,
     SEGMENT_SUFFIX,
@@ -34,6 +32,8 @@ from plexmq.archive_format import (
     partition,
     segment_header,
 )
+from plexmq.files import Access
+from plexmq.mqtt.topics import matches
 
 CHUNK_BYTES = 128 << 10  # packet bytes per chunk under load: large enough to amortise, small enough for the cache
 WRITE_SECONDS = 1.0  # at light load, records wait at most this long in memory (lost if the worker dies)

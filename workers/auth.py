@@ -1,6 +1,6 @@
 """Who may connect and what they may touch, decided in the worker that holds the connection.
 
-Why here: authentication runs in every worker, so it scales with them (DESIGN.md). Password hashes
+Why here: authentication runs in every worker, so it scales with them. Password hashes
 are slow on purpose, so they are checked on a small thread pool (hashlib.scrypt releases the GIL) and
 never on the event loop; a check that succeeded is remembered (keyed by a keyed hash of the
 password, never the password) so that a fleet reconnecting after an outage does not pay the slow

@@ -8,8 +8,9 @@ and no call was added per record.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from plexmq import wire
 from plexmq.mqtt import PROTOCOLS, reasons, v5

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plexmq.workers.aliases import ALIASES_MAX
 from plexmq.mqtt import properties as props
 from plexmq.mqtt.connect import Connect
+from plexmq.workers.aliases import ALIASES_MAX
 
 if TYPE_CHECKING:
     from plexmq.workers.scram import Exchange
@@ -23,11 +23,12 @@ class Negotiated:
         p = connect.properties
         # the client's limits on what the broker sends it
         self.problem_info = bool(p.get(props.REQUEST_PROBLEM_INFORMATION, 1))  # reason strings on acks
-        self.receive_max: int = p.get(props.RECEIVE_MAXIMUM, 65535)  # type: ignore[assignment]
+        # (a property's value has the type its entry in properties.TABLE says: these are integers)
+        self.receive_max: int = p.get(props.RECEIVE_MAXIMUM, 65535)  # type: ignore[assignment]  # an int
         self.max_packet: int = p.get(props.MAXIMUM_PACKET_SIZE, 0)  # type: ignore[assignment]  # 0: no limit
-        self.session_expiry: int = p.get(props.SESSION_EXPIRY_INTERVAL, 0)  # type: ignore[assignment]
+        self.session_expiry: int = p.get(props.SESSION_EXPIRY_INTERVAL, 0)  # type: ignore[assignment]  # an int
         # topic aliases the broker sends (workers/aliases.py): 0 none; in the order of the packets written
-        self.send_alias_max: int = min(p.get(props.TOPIC_ALIAS_MAXIMUM, 0), ALIASES_MAX)  # type: ignore[type-var]
+        self.send_alias_max: int = min(p.get(props.TOPIC_ALIAS_MAXIMUM, 0), ALIASES_MAX)  # type: ignore[assignment]  # an int
         self.sent_aliases: dict[bytes, int] = {}  # topic -> alias, the least recently used first
         self.alias_misses: dict[bytes, None] = {}  # sent without one while all were taken (a set: 216 bytes, this 64)
         # the broker's limits on what the client sends

@@ -42,11 +42,11 @@ class LocalRoutes:
             if self.remote.match(name):
                 found = None
             else:
-                found = tuple([(conn, granted, 0) for conn, granted in self.local.match(name).items()])
+                found = tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(name).items()])
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
-            self.cache[topic] = found
-        return found  # type: ignore[return-value]
+            self.cache[topic] = found  # type: ignore[assignment]  # the local trie is keyed by conn id
+        return found  # type: ignore[return-value]  # not _UNKNOWN by now
 
     def apply(self, whole: bool, entries: list[list]) -> None:
         """A ROUTES record: each filter with its places now (`whole`: the entire table)."""
@@ -66,18 +66,18 @@ class LocalRoutes:
         """A new router: until its table comes, every message goes to it."""
         self.known = False
 
-    def subscribe(self, conn: int, topic_filter: str, qos: int) -> None:
-        self.local.add(topic_filter, conn, qos)
+    def subscribe(self, conn_id: int, topic_filter: str, qos: int) -> None:
+        self.local.add(topic_filter, conn_id, qos)
         self.cache.clear()
 
-    def unsubscribe(self, conn: int, topic_filter: str) -> None:
-        if self.local.remove(topic_filter, conn):
+    def unsubscribe(self, conn_id: int, topic_filter: str) -> None:
+        if self.local.remove(topic_filter, conn_id):
             self.cache.clear()
 
-    def forget(self, conn: int, filters: Iterable[str]) -> None:
+    def forget(self, conn_id: int, filters: Iterable[str]) -> None:
         """A connection ended: its subscriptions go with it. `filters`: every filter it asked for
         (`Connection.subs`), which include those served here. That list is the only one kept: a
         second here cost ~85 bytes a subscription and a scan of it per UNSUBSCRIBE."""
-        removed = [topic_filter for topic_filter in filters if self.local.remove(topic_filter, conn)]
+        removed = [topic_filter for topic_filter in filters if self.local.remove(topic_filter, conn_id)]
         if removed:
             self.cache.clear()

@@ -20,7 +20,8 @@ import errno
 import os
 import select
 import socket
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 READ_SIZE = 65536  # one recv per ready socket and turn; glibc keeps this size off mmap
 BATCH = 1024  # ready sockets served per loop turn
@@ -83,7 +84,8 @@ class SocketTransport(asyncio.Transport):
     __slots__ = ("poller", "sock", "fd", "protocol", "pending", "size", "reading", "closing", "draining",
                  "writing_paused")
 
-    def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:  # no Transport.__init__: no extra dict
+    # no Transport.__init__: no extra dict
+    def __init__(self, poller: Poller, sock: socket.socket, protocol: asyncio.Protocol) -> None:
         self.poller = poller
         self.sock: socket.socket | None = sock  # None once closed
         self.fd = sock.fileno()
@@ -99,7 +101,7 @@ class SocketTransport(asyncio.Transport):
 
     def read_ready(self) -> None:
         try:
-            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]
+            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]  # None only once closed
         except _AGAIN:
             return
         except OSError as exc:
@@ -125,7 +127,7 @@ class SocketTransport(asyncio.Transport):
     def drain(self) -> None:
         """Input after the close, dropped; the peer's end of the stream (or an error) finishes it."""
         try:
-            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]
+            data = self.sock.recv(READ_SIZE)  # type: ignore[union-attr]  # None only once closed
         except _AGAIN:
             return
         except OSError:
@@ -135,7 +137,7 @@ class SocketTransport(asyncio.Transport):
 
     def broken(self) -> None:
         """Hang-up or error with nothing to read (or reading paused): the peer is gone."""
-        code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or errno.ECONNRESET  # type: ignore[union-attr]
+        code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or errno.ECONNRESET  # type: ignore[union-attr]  # None only once closed
         self._finish(OSError(code, os.strerror(code)))
 
     # -- the protocol's side ---------------------------------------------------------------------------
@@ -148,7 +150,7 @@ class SocketTransport(asyncio.Transport):
             self.size += len(data)
         else:
             try:
-                sent = self.sock.send(data)  # type: ignore[union-attr]
+                sent = self.sock.send(data)  # type: ignore[union-attr]  # None only once closed
             except _AGAIN:
                 sent = 0
             except OSError as exc:
@@ -232,7 +234,7 @@ class SocketTransport(asyncio.Transport):
         keep the rest; False when the socket failed (the connection is finished)."""
         pending = self.pending
         try:
-            sent = self.sock.sendmsg(pending[:MAX_PARTS])  # type: ignore[union-attr]
+            sent = self.sock.sendmsg(pending[:MAX_PARTS])  # type: ignore[union-attr]  # None only once closed
         except _AGAIN:
             return True
         except OSError as exc:
@@ -259,7 +261,7 @@ class SocketTransport(asyncio.Transport):
         """A closed connection's output is all sent: shut down writing (the peer reads its end after
         it), then drain (`close`)."""
         try:
-            self.sock.shutdown(socket.SHUT_WR)  # type: ignore[union-attr]
+            self.sock.shutdown(socket.SHUT_WR)  # type: ignore[union-attr]  # None only once closed
         except OSError:
             return self._finish(None)
         self.draining = True

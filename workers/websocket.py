@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from wsproto.connection import SERVER, ConnectionState
 from wsproto.connection import Connection as Frames
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request,
-                            TextMessage)
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, Request, TextMessage
 from wsproto.frame_protocol import CloseReason
 from wsproto.handshake import H11Handshake
 from wsproto.utilities import RemoteProtocolError
@@ -53,7 +52,7 @@ class WebSocket(asyncio.Protocol, asyncio.Transport):
     # -- the socket's side ---------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport
         self.conn.connection_made(self)  # now: the CONNECT deadline must be able to close the socket
 
     def data_received(self, data: bytes) -> None:

@@ -9,10 +9,18 @@ import struct
 from dataclasses import dataclass, field
 
 from plexmq.mqtt import properties as props_codec
-from plexmq.mqtt.framing import (PROTOCOL_ERROR, MalformedPacket, UnsupportedProtocol, encode_binary, encode_string,
-                                  packet, read_binary, read_string)
+from plexmq.mqtt.framing import (
+    PROTOCOL_ERROR,
+    MalformedPacket,
+    UnsupportedProtocol,
+    encode_binary,
+    encode_string,
+    packet,
+    read_binary,
+    read_string,
+)
 from plexmq.mqtt.kinds import CONNECT
-from plexmq.mqtt.properties import WILL, Properties
+from plexmq.mqtt.properties import WILL, Properties, PropertyMap
 from plexmq.mqtt.reasons import TOPIC_NAME_INVALID
 from plexmq.mqtt.topics import topic_name_error
 
@@ -127,7 +135,7 @@ def encode_connect(
     username: str | None = None,
     password: bytes | None = None,
     protocol_level: int = 4,
-    properties: Properties | None = None,
+    properties: PropertyMap | None = None,
 ) -> bytes:
     """A CONNECT; level 3 is MQTT 3.1 ("MQIsdp"), 5 is 5.0 (with `properties` and the will's)."""
     v5 = protocol_level == 5

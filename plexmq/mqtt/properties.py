@@ -13,11 +13,20 @@ a hundred times the plain packet; one more is refused as a limit, Quota exceeded
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple, Union
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from plexmq.mqtt import kinds
-from plexmq.mqtt.framing import (PROTOCOL_ERROR, TOPIC_ALIAS_INVALID, MalformedPacket, encode_binary, encode_remaining_length,
-                                  encode_string, read_string, read_varint)
+from plexmq.mqtt.framing import (
+    PROTOCOL_ERROR,
+    TOPIC_ALIAS_INVALID,
+    MalformedPacket,
+    encode_binary,
+    encode_remaining_length,
+    encode_string,
+    read_string,
+    read_varint,
+)
 from plexmq.mqtt.reasons import QUOTA_EXCEEDED
 
 WILL = 0  # the will's properties, in the CONNECT payload, are a "packet" of their own here
@@ -54,8 +63,10 @@ SHARED_SUBSCRIPTION_AVAILABLE = 0x2A
 
 ANY = 1 << 28  # no bound on user properties: more than a packet can hold
 
-Value = Union[int, str, bytes, list]
+Value = int | str | bytes | tuple[str, str] | list
 Properties = dict[int, Value]
+# what the encoders take: any mapping, so that a caller's dict[int, int] will do
+PropertyMap = Mapping[int, Value]
 
 
 class Property(NamedTuple):
@@ -179,11 +190,11 @@ def decode(body: bytes | memoryview, pos: int, kind: int, max_user: int = ANY) -
         else:
             value, pos = _string(body, pos, end, prop.name)
         if ident in _FLAGS and value not in (0, 1):
-            raise _protocol_error(f"{prop.name} {value}, not 0 or 1")
+            raise _protocol_error(f"{prop.name} {value!r}, not 0 or 1")
         if ident in _NOT_ZERO and not value:
             raise MalformedPacket(f"{prop.name} 0", TOPIC_ALIAS_INVALID if ident == TOPIC_ALIAS else PROTOCOL_ERROR)
         if ident == USER_PROPERTY or (ident == SUBSCRIPTION_IDENTIFIER and kind == kinds.PUBLISH):
-            props.setdefault(ident, []).append(value)  # type: ignore[union-attr]
+            props.setdefault(ident, []).append(value)  # type: ignore[union-attr]  # a list-valued property
         elif ident in props:
             raise _protocol_error(f"{prop.name} more than once")
         else:
@@ -201,7 +212,7 @@ def _string(body: bytes | memoryview, pos: int, end: int, what: str) -> tuple[st
     return read_string(body, pos, what)
 
 
-def encode(props: Properties | None) -> bytes:
+def encode(props: PropertyMap | None) -> bytes:
     """A property block: its length, then each property (lists as one property per item)."""
     if not props:
         return b"\x00"
@@ -209,9 +220,10 @@ def encode(props: Properties | None) -> bytes:
     return encode_remaining_length(len(block)) + block
 
 
-def encode_entries(props: Properties) -> bytes:
+def encode_entries(props: PropertyMap) -> bytes:
     """The properties as they follow a block's length (lists as one property per item)."""
     out = []
+    item: Any  # of the type TABLE says
     for ident, value in props.items():
         ptype = TABLE[ident].type
         for item in (value if isinstance(value, list) else (value,)):

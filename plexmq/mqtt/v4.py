@@ -12,13 +12,40 @@ from __future__ import annotations
 
 import struct
 
-from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
-    MAX_REMAINING_LENGTH, U16, MalformedPacket, UnsupportedProtocol, encode_binary, encode_remaining_length,
-    encode_string, frame, packet, read_binary, read_packet_id, read_string)
 from plexmq.mqtt.connect import Connect, Will, decode_connect, encode_connect  # noqa: F401 (one CONNECT codec for all levels)
+from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
+    MAX_REMAINING_LENGTH,
+    U16,
+    MalformedPacket,
+    UnsupportedProtocol,
+    encode_binary,
+    encode_remaining_length,
+    encode_string,
+    frame,
+    packet,
+    read_binary,
+    read_packet_id,
+    read_string,
+)
 from plexmq.mqtt.kinds import (  # noqa: F401
-    AUTH, CONNACK, CONNECT, DISCONNECT, PINGREQ, PINGREQ_PACKET, PINGRESP, PINGRESP_PACKET, PUBACK, PUBCOMP,
-    PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
+    AUTH,
+    CONNACK,
+    CONNECT,
+    DISCONNECT,
+    PINGREQ,
+    PINGREQ_PACKET,
+    PINGRESP,
+    PINGRESP_PACKET,
+    PUBACK,
+    PUBCOMP,
+    PUBLISH,
+    PUBREC,
+    PUBREL,
+    SUBACK,
+    SUBSCRIBE,
+    UNSUBACK,
+    UNSUBSCRIBE,
+)
 from plexmq.mqtt.topics import topic_name_error
 
 DISCONNECT_PACKET = b"\xe0\x00"

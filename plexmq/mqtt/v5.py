@@ -9,18 +9,46 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from plexmq.mqtt import properties as props_codec
 from plexmq.mqtt.connect import Connect, RefusedConnect, Will, decode_connect, encode_connect  # noqa: F401
 from plexmq.mqtt.framing import (  # noqa: F401 (framing is part of this codec's surface)
-    MAX_REMAINING_LENGTH, PROTOCOL_ERROR, U16, MalformedPacket, UnsupportedProtocol, encode_remaining_length, encode_string, frame,
-    packet, read_packet_id, read_string, read_varint)
+    MAX_REMAINING_LENGTH,
+    PROTOCOL_ERROR,
+    U16,
+    MalformedPacket,
+    UnsupportedProtocol,
+    encode_remaining_length,
+    encode_string,
+    frame,
+    packet,
+    read_packet_id,
+    read_string,
+    read_varint,
+)
 from plexmq.mqtt.kinds import (  # noqa: F401
-    AUTH, CONNACK, CONNECT, DISCONNECT, PINGREQ, PINGREQ_PACKET, PINGRESP, PINGRESP_PACKET, PUBACK, PUBCOMP,
-    PUBLISH, PUBREC, PUBREL, SUBACK, SUBSCRIBE, UNSUBACK, UNSUBSCRIBE)
-from plexmq.mqtt.properties import Properties
-from plexmq.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID, name as reason_name
+    AUTH,
+    CONNACK,
+    CONNECT,
+    DISCONNECT,
+    PINGREQ,
+    PINGREQ_PACKET,
+    PINGRESP,
+    PINGRESP_PACKET,
+    PUBACK,
+    PUBCOMP,
+    PUBLISH,
+    PUBREC,
+    PUBREL,
+    SUBACK,
+    SUBSCRIBE,
+    UNSUBACK,
+    UNSUBSCRIBE,
+)
+from plexmq.mqtt.properties import Properties, PropertyMap
+from plexmq.mqtt.reasons import ALLOWED, TOPIC_NAME_INVALID
+from plexmq.mqtt.reasons import name as reason_name
 from plexmq.mqtt.topics import SHARED_PREFIX, topic_name_error
 from plexmq.mqtt.v4 import publish_header as v4_publish_header
 
@@ -230,17 +258,17 @@ def publish_header(topic: bytes, payload_len: int, qos: int, retain: bool, dup: 
 
 
 def encode_publish(topic: bytes, payload: bytes, qos: int = 0, retain: bool = False, dup: bool = False,
-                   packet_id: int = 0, properties: Properties | None = None) -> bytes:
+                   packet_id: int = 0, properties: PropertyMap | None = None) -> bytes:
     return publish_header(topic, len(payload), qos, retain, dup, packet_id, props_codec.encode(properties)) + payload
 
 
 def publishes_from_v4(packets: bytes) -> bytes:
     """Plain QoS 0 PUBLISH packets of 3.1.1 (as the raw path forwards them) as 5.0 ones: each gets an
     empty property block after its topic. One conversion serves every 5.0 subscriber of a run."""
-    out = []
+    out: list[bytes] = []
     pos, end = 0, len(packets)
     while pos < end:
-        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
         topic_end = start + 2 + ((packets[start] << 8) | packets[start + 1])
         out += (b"\x30", encode_remaining_length(stop - start + 1), packets[start:topic_end], b"\x00",
                 packets[topic_end:stop])
@@ -251,10 +279,10 @@ def publishes_from_v4(packets: bytes) -> bytes:
 def publishes_to_v4(packets: bytes) -> bytes:
     """5.0 QoS 0 PUBLISH packets without properties (a 5.0 client's raw run) as 3.1.1 ones: each loses
     its empty property block. One conversion serves every 3.1.1 subscriber of a run."""
-    out = []
+    out: list[bytes] = []
     pos, end = 0, len(packets)
     while pos < end:
-        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
         topic_end = start + 2 + ((packets[start] << 8) | packets[start + 1])
         out += (b"\x30", encode_remaining_length(stop - start - 1), packets[start:topic_end], packets[topic_end + 1:stop])
         pos = stop
@@ -272,7 +300,7 @@ def without_properties(buf: bytes, start: int, stop: int) -> bool:
 
 def first_topic(packets: bytes) -> bytes:
     """The topic name of the first PUBLISH in `packets` (3.1.1 or 5.0: a raw run's packets share it)."""
-    _first, start, _stop = frame(packets, 0, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+    _first, start, _stop = frame(packets, 0, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
     return packets[start + 2:start + 2 + ((packets[start] << 8) | packets[start + 1])]
 
 
@@ -281,10 +309,10 @@ def with_topic_alias(packets: bytes, alias: int, named: bool) -> bytes:
     `alias` in front of their properties: the first keeps its topic name when `named` (it sets the
     alias), every other has an empty one (it uses the alias)."""
     entry = _ALIAS + U16.pack(alias)
-    out = []
+    out: list[bytes] = []
     pos, end = 0, len(packets)
     while pos < end:
-        first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
         topic_end = start + 2 + ((packets[start] << 8) | packets[start + 1])
         length, props_start = read_varint(packets, topic_end, "property length")
         topic = packets[start:topic_end] if named and not pos else b"\x00\x00"
@@ -300,7 +328,7 @@ def payloads(packets: bytes) -> list[bytes]:
     found = []
     pos, end = 0, len(packets)
     while pos < end:
-        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]
+        _first, start, stop = frame(packets, pos, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
         length, props_start = read_varint(packets, start + 2 + ((packets[start] << 8) | packets[start + 1]),
                                           "property length")
         found.append(packets[props_start + length:stop])
@@ -327,7 +355,7 @@ def message_properties(props: bytes, expiry: int, now: float, alias: int = 0) ->
     return encode_remaining_length(len(props)) + props
 
 
-def encode_ack(kind: int, packet_id: int, code: int = 0, properties: Properties | None = None) -> bytes:
+def encode_ack(kind: int, packet_id: int, code: int = 0, properties: PropertyMap | None = None) -> bytes:
     """PUBACK, PUBREC, PUBREL or PUBCOMP: the short form when the reason is success and nothing else."""
     first = _FIRST_BYTES[kind]
     if not properties:
@@ -337,36 +365,36 @@ def encode_ack(kind: int, packet_id: int, code: int = 0, properties: Properties 
     return packet(first, U16.pack(packet_id) + bytes((code,)) + props_codec.encode(properties))
 
 
-def encode_connack(session_present: bool, code: int, properties: Properties | None = None) -> bytes:
+def encode_connack(session_present: bool, code: int, properties: PropertyMap | None = None) -> bytes:
     return packet(0x20, bytes((1 if session_present else 0, code)) + props_codec.encode(properties))
 
 
-def encode_subscribe(packet_id: int, filters: list[tuple[str, int]], properties: Properties | None = None) -> bytes:
+def encode_subscribe(packet_id: int, filters: list[tuple[str, int]], properties: PropertyMap | None = None) -> bytes:
     parts = [U16.pack(packet_id), props_codec.encode(properties)]
     for topic_filter, options in filters:
         parts += (encode_string(topic_filter), bytes((options,)))
     return packet(0x82, b"".join(parts))
 
 
-def encode_suback(packet_id: int, codes: list[int], properties: Properties | None = None) -> bytes:
+def encode_suback(packet_id: int, codes: list[int], properties: PropertyMap | None = None) -> bytes:
     return packet(0x90, U16.pack(packet_id) + props_codec.encode(properties) + bytes(codes))
 
 
-def encode_unsubscribe(packet_id: int, filters: list[str], properties: Properties | None = None) -> bytes:
+def encode_unsubscribe(packet_id: int, filters: list[str], properties: PropertyMap | None = None) -> bytes:
     return packet(0xA2, b"".join([U16.pack(packet_id), props_codec.encode(properties), *map(encode_string, filters)]))
 
 
-def encode_unsuback(packet_id: int, codes: list[int], properties: Properties | None = None) -> bytes:
+def encode_unsuback(packet_id: int, codes: list[int], properties: PropertyMap | None = None) -> bytes:
     return packet(0xB0, U16.pack(packet_id) + props_codec.encode(properties) + bytes(codes))
 
 
-def encode_disconnect(code: int = 0, properties: Properties | None = None) -> bytes:
+def encode_disconnect(code: int = 0, properties: PropertyMap | None = None) -> bytes:
     if not properties:
         return b"\xe0\x00" if not code else bytes((0xE0, 1, code))
     return packet(0xE0, bytes((code,)) + props_codec.encode(properties))
 
 
-def encode_auth(code: int = 0, properties: Properties | None = None) -> bytes:
+def encode_auth(code: int = 0, properties: PropertyMap | None = None) -> bytes:
     if not properties and not code:
         return b"\xf0\x00"
     return packet(0xF0, bytes((code,)) + props_codec.encode(properties))

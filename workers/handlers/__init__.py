@@ -4,10 +4,11 @@ handle_*.c): `HANDLERS[kind](conn, flags, body)`. The plain QoS 0 PUBLISH runs n
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from plexmq.workers.handlers import acks, auth, connect, ping, publish, subscribe
 from plexmq.mqtt import kinds
+from plexmq.workers.handlers import acks, auth, connect, ping, publish, subscribe
 
 if TYPE_CHECKING:
     from plexmq.workers.connection import Connection

@@ -9,11 +9,11 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING
 
-from plexmq.workers import scram
-from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers import scram
+from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
 from plexmq.workers.states import CHALLENGED, CONNECTED
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
         raise MalformedPacket("AUTH without an authentication method at CONNECT", PROTOCOL_ERROR)  # [MQTT-4.12.0-6]
     if properties[props.AUTHENTICATION_METHOD] != negotiated.auth_method:  # [MQTT-4.12.0-5], [MQTT-4.12.1-1]
         raise MalformedPacket("AUTH with another authentication method than CONNECT's", PROTOCOL_ERROR)
-    data: bytes = properties.get(props.AUTHENTICATION_DATA, b"")  # type: ignore[assignment]
+    data: bytes = properties.get(props.AUTHENTICATION_DATA, b"")  # type: ignore[assignment]  # binary
     exchange = negotiated.exchange
     if code == reasons.RE_AUTHENTICATE and exchange is None and conn.state == CONNECTED:
         try:
@@ -51,7 +51,7 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
         negotiated.pending = None
         negotiated.auth_data = server_final  # the CONNACK carries it
         conn.username = exchange.username
-        accept(conn, connect)  # type: ignore[arg-type]
+        accept(conn, connect)  # type: ignore[arg-type]  # pending since the CONNECT
     else:
         conn.send5(partial(v5.encode_auth, reasons.SUCCESS), {props.AUTHENTICATION_METHOD: negotiated.auth_method,
                                                                props.AUTHENTICATION_DATA: server_final})

@@ -13,15 +13,15 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING
 
-from plexmq.workers import scram
-from plexmq.workers.acl import may_publish
-from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
 from plexmq.mqtt.framing import PROTOCOL_ERROR
+from plexmq.workers import scram
+from plexmq.workers.acl import may_publish
+from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from plexmq.workers.negotiated import Negotiated
-from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CONNECTED, CONNECTING
+from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CONNECTING
 from plexmq.workers.tls import unfit_username
 
 if TYPE_CHECKING:
@@ -87,12 +87,12 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         conn.v5.server_keepalive = most
     conn.client_id = client_id
     if method is not None:
-        conn.v5.auth_method = method  # type: ignore[union-attr]
+        conn.v5.auth_method = method  # type: ignore[union-attr]  # a 5.0 CONNECT
         try:
-            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]
+            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]  # binary
         except scram.Failed as failure:
             return fail_login(conn, failure)
-        conn.v5.pending = connect  # type: ignore[union-attr]
+        conn.v5.pending = connect  # type: ignore[union-attr]  # a 5.0 CONNECT
         conn.state = CHALLENGED
         return
     conn.username = connect.username
@@ -101,7 +101,7 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         conn.username = conn.cert_username
     elif auth.required:
         conn.state = AUTHENTICATING
-        conn.transport.pause_reading()  # type: ignore[union-attr]
+        conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
         login = asyncio.ensure_future(auth.login(connect.username, connect.password, client_address(conn)))
         login.add_done_callback(lambda done: _logged_in(conn, done, connect))
         return
@@ -128,8 +128,8 @@ def _refuse_broken(conn: Connection, exc: RefusedConnect) -> None:
     """CONNACK with the reason code of the rule a 5.0 CONNECT breaks, then close (section 4.13.1); the
     reason string goes only where the client's Maximum Packet Size is known (its properties were read)."""
     reason = v5.refusal(exc)
-    told = None if exc.properties is None else {props.REASON_STRING: reason}
-    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]
+    told: props.Properties | None = None if exc.properties is None else {props.REASON_STRING: reason}
+    limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]  # an int
     packet = v5.within(limit, partial(v5.encode_connack, False, exc.code), told)
     if packet is not None:
         conn.write(packet)
@@ -144,12 +144,12 @@ def challenge(conn: Connection, client_first: bytes, username: str | None) -> No
     passwords = conn.worker.auth.passwords
     if passwords is None:
         raise scram.Failed("SCRAM is no longer offered (no password_file)", False)
-    exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]
+    exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]  # SCRAM runs with a password file
     server_first = exchange.first(client_first)
     if username is not None and exchange.username != username:
         raise scram.Failed(f"SCRAM user {exchange.username!r} is not the user name {username!r}", True)
     if not conn.send5(partial(v5.encode_auth, reasons.CONTINUE_AUTHENTICATION),
-                      {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]
+                      {props.AUTHENTICATION_METHOD: negotiated.auth_method,  # type: ignore[union-attr]  # as above
                        props.AUTHENTICATION_DATA: server_first}):
         raise scram.Failed("the server's AUTH does not fit the client's maximum packet size", False)
 
@@ -158,7 +158,7 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
     """An exchange at CONNECT failed: CONNACK 0x86 (wrong proof) or 0x87, after the same growing
     delay as a wrong password from that address; reading waits meanwhile."""
     worker = conn.worker
-    exchange = conn.v5.exchange  # type: ignore[union-attr]
+    exchange = conn.v5.exchange  # type: ignore[union-attr]  # AUTH: a 5.0 connection
     passwords = worker.auth.passwords
     user = exchange.username if exchange is not None else ""
     if passwords is not None and user in passwords and not passwords.has_scram_keys(user):
@@ -166,7 +166,7 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
                     conn.client_id, user, passwords.path)
     code, reason = (BAD_CREDENTIALS, "bad user name or password") if failure.bad_proof else (NOT_AUTHORIZED, str(failure))
     conn.state = AUTHENTICATING
-    conn.transport.pause_reading()  # type: ignore[union-attr]
+    conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
     worker.loop.call_later(worker.auth.failed(client_address(conn)), _refuse_failed, conn, code, reason)
 
 
@@ -199,9 +199,9 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
 
 def accept(conn: Connection, connect: Connect) -> None:
     """Credentials accepted (`conn.username` is who logged in): check the will against the ACL (a `$`
-    will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection when its expiry interval is not 0; clean
-    start alone says whether an earlier one is discarded. The keepalive is the client's, or the
-    Server Keep Alive a 5.0 client was told instead."""
+    will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection
+    when its expiry interval is not 0; clean start alone says whether an earlier one is discarded. The
+    keepalive is the client's, or the Server Keep Alive a 5.0 client was told instead."""
     worker = conn.worker
     if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
         return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from plexmq.workers.acl import may_publish
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
+from plexmq.workers.acl import may_publish
 from plexmq.workers.states import CLOSED
 
 if TYPE_CHECKING:
@@ -53,23 +53,23 @@ def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
 def _carried(properties: props.Properties) -> tuple[bytes, int]:
     """What of a PUBLISH's properties travels to its subscribers, byte for byte (plexmq/wire.py), and
     the time.time() second its message expiry interval ends (0: none; a second early at most)."""
-    interval = properties.get(props.MESSAGE_EXPIRY_INTERVAL)
-    expiry = int(time.time()) + interval if interval is not None else 0  # type: ignore[operator]
+    interval: int | None = properties.get(props.MESSAGE_EXPIRY_INTERVAL)  # type: ignore[assignment]  # a four-byte integer
+    expiry = int(time.time()) + interval if interval is not None else 0
     return props.forwarded(properties), expiry
 
 
 def _resolve_alias(negotiated: Negotiated, topic: str, properties: props.Properties) -> str:
     """The topic a PUBLISH names, through its topic alias: set by a topic, used by an empty one."""
-    alias = properties.get(props.TOPIC_ALIAS)
+    alias: int | None = properties.get(props.TOPIC_ALIAS)  # type: ignore[assignment]  # a two-byte integer
     if alias is None:
         return topic
-    if alias > negotiated.alias_max:  # type: ignore[operator]
+    if alias > negotiated.alias_max:
         raise MalformedPacket(f"topic alias {alias} beyond the maximum {negotiated.alias_max}",
                               reasons.TOPIC_ALIAS_INVALID)
     if topic:
-        negotiated.aliases[alias] = topic  # type: ignore[index]
+        negotiated.aliases[alias] = topic
         return topic
-    known = negotiated.aliases.get(alias)  # type: ignore[arg-type]
+    known = negotiated.aliases.get(alias)
     if known is None:
         raise MalformedPacket(f"topic alias {alias} used before it was set", PROTOCOL_ERROR)
     return known

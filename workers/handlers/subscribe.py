@@ -24,7 +24,7 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
         identifier = 0
     else:
         packet_id, filters, properties = v5.decode_subscribe(flags, body, conn.worker.settings.max_user_properties)
-        identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]
+        identifier = properties.get(props.SUBSCRIPTION_IDENTIFIER, 0)  # type: ignore[assignment]  # a varint
     checker = conn.checker
     subs = conn.subs
     if subs is None:
