@@ -5,9 +5,8 @@ Why it is shaped this way: the router records each change as it happens (router/
 operation that owns its statement appends it to `Store.ops`) and `commit` writes one turn's changes in
 one transaction, in the order they were made, with one `executemany` per run of the same statement.
 The router commits before it sends the turn's acknowledgements, so a publisher's PUBACK/PUBREC and a
-SUBACK leave only once what they acknowledge is
-on disk; deliveries of QoS 0/1 go out before the commit, so a persistent subscriber's window does not
-wait for the disk (after a crash a copy may come again, which QoS 1 allows).
+SUBACK leave only once what they acknowledge is on disk; deliveries of QoS 0/1 go out before the
+commit, so a persistent subscriber's window does not wait for the disk (after a crash a copy may come again, which QoS 1 allows).
 Clean sessions are never recorded (the journal decides). `sync = "normal"` survives any crash of the broker's processes;
 `"full"` also survives a power loss (one fsync per commit).
 """
