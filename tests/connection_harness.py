@@ -5,7 +5,9 @@ acceptor channel, no ZeroMQ link, no password file; its settings are keyword arg
 `FakeLoop` whose `call_soon` callbacks (the worker's end-of-turn flush) run when the test calls
 `turn()`. What it does with records from the router (`on_frame`), with PUBLISHes (`publish`, the
 awaiting queue, ROUTED) and with the connection's deliveries is the worker's own code. Its link is a
-`FakeLink`: the real `RouterLink`'s record builders, its sends kept as frames and decoded by `records()`.
+`FakeLink`: the real `RouterLink`'s record senders, its sends kept as frames and decoded by `records()`
+with plexmq/wire.py's record classes. What the router sends is built by the router's own senders
+(`wire.ToWorker`: `session`, `routed`, `deliver` ... below).
 Each client is a `FakeTransport` that keeps what the connection wrote and can be paused (as asyncio
 pauses a protocol whose transport buffer is full).
 
@@ -17,27 +19,29 @@ pauses a protocol whose transport buffer is full).
     h.from_router(routed(1, 1))              # a ROUTED: now the PUBACK
     assert c.packets() == [Packet(PUBACK, 0, 1)]
 
-When the worker's settings become one value and the link gets typed records (issue 22), this module
-is the one place to adapt.
+The worker's settings are the broker's defaults (acceptor/config.py) as `Settings.from_config` reads
+them, with the harness's keyword arguments replacing fields of that `Settings` value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import orjson
-
 from plexmq import wire
+from plexmq.acceptor import config as broker_config
 from plexmq.mqtt import PROTOCOLS, v5
-from plexmq.mqtt import properties as props
 from plexmq.mqtt import v4 as p
 from plexmq.workers.connection import Connection
+from plexmq.workers.counters import Counters
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
 from plexmq.workers.routes import LocalRoutes
+from plexmq.workers.settings import Settings
 from plexmq.workers.worker import Worker
 
 # -- the event loop, the transport, the link ---------------------------------------------------------
@@ -112,8 +116,8 @@ class FakeTransport:
 
 
 class FakeLink(RouterLink):
-    """The worker's link without ZeroMQ: the real record builders (`pub`, `pub0`, `ack`, `batch`),
-    each `send` kept in `frames`."""
+    """The worker's link without ZeroMQ: the real record senders (`pub`, `ack`, `connect`, `gone` ...,
+    into `batch`), each `send` kept in `frames`."""
 
     def __init__(self, loop: FakeLoop) -> None:  # not RouterLink's: it opens a ZeroMQ socket
         self.loop = loop  # type: ignore[assignment]
@@ -161,25 +165,22 @@ class FakeAuth:
 
 # -- the worker ------------------------------------------------------------------------------------------
 
-SETTINGS = {  # the worker's settings a connection reads, as the defaults of a broker's config give them
-    "max_packet_size": 268_435_455, "max_user_properties": props.ANY, "max_subscriptions": 1 << 30,
-    "max_inflight": 20, "receive_maximum": 65535, "topic_alias_maximum": 0, "max_keepalive": 0,
-    "response_information": "", "server_reference": "", "server_moved": False, "max_queued": 1000,
-    "connect_timeout": 10.0, "memory_limit": 0, "message_rate": 0.0, "byte_rate": 0.0, "rate_limited": False,
-    "rate_disconnects": False, "identity_as_username": False,
-}
+def settings(**overrides: Any) -> Settings:
+    """The worker's settings as a broker's default config gives them, the fields named in `overrides`
+    replaced (a name that is not a field of `Settings` is a TypeError)."""
+    return dataclasses.replace(Settings.from_config(broker_config.defaults()), **overrides)
 
 
 class HarnessWorker(Worker):
-    """The real worker's code around fakes: built from `SETTINGS` (any of them overridden by keyword)."""
+    """The real worker's code around fakes: its settings the defaults', any field overridden by keyword."""
 
-    def __init__(self, **settings: Any) -> None:  # not Worker's: it opens the channel, the link, the auth
-        unknown = settings.keys() - SETTINGS.keys()
-        assert not unknown, f"not a worker setting here: {unknown}"
-        for name, value in {**SETTINGS, **settings}.items():
-            setattr(self, name, value)
+    def __init__(self, **overrides: Any) -> None:  # not Worker's: it opens the channel, the link, the auth
+        self.settings = settings(**overrides)
+        self.counters = Counters()
+        self.identity_as_username = False
         self.worker_id = 0
-        self.loop = FakeLoop()  # type: ignore[assignment]
+        loop = FakeLoop()
+        self.loop = loop  # type: ignore[assignment]
         self.node = ""
         self.identity = wire.identity("", 0)
         self.label = wire.label("", 0)
@@ -197,13 +198,14 @@ class HarnessWorker(Worker):
         self.shedding = False
         self.shed = 0
         self.wheel = TimerWheel(self.loop.time())
-        self.link = FakeLink(self.loop)  # type: ignore[assignment]
+        self.link = FakeLink(loop)
         self.auth = FakeAuth()  # type: ignore[assignment]
         self.known_topics = {}
         self.turn_us = 0
         self.archive = None
-        self.dropped = self.withheld = self.refused = self.received = 0
+        self.received = 0
         self.stopped = False
+        self.exit_status = 0
 
     def _report_load(self) -> None:
         pass  # no acceptor to tell
@@ -264,71 +266,84 @@ class Record(NamedTuple):
     payload: bytes = b""
 
 
-_NAMES = {getattr(wire, name): name for name in ("HELLO", "CONNECT", "SUBSCRIBE", "UNSUBSCRIBE", "PUB", "ACK", "REL",
-                                                  "GONE", "STATS", "CLIENTS", "SESSION_EXPIRY", "PUB0", "PUB0_V5", "BYE",
-                                                  "KICKED", "ROUTES_ACK")}
+def _pub(header: bytes) -> tuple:
+    """PUB as (conn, packet id, qos, retain, topic)."""
+    conn, pid, flags = wire.unpack_pub(header)
+    start = wire.PUB_HEAD.size
+    if flags & wire.HAS_EXTRA:
+        _props, _expiry, start = wire.read_extra(header, start)
+    return conn, pid, flags & 3, bool(flags & 4), header[start:].decode()
+
+
+def _pub0(header: bytes) -> tuple:
+    """PUB0 as (count, conn, topic)."""
+    return *wire.unpack_pub0(header), header[wire.PUB0_HEAD.size:].decode()
+
+
+# every record a worker sends: its name, and how its header is read (the record classes of
+# plexmq/wire.py, the hot records' unpack functions)
+_DECODERS: dict[int, tuple[str, Callable[[bytes], tuple]]] = {
+    wire.HELLO: ("HELLO", wire.Hello.decode),
+    wire.CONNECT: ("CONNECT", wire.Connect.decode),
+    wire.SUBSCRIBE: ("SUBSCRIBE", wire.Subscribe.decode),
+    wire.UNSUBSCRIBE: ("UNSUBSCRIBE", wire.Unsubscribe.decode),
+    wire.PUB: ("PUB", _pub),
+    wire.ACK: ("ACK", wire.unpack_ack),
+    wire.REL: ("REL", wire.Rel.decode),
+    wire.GONE: ("GONE", wire.Gone.decode),
+    wire.PUB0: ("PUB0", _pub0),
+    wire.STATS: ("STATS", wire.Stats.decode),
+    wire.CLIENTS: ("CLIENTS", wire.Clients.decode),
+    wire.SESSION_EXPIRY: ("SESSION_EXPIRY", wire.SessionExpiry.decode),
+    wire.PUB0_V5: ("PUB0_V5", _pub0),
+    wire.ROUTES_ACK: ("ROUTES_ACK", wire.RoutesAck.decode),
+    wire.BYE: ("BYE", lambda header: ()),
+    wire.KICKED: ("KICKED", wire.Kicked.decode),
+}
 
 
 def decode_records(frame: bytes) -> list[Record]:
     """Records from a worker's frame: PUB as (conn, packet id, qos, retain, topic), ACK as (conn, packet
-    id, stage), REL as (conn, packet id), GONE as (conn, will), KICKED as (conn,), PUB0 as (count, conn,
-    topic); the orjson ones as their header."""
+    id, stage), PUB0 as (count, conn, topic), BYE as (); the others as their plexmq/wire.py record (a
+    NamedTuple: it compares equal to the tuple of its fields)."""
     records = []
     for kind, header, payload in wire.records(frame):
-        name = _NAMES.get(kind, str(kind))
-        if kind == wire.PUB:
-            conn, pid, flags = wire.PUB_HEAD.unpack_from(header)
-            start = wire.PUB_HEAD.size
-            if flags & wire.HAS_EXTRA:
-                _props, _expiry, start = wire.read_extra(header, start)
-            fields: tuple = (conn, pid, flags & 3, bool(flags & 4), header[start:].decode())
-        elif kind == wire.ACK:
-            fields = wire.ACK_HEAD.unpack(header)
-        elif kind == wire.REL:
-            fields = wire.CONN_PID.unpack(header)
-        elif kind == wire.GONE:
-            conn, will = wire.GONE_HEAD.unpack(header)
-            fields = (conn, bool(will))
-        elif kind in (wire.KICKED, wire.ROUTES_ACK):
-            fields = wire.CONN.unpack(header)
-        elif kind in (wire.PUB0, wire.PUB0_V5):
-            fields = (*wire.PUB0_HEAD.unpack_from(header), header[wire.PUB0_HEAD.size:].decode())
-        elif kind == wire.BYE:
-            fields = ()
-        else:
-            fields = tuple(orjson.loads(header)) if header[:1] == b"[" else (orjson.loads(header),)
-        records.append(Record(name, fields, payload))
+        assert kind in _DECODERS, f"not a record a worker sends: {kind}"
+        name, decode = _DECODERS[kind]
+        records.append(Record(name, decode(header), payload))
     return records
 
 
-# -- what the router would send --------------------------------------------------------------------------
+# -- what the router would send: each one of the router's own senders (`wire.ToWorker`) ---------------------
+
+FromRouter = Callable[[wire.ToWorker], None]
 
 
-def session(conn: int, present: bool = False, subs: list | None = None) -> tuple[int, bytes, bytes]:
-    return wire.SESSION, orjson.dumps([conn, present, subs or []]), b""
+def session(conn: int, present: bool = False, subs: list | None = None) -> FromRouter:
+    return lambda out: out.session(conn, present, subs or [])
 
 
-def suback(conn: int, pid: int, codes: list[int], local: list | None = None) -> tuple[int, bytes, bytes]:
-    return wire.SUBACK, orjson.dumps([conn, pid, codes, local or []]), b""
+def suback(conn: int, pid: int, codes: list[int], local: list | None = None) -> FromRouter:
+    return lambda out: out.suback(conn, pid, codes, local or [])
 
 
-def routed(pubs: int, records: int | None = None, unmatched: tuple[int, ...] = ()) -> tuple[int, bytes, bytes]:
-    return wire.ROUTED, wire.routed([pubs, pubs if records is None else records, *unmatched]), b""
+def routed(pubs: int, records: int | None = None, unmatched: tuple[int, ...] = ()) -> FromRouter:
+    return lambda out: out.routed([pubs, pubs if records is None else records, *unmatched])
 
 
 def deliver(topic: bytes, payload: bytes, qos: int, subs: list[tuple[int, int, int]], retain: bool = False,
-            dup: bool = False) -> tuple[int, bytes, bytes]:
+            dup: bool = False) -> FromRouter:
     """A DELIVER to `subs`: (conn, granted QoS, packet id: 0 when the worker numbers it)."""
     head = wire.deliver_head(topic, qos, retain, dup, b"", 0)
-    return wire.DELIVER, head + b"".join(wire.SUBSCRIBER.pack(*sub) for sub in subs), payload
+    return lambda out: out.deliver(head, b"".join(wire.pack_subscriber(*sub) for sub in subs), payload)
 
 
-def resend_rel(conn: int, pid: int) -> tuple[int, bytes, bytes]:
-    return wire.RESEND_REL, wire.CONN_PID.pack(conn, pid), b""
+def resend_rel(conn: int, pid: int) -> FromRouter:
+    return lambda out: out.resend_rel(conn, pid)
 
 
-def kick(conn: int) -> tuple[int, bytes, bytes]:
-    return wire.KICK, wire.CONN.pack(conn), b""
+def kick(conn: int) -> FromRouter:
+    return lambda out: out.kick(conn)
 
 
 # -- the harness ---------------------------------------------------------------------------------------------
@@ -372,15 +387,18 @@ class ConnectionHarness:
 
     def __init__(self, **settings: Any) -> None:
         self.worker = HarnessWorker(**settings)
-        self.loop: FakeLoop = self.worker.loop  # type: ignore[assignment]
-        self.taken = 0  # frames of the link already read by `records`
+        loop, link = self.worker.loop, self.worker.link
+        assert isinstance(loop, FakeLoop) and isinstance(link, FakeLink)
+        self.loop: FakeLoop = loop
+        self.link: FakeLink = link
+        self.taken: int = 0  # frames of the link already read by `records`
 
     def open(self) -> Client:
         """A new connection, as `Worker.adopt` makes one (its socket accepted, nothing read yet)."""
         worker = self.worker
         conn_id = worker.next_conn
         worker.next_conn += 1
-        conn = Connection(worker, conn_id, self.loop.time() + worker.connect_timeout)
+        conn = Connection(worker, conn_id, self.loop.time() + worker.settings.connect_timeout)
         worker.conns[conn_id] = conn
         worker.wheel.add(conn)
         transport = FakeTransport(("127.0.0.1", 50000 + conn_id))
@@ -410,17 +428,17 @@ class ConnectionHarness:
         router), and what else was called soon."""
         self.loop.run_ready()
 
-    def from_router(self, *records: tuple[int, bytes, bytes]) -> None:
-        """A frame from the router with these records (kind, header, payload; built by `session`,
-        `routed`, `deliver` ... above), then the end of the worker's turn."""
-        batch = wire.Batch()
-        for kind, header, payload in records:
-            batch.add(kind, header, payload)
-        self.worker.on_frame(batch.take())
+    def from_router(self, *records: FromRouter) -> None:
+        """A frame from the router with these records (`session`, `routed`, `deliver` ... above, each
+        added by the router's sender), then the end of the worker's turn."""
+        out = wire.ToWorker()
+        for add in records:
+            add(out)
+        self.worker.on_frame(out.take())
         self.turn()
 
     def records(self) -> list[Record]:
         """The records the worker sent to the router since the last call (STATS left out)."""
-        frames = self.worker.link.frames[self.taken:]  # type: ignore[attr-defined]
+        frames = self.link.frames[self.taken:]
         self.taken += len(frames)
         return [r for frame in frames for r in decode_records(frame) if r.kind != "STATS"]

@@ -12,23 +12,26 @@ before what it acknowledges is on disk.
     w0 = h.worker("w0")                       # joined: HELLO sent (seq 0)
     w0.connect(1, "client", clean=False)      # each call is one frame the router takes at once
     h.turn()                                  # the turn's frames go out (and the store commits)
-    assert w0.take() == [Session(1, False, [])]
+    assert w0.take() == [wire.Session(1, False, [])]
 
-The records a worker sends are built here with plexmq/wire.py's structs and orjson headers, as its
-comments describe them; `decode` reads the router's. When the link protocol gets typed records of
-its own, this module is the one place to adapt.
+A worker's records are sent by the worker's own senders (`RouterLink`, here the ZeroMQ-less
+`FakeLink` of tests/connection_harness.py); `decode` reads the router's with plexmq/wire.py's record
+classes (`wire.Session`, `wire.Kick` ...: NamedTuples, equal to the tuple of their fields) and, for
+the hot records without a class (DELIVER, DELIVER_RAW, ROUTED), with its unpack functions into the
+`Deliver`, `DeliverRaw` and `Routed` below.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
-
-import orjson
 
 from plexmq import wire
 from plexmq.router.core import Router
 from plexmq.router.store import Store
+from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Unsuback
+from tests.connection_harness import FakeLink, FakeLoop
 
 # -- what the router sends, decoded ---------------------------------------------------------------
 
@@ -39,25 +42,6 @@ class Sub(NamedTuple):
     conn: int
     qos: int
     pid: int
-
-
-class Session(NamedTuple):
-    conn: int
-    present: bool
-    subs: list  # [[filter, grant], ...] of a present session
-
-
-class Suback(NamedTuple):
-    conn: int
-    pid: int
-    codes: list
-    local: list
-
-
-class Unsuback(NamedTuple):
-    conn: int
-    pid: int
-    codes: bytes
 
 
 class Deliver(NamedTuple):
@@ -85,29 +69,6 @@ class Routed(NamedTuple):
     unmatched: tuple[int, ...] = ()
 
 
-class ResendRel(NamedTuple):
-    conn: int
-    pid: int
-
-
-class Kick(NamedTuple):
-    conn: int
-
-
-class Close(NamedTuple):
-    conn: int
-
-
-class Rejoin(NamedTuple):
-    join: int
-
-
-class Routes(NamedTuple):
-    generation: int
-    whole: bool
-    entries: list
-
-
 class Other(NamedTuple):
     """A record the harness does not read further (BEAT, LIST_CLIENTS ...)."""
     kind: int
@@ -116,11 +77,11 @@ class Other(NamedTuple):
 
 
 def _subs(data: bytes) -> tuple[Sub, ...]:
-    return tuple(Sub(*sub) for sub in wire.SUBSCRIBER.iter_unpack(data))
+    return tuple(Sub(*sub) for sub in wire.iter_subscribers(data))
 
 
 def _deliver(header: bytes, payload: bytes) -> Deliver:
-    flags, topic_len = wire.DELIVER_HEAD.unpack_from(header)
+    flags, topic_len = wire.unpack_deliver(header)
     start = wire.DELIVER_HEAD.size + topic_len
     topic = header[wire.DELIVER_HEAD.size:start]
     props, expiry = b"", 0
@@ -129,36 +90,33 @@ def _deliver(header: bytes, payload: bytes) -> Deliver:
     return Deliver(topic, payload, flags & 3, bool(flags & 4), bool(flags & 8), _subs(header[start:]), props, expiry)
 
 
+# the router's records: how each is read (kind -> (header, payload) -> record); BEAT and what is
+# not here become `Other`
+_DECODERS: dict[int, Callable[[bytes, bytes], Any]] = {
+    wire.SESSION: lambda header, _: Session.decode(header),
+    wire.SUBACK: lambda header, _: Suback.decode(header),
+    wire.UNSUBACK: lambda header, _: Unsuback.decode(header),
+    wire.DELIVER: _deliver,
+    wire.DELIVER_RAW: lambda header, payload: DeliverRaw(_subs(header), payload, False),
+    wire.DELIVER_RAW_V5: lambda header, payload: DeliverRaw(_subs(header), payload, True),
+    wire.ROUTED: lambda header, _: Routed(*wire.read_routed(header)),
+    wire.RESEND_REL: lambda header, _: ResendRel.decode(header),
+    wire.KICK: lambda header, _: Kick.decode(header),
+    wire.LIST_CLIENTS: lambda header, _: ListClients.decode(header),
+    wire.CLOSE: lambda header, _: Close.decode(header),
+    wire.ROUTES: lambda header, _: Routes.decode(header),
+    wire.REJOIN: lambda header, _: Rejoin.decode(header),
+    wire.REFUSED: lambda header, _: Refused.decode(header),
+}
+
+
 def decode(frame: bytes) -> list[Any]:
-    """The records of a frame from the router, each as one of the record types above."""
+    """The records of a frame from the router: plexmq/wire.py's record classes, `Deliver`,
+    `DeliverRaw`, `Routed`, or `Other`."""
     records: list[Any] = []
     for kind, header, payload in wire.records(frame):
-        if kind == wire.SESSION:
-            conn, present, subs = orjson.loads(header)
-            records.append(Session(conn, present, subs))
-        elif kind == wire.SUBACK:
-            records.append(Suback(*orjson.loads(header)))
-        elif kind == wire.UNSUBACK:
-            conn, pid = wire.CONN_PID.unpack_from(header)
-            records.append(Unsuback(conn, pid, header[wire.CONN_PID.size:]))
-        elif kind == wire.DELIVER:
-            records.append(_deliver(header, payload))
-        elif kind in (wire.DELIVER_RAW, wire.DELIVER_RAW_V5):
-            records.append(DeliverRaw(_subs(header), payload, kind == wire.DELIVER_RAW_V5))
-        elif kind == wire.ROUTED:
-            records.append(Routed(*wire.read_routed(header)))
-        elif kind == wire.RESEND_REL:
-            records.append(ResendRel(*wire.CONN_PID.unpack(header)))
-        elif kind == wire.KICK:
-            records.append(Kick(*wire.CONN.unpack(header)))
-        elif kind == wire.CLOSE:
-            records.append(Close(*wire.CONN.unpack(header)))
-        elif kind == wire.REJOIN:
-            records.append(Rejoin(*wire.COUNT.unpack(header)))
-        elif kind == wire.ROUTES:
-            records.append(Routes(*orjson.loads(header)))
-        else:
-            records.append(Other(kind, header, payload))
+        read = _DECODERS.get(kind)
+        records.append(read(header, payload) if read is not None else Other(kind, header, payload))
     return records
 
 
@@ -223,8 +181,11 @@ class RouterHarness:
         what waited for the commit. The frames sent, in order."""
         router, store = self.router, self.store
         for worker, join in router.links.rejoins:
-            router.out(worker).add(wire.REJOIN, wire.COUNT.pack(join))
+            router.out(worker).rejoin(join)
         router.links.rejoins.clear()
+        for worker in router.links.gaps:
+            router.link_broken(worker)
+        router.links.gaps.clear()
         durable = store is not None and bool(store.ops)
         frames = router.take_frames(split=durable)
         sent = [self._send(worker, now) for worker, now, _ in frames]
@@ -244,7 +205,7 @@ class RouterHarness:
         if end is not None:
             end.inbox.extend(sent.records)
             if end.answers_routes:
-                end.routes_seen += [r.generation for r in sent.records if isinstance(r, Routes)]
+                end.routes_seen += [r.gen for r in sent.records if isinstance(r, Routes)]
         return sent
 
     def restart(self) -> RouterHarness:
@@ -267,15 +228,15 @@ class RouterHarness:
 
 
 class WorkerEnd:
-    """One worker as the router sees it: each method sends one record in one frame, which the
-    router takes at once; `inbox` collects what the router sent it (`take` empties it)."""
+    """One worker as the router sees it: each method sends one record in one frame, through the
+    worker's own sender for it (`RouterLink`), which the router takes at once; `inbox` collects what
+    the router sent it (`take` empties it)."""
 
     def __init__(self, harness: RouterHarness, identity: bytes, worker_id: int) -> None:
         self.harness = harness
         self.identity = identity
         self.worker_id = worker_id
-        self.join = 0
-        self.seq = 0
+        self.link = FakeLink(FakeLoop())  # its `join` and `seq` tag the frames
         self.inbox: list[Any] = []
         self.answers_routes = True  # answer ROUTES with ROUTES_ACK at the end of each turn
         self.routes_seen: list[int] = []
@@ -298,24 +259,17 @@ class WorkerEnd:
 
     # -- what the worker sends
 
-    def frame(self, *records: tuple[int, bytes, bytes]) -> None:
-        """Send records (kind, header, payload) in one frame."""
-        batch = wire.Batch()
-        for kind, header, payload in records:
-            batch.add(kind, header, payload)
-        tag = wire.LINK.pack(self.join, self.seq)
-        self.seq += 1
-        self.harness.take(self, tag, batch.take())
-
-    def _one(self, kind: int, header: bytes, payload: bytes = b"") -> None:
-        self.frame((kind, header, payload))
+    def send(self) -> None:
+        """What the link's senders batched, as one frame, tagged as `RouterLink.send` tags it."""
+        link = self.link
+        tag = wire.LINK.pack(link.join, link.seq)
+        link.send()
+        self.harness.take(self, tag, link.frames.pop())
 
     def hello(self, live: tuple[int, ...] = (), pid: int = 4242) -> None:
         """Open a new join (seq 0), naming the connections still live."""
-        self.join += 1
-        self.seq = 0
-        self._one(wire.HELLO, orjson.dumps({"worker": self.worker_id, "node": "", "address": "", "pid": pid,
-                                            "live": list(live)}))
+        self.link.open(wire.Hello(wire.PROTOCOL, self.worker_id, "", "", pid, list(live)))
+        self.send()
 
     def connect(self, conn: int, client_id: str, clean: bool = True, *, resume: int = 0, fresh: bool | None = None,
                 expiry: int = -1, username: str | None = None, will: tuple[str, bytes, int, bool] | None = None,
@@ -324,44 +278,53 @@ class WorkerEnd:
         session's connection, or one registered again) and `resume` is its next packet id. `fresh`
         (default: `clean`): an earlier session is discarded. `will`: (topic, payload, qos, retain)."""
         topic, payload, qos, retain = will if will is not None else (None, b"", 0, False)
-        header = [conn, client_id, clean, username, topic, qos, retain, resume, clean if fresh is None else fresh,
-                  expiry, will_extra]
-        self._one(wire.CONNECT, orjson.dumps(header), payload)
+        self.link.connect(wire.Connect(conn, client_id, clean, username, topic, qos, retain, resume,
+                                       clean if fresh is None else fresh, expiry, will_extra), payload)
+        self.send()
 
     def subscribe(self, conn: int, pid: int, filters: list[tuple[str, int]]) -> None:
         """SUBSCRIBE: (filter, grant) pairs (a plain 3.1.1 grant is its QoS; plexmq/grants.py)."""
-        self._one(wire.SUBSCRIBE, orjson.dumps([conn, pid, [list(f) for f in filters]]))
+        self.link.subscribe(conn, pid, [list(f) for f in filters])
+        self.send()
 
     def unsubscribe(self, conn: int, pid: int, filters: list[str]) -> None:
-        self._one(wire.UNSUBSCRIBE, orjson.dumps([conn, pid, filters]))
+        self.link.unsubscribe(conn, pid, filters)
+        self.send()
 
     def pub(self, conn: int, topic: str, payload: bytes, qos: int = 0, retain: bool = False, pid: int = 0,
             ask_match: bool = False) -> None:
         """PUB: one message of `conn` (QoS 1/2: with its packet id)."""
-        flags = qos | (retain << 2) | (wire.MATCH_ASKED if ask_match else 0)
-        self._one(wire.PUB, wire.PUB_HEAD.pack(conn, pid, flags) + topic.encode(), payload)
+        self.link.pub(conn, pid, qos, retain, topic.encode(), payload, ask_match=ask_match)
+        self.send()
 
     def ack(self, conn: int, pid: int, stage: int = wire.ACK_DONE) -> None:
         """ACK: PUBACK/PUBCOMP (ACK_DONE) or PUBREC (ACK_RECEIVED) of a router-numbered delivery."""
-        self._one(wire.ACK, wire.ACK_HEAD.pack(conn, pid, stage))
+        self.link.ack(conn, pid, stage)
+        self.send()
 
     def rel(self, conn: int, pid: int) -> None:
-        self._one(wire.REL, wire.CONN_PID.pack(conn, pid))
+        self.link.rel(conn, pid)
+        self.send()
 
     def gone(self, conn: int, publish_will: bool = True) -> None:
-        self._one(wire.GONE, wire.GONE_HEAD.pack(conn, publish_will))
+        self.link.gone(conn, publish_will)
+        self.send()
 
     def kicked(self, conn: int) -> None:
-        self._one(wire.KICKED, wire.CONN.pack(conn))
+        self.link.kicked(conn)
+        self.send()
 
     def session_expiry(self, conn: int, expiry: int) -> None:
-        self._one(wire.SESSION_EXPIRY, wire.SESSION_EXPIRY_HEAD.pack(conn, expiry))
+        self.link.session_expiry(conn, expiry)
+        self.send()
 
     def routes_ack(self, generation: int) -> None:
-        self._one(wire.ROUTES_ACK, wire.COUNT.pack(generation))
+        self.link.routes_ack(generation)
+        self.send()
 
     def bye(self) -> None:
-        self._one(wire.BYE, b"")
+        self.link.bye()
+        self.send()
 
 
 def routed_of(records: list[Any]) -> Routed | None:

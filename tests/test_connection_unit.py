@@ -134,7 +134,7 @@ def test_paused_transport_queues_and_resumes_in_order():
     h.from_router(deliver(b"t", b"q0", 0, [(c.conn_id, 0, 0)]), deliver(b"t", b"a", 1, [(c.conn_id, 1, 0)]),
                   deliver(b"t", b"b", 1, [(c.conn_id, 1, 0)]), deliver(b"t", b"c", 1, [(c.conn_id, 1, 0)]))
     assert c.packets() == []
-    assert h.worker.dropped == 1  # the QoS 0 one made room
+    assert h.worker.counters.dropped == 1  # the QoS 0 one made room
     c.resume_writing()
     assert c.transport.reading
     assert [(m.qos, m.pid, m.payload) for m in c.packets()] == [(1, 1, b"a"), (1, 2, b"b"), (1, 3, b"c")]
