@@ -17,7 +17,8 @@ for the worker's, `ToWorker` below for the router's; records from the router are
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import orjson
 
@@ -38,7 +39,9 @@ PUB = 5  # PUB_HEAD (conn, packet id, flags) [+ EXTRA + properties when flags & 
 ACK = 6  # ACK_HEAD (conn, packet id, stage): a persistent session's subscriber acknowledged
 REL = 7  # Rel: the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # Gone
-PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
+# PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to
+# that topic (first byte 0x30) exactly as received
+PUB0 = 9
 STATS = 10  # Stats: once a second
 CLIENTS = 11  # Clients: the answer to LIST_CLIENTS
 SESSION_EXPIRY = 12  # SessionExpiry: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
@@ -50,7 +53,11 @@ KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): t
 SESSION = 20  # Session: the answer to a CONNECT
 SUBACK = 21  # Suback
 UNSUBACK = 22  # Unsuback
-ROUTED = 23  # u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched no subscription
+# u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed,
+# acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py
+# CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched
+# no subscription
+ROUTED = 23
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # ResendRel: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # Kick: close this connection now (taken over); the router has dealt with its will
@@ -59,7 +66,9 @@ LIST_CLIENTS = 28  # ListClients: answer with CLIENTS
 CLOSE = 29  # Close: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
 ROUTES = 31  # Routes: who serves each filter (router/routes.py); answer ROUTES_ACK
-REJOIN = 32  # Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
+# Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the
+# worker for dead): say HELLO again
+REJOIN = 32
 BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
 REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
 

@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from plexmq import grants
-from plexmq import wire
+from plexmq import grants, wire
 from plexmq.grants import Matched
-from plexmq.router.journal import Journal
-from plexmq.router.message import Message
-from plexmq.router.retain import RetainedStore
-from plexmq.router.links import Links
-from plexmq.router.routes import RouteTable
+from plexmq.mqtt import framing
 from plexmq.router.deadlines import Deadlines
+from plexmq.router.journal import Journal
+from plexmq.router.lifecycle import Lifecycle
+from plexmq.router.links import Links
+from plexmq.router.listing import ClientListing
+from plexmq.router.message import Message
 from plexmq.router.outbox import Outbox, Pending, Share
+from plexmq.router.retain import RetainedStore
+from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
-from plexmq.router.lifecycle import Lifecycle
-from plexmq.router.listing import ClientListing
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
 from plexmq.trie import SubscriptionTrie
-from plexmq.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
@@ -167,7 +166,7 @@ class Router(Lifecycle, Subscribing):
             pass  # refused (Lifecycle._on_hello): what follows its HELLO is not read
 
     def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
-        """This turn's frames, (worker, now, later), led by the route table's changes (ROUTES), with
+        """This turn's frames, (worker, at_once, later), led by the route table's changes (ROUTES), with
         acknowledgements of routed PUBs last. With `split`, `later` holds what may leave only after
         the store's commit: acknowledgements (SESSION, SUBACK, UNSUBACK, ROUTED) and QoS 2
         deliveries, with whatever follows them; the rest leaves at once, so a persistent
@@ -192,15 +191,15 @@ class Router(Lifecycle, Subscribing):
         frames = []
         for worker in batches.keys() | leads.keys() | routes.deferred.keys():
             batch = batches.get(worker)
-            now, later, gated = batch.take_split() if batch else (b"", b"", False)
+            at_once, later, gated = batch.take_split() if batch else (b"", b"", False)
             if not split and not gated:
-                now, later = now + later, b""
-            now, later = routes.order(worker, now, later, gated)
+                at_once, later = at_once + later, b""
+            at_once, later = routes.order(worker, at_once, later, gated)
             lead = leads.get(worker)
             if lead is not None:
-                now = lead + now  # ahead of what waits: another worker may be waiting for its answer
-            if now or later:
-                frames.append((worker, now, later))
+                at_once = lead + at_once  # ahead of what waits: another worker may be waiting for its answer
+            if at_once or later:
+                frames.append((worker, at_once, later))
         return frames
 
     # -- messages --------------------------------------------------------------------------------
@@ -345,8 +344,8 @@ class Router(Lifecycle, Subscribing):
         for group in targets.groups:
             self._share(group, topic, payload, qos, retain, props, expires_at)
         for session, matched in offline:
-            if matched.__class__ is int and matched < 4:  # type: ignore[operator]
-                eff = matched if matched < qos else qos  # type: ignore[operator]
+            if matched.__class__ is int and matched < 4:
+                eff = matched if matched < qos else qos
                 if eff:
                     keep(session, Pending(topic, payload, eff, False, props, expires_at))
                 continue
@@ -360,15 +359,17 @@ class Router(Lifecycle, Subscribing):
         offline: list[tuple[Session, Matched]] = []
         special: list[tuple[Session, Matched]] = []
         groups: list[SharedGroup] = []
-        for session, granted in self.trie.match(topic.decode()).items():
+        # the trie's keys: Sessions, and SharedGroups (told apart by their class below)
+        matches: dict[Session, Matched] = self.trie.match(topic.decode())  # type: ignore[assignment]
+        for session, granted in matches.items():
             if session.__class__ is SharedGroup:
-                groups.append(session)  # type: ignore[arg-type]
+                groups.append(session)
                 continue
             worker = session.worker
             if worker is None:
                 offline.append((session, granted))
                 continue
-            if granted.__class__ is not int or granted >= 4:  # type: ignore[operator]
+            if granted.__class__ is not int or granted >= 4:
                 special.append((session, granted))
                 continue
             entry = by_worker.get(worker)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
@@ -18,8 +18,13 @@ from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.outbox import Outbox
+from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
+
+if TYPE_CHECKING:
+    from plexmq.router.core import Targets
+    from plexmq.router.shared import SharedGroup
 
 log = logging.getLogger("plexmq.router")
 
@@ -41,6 +46,18 @@ class Lifecycle:
     batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
+    retained: RetainedStore
+
+    if TYPE_CHECKING:  # Router's (router/core.py) and Subscribing's (router/subscribing.py)
+        def out(self, worker: bytes) -> wire.ToWorker: ...
+
+        def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+                    expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets: ...
+
+        def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
+                   expires_at: int, exclude: Session | None = None, online_only: bool = False) -> bool: ...
+
+        def _unsubscribe(self, session: Session, topic_filter: str) -> bool: ...
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A worker opens a join (new, restarted, or after its link lost frames): its sessions that
@@ -157,7 +174,7 @@ class Lifecycle:
         present = old is not None and not fresh
         if old is not None and not present:
             self._discard(old)
-        session = old if present else Session(client_id, clean)
+        session = old if present and old is not None else Session(client_id, clean)
         if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
             session.next_pid = (resume - 1) % 65535 + 1
         if present and clean and not session.clean:  # resumed with session expiry 0: it ends with this connection
@@ -243,7 +260,7 @@ class Lifecycle:
         if session.unacked:
             self.outbox.reshare(session, self._share)
         key = (session.worker, session.conn)
-        del self.by_conn[key]  # type: ignore[index]
+        del self.by_conn[key]  # type: ignore[arg-type]  # a session with a connection has its worker
         will = session.will
         session.will = None
         if session.clean:

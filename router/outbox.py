@@ -123,7 +123,7 @@ class Outbox:
             expired = []
             queued = session.queued
             while queued and session.inflight < window:
-                pid = queued.popleft()  # type: ignore[union-attr]
+                pid = queued.popleft()
                 message = unacked.get(pid)
                 if message is None:
                     continue
@@ -196,7 +196,7 @@ def _enqueue(session: Session, pid: int) -> None:
     """Queue a kept message behind the others that wait for room in the client's window."""
     if not session.queued:
         session.queued = deque()
-    session.queued.append(pid)  # type: ignore[union-attr]
+    session.queued.append(pid)
 
 
 def _log_drops(session: Session) -> None:

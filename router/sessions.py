@@ -71,7 +71,7 @@ class Session:
             return False
         if not self.incoming:
             self.incoming = set()
-        self.incoming.add(pid)  # type: ignore[union-attr]
+        self.incoming.add(pid)
         return True
 
     def released(self, pid: int) -> bool:

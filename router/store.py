@@ -144,6 +144,7 @@ class Store:
         loaded = Loaded()
         try:
             db = self.db
+            session: Session | None
             for client_id, last_seen, expiry in db.execute("SELECT client_id, last_seen, expiry FROM sessions"):
                 session = loaded.sessions[client_id] = Session(client_id, clean=False)
                 session.seen = last_seen

@@ -7,9 +7,11 @@ A part of `Router` (router/core.py), which holds the state named below.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from plexmq import grants
-from plexmq import wire
+from plexmq import grants, wire
+from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
+from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.retain import RetainedStore
@@ -17,8 +19,9 @@ from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.trie import SubscriptionTrie
-from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
-from plexmq.mqtt.topics import shared, valid_subscription
+
+if TYPE_CHECKING:
+    from plexmq.router.outbox import Share
 
 
 class Subscribing:
@@ -32,6 +35,12 @@ class Subscribing:
     journal: Journal
     cache: dict
     routes: RouteTable
+
+    if TYPE_CHECKING:  # Router's (router/core.py)
+        def out(self, worker: bytes) -> wire.ToWorker: ...
+
+        def _deliver_one(self, session: Session, out: wire.ToWorker, topic: bytes, payload: bytes, qos: int,
+                         retain: bool, props: bytes, expires_at: int, share: Share | None = None) -> bool: ...
 
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn, packet_id, filters = wire.Subscribe.decode(header)
@@ -102,7 +111,7 @@ class Subscribing:
             if session.clean and routing < 4 and session.worker is not None:  # plain: its worker can serve it
                 if not session.local:
                     session.local = set()
-                session.local.add(topic_filter)  # type: ignore[union-attr]
+                session.local.add(topic_filter)
                 return new, self.routes.add(topic_filter, session.worker)
             return new, self.routes.add(topic_filter, ROUTER)
         group = self.groups.get(topic_filter)

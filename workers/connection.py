@@ -17,20 +17,20 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from plexmq import wire
-from plexmq.workers.handlers import HANDLERS
-from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.mqtt import properties as props
-from plexmq.mqtt import v4 as p
 from plexmq.mqtt import reasons, v5
+from plexmq.mqtt import v4 as p
 from plexmq.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
 from plexmq.mqtt.topics import subscribed
+from plexmq.workers.handlers import HANDLERS
+from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.workers.outbound import Outbound
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
-    from plexmq.workers.acl import Checker
     from plexmq.archive_format import Sender
+    from plexmq.workers.acl import Checker
     from plexmq.workers.negotiated import Negotiated
     from plexmq.workers.worker import Worker
 

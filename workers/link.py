@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
@@ -70,7 +70,7 @@ class RouterLink:
         self.opened_at = 0.0  # loop.time() of this join's HELLO
         self.warned = False  # whether the worker has said that this join goes unanswered
         self.endpoint = endpoint
-        self.fd = sock.getsockopt(zmq.FD)
+        self.fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int option (stubs: int | bytes)
         loop.add_reader(self.fd, self.drain)
 
     def open(self, hello: wire.Hello) -> None:
@@ -88,7 +88,7 @@ class RouterLink:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
         nothing is left)."""
         sock = self.sock
-        while sock.getsockopt(_EVENTS) & _POLLIN:
+        while sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
             parts = sock.recv_multipart(_NOBLOCK, copy=True)
             join, seq = _unpack_link(parts[0])
             gap = False
@@ -112,7 +112,7 @@ class RouterLink:
                 # which the router sees as a gap, or as a join it never heard of, and answers with REJOIN
             self.seq += 1
             # a send can consume the fd's edge: look for input that arrived meanwhile
-            if self.sock.getsockopt(_EVENTS) & _POLLIN:
+            if self.sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
                 self.loop.call_soon(self.drain)
 
     def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,

@@ -151,6 +151,7 @@ class Outbound:
             if extra is not None and extra[1] and extra[1] <= time.time():
                 return None  # expired
             return _publish_header(topic, size, qos, retain, dup, packet_id)
+        block: bytes | None
         if extra is None:
             if not alias:
                 return _publish_header5(topic, size, qos, retain, dup, packet_id)
@@ -257,7 +258,7 @@ class Outbound:
         if not queue:
             queue = self.queue = deque()
             worker.queuing.add(self)
-        queue.append(item)  # type: ignore[union-attr]
+        queue.append(item)
 
     def pump(self) -> None:
         """Move queued messages out while the window and the socket have room."""
@@ -271,7 +272,7 @@ class Outbound:
                 self._send(topic, payload, qos, retain, dup, packet_id, extra)
             else:
                 break
-            queue.popleft()  # type: ignore[union-attr]
+            queue.popleft()
         if not queue:
             self.queue = ()
             self.worker.queuing.discard(self)

@@ -24,27 +24,25 @@ import psutil
 import uvloop
 
 from plexmq import wire
+from plexmq.archive_format import archived_publish, sender
 from plexmq.files import Access
-from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
-from plexmq.mqtt import PROTOCOLS
-from plexmq.process import process_usage
+from plexmq.mqtt import PROTOCOLS, reasons, v5
+from plexmq.mqtt import properties as props
+from plexmq.mqtt.framing import packets_in
+from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload, process_usage
 from plexmq.workers import from_router, handoff, tls
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
-from plexmq.archive_format import archived_publish, sender
-from plexmq.mqtt import properties as props
-from plexmq.mqtt import reasons, v5
-from plexmq.mqtt.framing import packets_in
 from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
-from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.keepalive import TimerWheel
-from plexmq.workers.negotiated import Negotiated
-from plexmq.workers.outbound import Extra, Forms
 from plexmq.workers.link import RouterLink, local_address
+from plexmq.workers.negotiated import Negotiated
+from plexmq.workers.outbound import Extra, Forms, Outbound
 from plexmq.workers.routes import LocalRoutes, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
+from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -81,10 +79,10 @@ class Worker:
         self.conns: dict[int, Connection] = {}
         self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
         self.next_conn = 1
-        self.dirty: list[Connection] = []
+        self.dirty: list[Outbound] = []
         # kept as they change, so that the once-a-second report does not walk every connection
         self.connected = dict.fromkeys(PROTOCOLS, 0)  # CONNECT level -> connections past their CONNACK
-        self.queuing: set[Connection] = set()  # connections with messages waiting in their queue
+        self.queuing: set[Outbound] = set()  # connections with messages waiting in their queue
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.node: str = config["node_name"]
@@ -169,7 +167,7 @@ class Worker:
                                                     ssl_handshake_timeout=self.settings.connect_timeout)
         asyncio.ensure_future(serving).add_done_callback(lambda task: self._served(conn, task))
 
-    def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, asyncio.BaseProtocol]]) -> None:
+    def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, WebSocket | Connection]]) -> None:
         """The TLS handshake may fail, or end after the CONNECT deadline has closed `conn`."""
         if task.cancelled():
             return
