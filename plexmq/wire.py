@@ -35,11 +35,11 @@ HELLO = 1  # Hello: opens a join (seq 0); the live connections are registered ag
 CONNECT = 2  # Connect; payload: the will's payload
 SUBSCRIBE = 3  # Subscribe
 UNSUBSCRIBE = 4  # Unsubscribe
-PUB = 5  # PUB_HEAD (conn, packet id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
-ACK = 6  # ACK_HEAD (conn, packet id, stage): a persistent session's subscriber acknowledged
+PUB = 5  # PUB_HEAD (conn_id, packet id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
+ACK = 6  # ACK_HEAD (conn_id, packet id, stage): a persistent session's subscriber acknowledged
 REL = 7  # Rel: the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # Gone
-# PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to
+# PUB0_HEAD (count, conn_id) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to
 # that topic (first byte 0x30) exactly as received
 PUB0 = 9
 STATS = 10  # Stats: once a second
@@ -92,20 +92,20 @@ EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 # -- structs, and the hot records' pack/unpack (the struct's own methods: no call added) -------------
 LINK = struct.Struct("<IQ")  # join, seq
 RECORD = struct.Struct("<BII")  # kind, header length, payload length
-PUB_HEAD = struct.Struct("<IHB")  # conn, packet id, flags: qos | retain << 2 | HAS_EXTRA | MATCH_ASKED
+PUB_HEAD = struct.Struct("<IHB")  # conn_id, packet id, flags: qos | retain << 2 | HAS_EXTRA | MATCH_ASKED
 pack_pub, unpack_pub = PUB_HEAD.pack, PUB_HEAD.unpack_from
-PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
+PUB0_HEAD = struct.Struct("<II")  # count, conn_id (no local needs the publisher)
 pack_pub0, unpack_pub0 = PUB0_HEAD.pack, PUB0_HEAD.unpack_from
-ACK_HEAD = struct.Struct("<IHB")  # conn, packet id, stage (ACK_DONE, ACK_RECEIVED)
+ACK_HEAD = struct.Struct("<IHB")  # conn_id, packet id, stage (ACK_DONE, ACK_RECEIVED)
 pack_ack, unpack_ack = ACK_HEAD.pack, ACK_HEAD.unpack
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA; topic length
 unpack_deliver = DELIVER_HEAD.unpack_from  # packed by `deliver_head`
-SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
+SUBSCRIBER = struct.Struct("<IBH")  # conn_id, granted qos, packet id (0: the worker numbers it)
 pack_subscriber, iter_subscribers = SUBSCRIBER.pack, SUBSCRIBER.iter_unpack
-CONN_PID = struct.Struct("<IH")  # conn, packet id
-GONE_HEAD = struct.Struct("<IB")  # conn, publish the will
+CONN_PID = struct.Struct("<IH")  # conn_id, packet id
+GONE_HEAD = struct.Struct("<IB")  # conn_id, publish the will
 CONN = struct.Struct("<I")
-SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
+SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn_id, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
 
 _pack_record = RECORD.pack
@@ -178,7 +178,7 @@ class Hello(NamedTuple):
 class Connect(NamedTuple):
     """CONNECT, an orjson list: a connection claims its client id (and the session)."""
 
-    conn: int
+    conn_id: int
     client_id: str
     clean: bool  # the session ends with the connection (3.1.1 clean session, 5.0 session expiry 0)
     username: str | None
@@ -203,7 +203,7 @@ class Connect(NamedTuple):
 class Subscribe(NamedTuple):
     """SUBSCRIBE, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int  # 0: registered again after a router restart, not answered
     filters: list[list]  # [filter, grant (plexmq/grants.py), or the reason code >= 0x80 the worker refused it with]
 
@@ -218,7 +218,7 @@ class Subscribe(NamedTuple):
 class Unsubscribe(NamedTuple):
     """UNSUBSCRIBE, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     filters: list[str]
 
@@ -233,7 +233,7 @@ class Unsubscribe(NamedTuple):
 class Rel(NamedTuple):
     """REL, CONN_PID."""
 
-    conn: int
+    conn_id: int
     packet_id: int
 
     def encode(self) -> bytes:
@@ -247,7 +247,7 @@ class Rel(NamedTuple):
 class Gone(NamedTuple):
     """GONE, GONE_HEAD: the connection closed."""
 
-    conn: int
+    conn_id: int
     publish_will: bool
 
     def encode(self) -> bytes:
@@ -255,14 +255,14 @@ class Gone(NamedTuple):
 
     @classmethod
     def decode(cls, header: bytes) -> Gone:
-        conn, publish_will = GONE_HEAD.unpack(header)
-        return cls(conn, bool(publish_will))
+        conn_id, publish_will = GONE_HEAD.unpack(header)
+        return cls(conn_id, bool(publish_will))
 
 
 class SessionExpiry(NamedTuple):
     """SESSION_EXPIRY, SESSION_EXPIRY_HEAD (GONE follows)."""
 
-    conn: int
+    conn_id: int
     expiry: int  # seconds the session outlives the connection (0: it ends with it)
 
     def encode(self) -> bytes:
@@ -333,7 +333,7 @@ class RoutesAck(NamedTuple):
 class Kicked(NamedTuple):
     """KICKED, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -349,7 +349,7 @@ class Kicked(NamedTuple):
 class Session(NamedTuple):
     """SESSION, an orjson list: write the CONNACK."""
 
-    conn: int
+    conn_id: int
     present: bool  # session present
     subs: list  # [filter, grant] of a present session (its worker judges them against the ACL)
 
@@ -364,7 +364,7 @@ class Session(NamedTuple):
 class Suback(NamedTuple):
     """SUBACK, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     codes: list[int]  # one per filter, the worker encodes them for the client's version
     placed: list[list]  # [filter, QoS its worker serves it with, or -1: the router does]
@@ -381,23 +381,23 @@ class Unsuback(NamedTuple):
     """UNSUBACK, CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed,
     0x8F not a filter)."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     codes: bytes
 
     def encode(self) -> bytes:
-        return CONN_PID.pack(self.conn, self.packet_id) + self.codes
+        return CONN_PID.pack(self.conn_id, self.packet_id) + self.codes
 
     @classmethod
     def decode(cls, header: bytes) -> Unsuback:
-        conn, packet_id = CONN_PID.unpack_from(header)
-        return cls(conn, packet_id, header[CONN_PID.size:])
+        conn_id, packet_id = CONN_PID.unpack_from(header)
+        return cls(conn_id, packet_id, header[CONN_PID.size:])
 
 
 class ResendRel(NamedTuple):
     """RESEND_REL, CONN_PID."""
 
-    conn: int
+    conn_id: int
     packet_id: int
 
     def encode(self) -> bytes:
@@ -411,7 +411,7 @@ class ResendRel(NamedTuple):
 class Kick(NamedTuple):
     """KICK, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -438,7 +438,7 @@ class ListClients(NamedTuple):
 class Close(NamedTuple):
     """CLOSE, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -555,14 +555,14 @@ class ToWorker(Batch):
 
     __slots__ = ()
 
-    def session(self, conn: int, present: bool, subs: list) -> None:
-        self.add(SESSION, Session(conn, present, subs).encode())
+    def session(self, conn_id: int, present: bool, subs: list) -> None:
+        self.add(SESSION, Session(conn_id, present, subs).encode())
 
-    def suback(self, conn: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
-        self.add(SUBACK, Suback(conn, packet_id, codes, placed).encode())
+    def suback(self, conn_id: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
+        self.add(SUBACK, Suback(conn_id, packet_id, codes, placed).encode())
 
-    def unsuback(self, conn: int, packet_id: int, codes: bytes) -> None:
-        self.add(UNSUBACK, Unsuback(conn, packet_id, codes).encode())
+    def unsuback(self, conn_id: int, packet_id: int, codes: bytes) -> None:
+        self.add(UNSUBACK, Unsuback(conn_id, packet_id, codes).encode())
 
     def routed(self, counts: list[int]) -> None:
         self.add(ROUTED, pack_routed(counts))
@@ -583,17 +583,17 @@ class ToWorker(Batch):
         parts.append(subs)
         parts.append(packets)
 
-    def resend_rel(self, conn: int, packet_id: int) -> None:
-        self.add(RESEND_REL, ResendRel(conn, packet_id).encode())
+    def resend_rel(self, conn_id: int, packet_id: int) -> None:
+        self.add(RESEND_REL, ResendRel(conn_id, packet_id).encode())
 
-    def kick(self, conn: int) -> None:
-        self.add(KICK, Kick(conn).encode())
+    def kick(self, conn_id: int) -> None:
+        self.add(KICK, Kick(conn_id).encode())
 
     def list_clients(self, request: int, text: str) -> None:
         self.add(LIST_CLIENTS, ListClients(request, text).encode())
 
-    def close(self, conn: int) -> None:
-        self.add(CLOSE, Close(conn).encode())
+    def close(self, conn_id: int) -> None:
+        self.add(CLOSE, Close(conn_id).encode())
 
     def rejoin(self, join: int) -> None:
         self.add(REJOIN, Rejoin(join).encode())

@@ -85,7 +85,7 @@ class Router(Lifecycle, Subscribing):
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
         self.deadlines = Deadlines()  # delayed wills and sessions with their own expiry interval
         self.share_strategy = share_strategy
-        self.by_conn: dict[tuple[bytes, int], Session] = {}
+        self.by_conn_id: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
         self.batches: dict[bytes, wire.ToWorker] = {}
@@ -102,7 +102,7 @@ class Router(Lifecycle, Subscribing):
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
-        # (old worker, conn) -> the CONNECT (worker, header, payload) that takes its session over from
+        # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.received = 0
@@ -205,22 +205,22 @@ class Router(Lifecycle, Subscribing):
     # -- messages --------------------------------------------------------------------------------
 
     def _on_pub(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, flags = _unpack_pub(header)
+        conn_id, packet_id, flags = _unpack_pub(header)
         qos = flags & 3
         counts = self._routed_counts(worker)
         if qos:
             counts[0] += 1
             if qos == 2:
-                session = self.by_conn.get((worker, conn))
+                session = self.by_conn_id.get((worker, conn_id))
                 if session is not None:
                     if not session.receive(packet_id):
                         return  # a resend before PUBREL: received exactly once
                     self.journal.incoming_added(session, packet_id)
         if flags & wire.HAS_EXTRA:
             props, expires_at, start = wire.read_extra(header, _pub_head_size)
-            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn))
+            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn_id))
         else:
-            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
+            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn_id))
         if flags & wire.MATCH_ASKED and not targets.matched:
             counts.append(counts[0] - 1)  # its position among the QoS 1/2 PUBs of the next ROUTED
 
@@ -232,7 +232,7 @@ class Router(Lifecycle, Subscribing):
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
-        count, conn = _unpack_run(header)
+        count, conn_id = _unpack_run(header)
         for dest in targets.raw:
             if not dest.count:
                 self.raw_dirty.append(dest)
@@ -246,7 +246,7 @@ class Router(Lifecycle, Subscribing):
                 _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
                 payload = packets[start + body_at:stop]
                 for session, matched in targets.special:
-                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn))
+                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn_id))
                 for group in targets.groups:
                     self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop
@@ -278,14 +278,14 @@ class Router(Lifecycle, Subscribing):
         self.routes.acknowledged(worker, wire.RoutesAck.decode(header).gen)
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id = wire.Rel.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id = wire.Rel.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is not None and session.released(packet_id):
             self.journal.incoming_released(session, packet_id)
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, stage = wire.unpack_ack(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, stage = wire.unpack_ack(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         outbox = self.outbox
@@ -307,7 +307,7 @@ class Router(Lifecycle, Subscribing):
         """Route one message to every matching subscriber (returned): matched once, one record per worker.
         The fields of a `Message`, in its order, not one: most messages are only passed on.
         `props` and `expires_at`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
-        `source`: the publishing connection (worker, conn), for no local."""
+        `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
             message = Message(topic, payload, qos, True, props, expires_at)
@@ -329,9 +329,9 @@ class Router(Lifecycle, Subscribing):
                     if eff:
                         pid = keep(session, Pending(topic, payload, eff, False, props, expires_at))
                         if pid > 0:
-                            parts.append(_pack_sub(session.conn, eff, pid))
+                            parts.append(_pack_sub(session.conn_id, eff, pid))
                     else:
-                        parts.append(_pack_sub(session.conn, 0, 0))
+                        parts.append(_pack_sub(session.conn_id, 0, 0))
                 subs = b"".join(parts)
             if subs:
                 out = self.out(worker)
@@ -375,7 +375,7 @@ class Router(Lifecycle, Subscribing):
             entry = by_worker.get(worker)
             if entry is None:
                 entry = by_worker[worker] = ([], [], [])
-            packed = _pack_sub(session.conn, granted, 0)
+            packed = _pack_sub(session.conn_id, granted, 0)
             entry[2].append(packed)
             if session.clean:
                 entry[0].append(packed)
@@ -392,7 +392,7 @@ class Router(Lifecycle, Subscribing):
                          retain: bool, props: bytes, expires_at: int, source: tuple[bytes, int] | None) -> None:
         """A message to an online subscriber with MQTT 5 subscription options or identifiers: its own
         record, with its QoS, retain flag and identifiers (none when no local leaves it out)."""
-        resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn))
+        resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn_id))
         if resolved is None:
             return
         out = self.out(session.worker)  # type: ignore[arg-type]
@@ -436,6 +436,6 @@ class Router(Lifecycle, Subscribing):
             pid = self.outbox.keep(session, Pending(topic, payload, qos, retain, props, expires_at, share))
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expires_at), _pack_sub(session.conn, qos, pid),
+        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expires_at), _pack_sub(session.conn_id, qos, pid),
                     payload)
         return True

@@ -33,7 +33,7 @@ class Lifecycle:
     """Connections, takeover, disconnects, wills and session expiry."""
 
     sessions: dict[str, Session]
-    by_conn: dict[tuple[bytes, int], Session]
+    by_conn_id: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
     journal: Journal
     outbox: Outbox
@@ -74,12 +74,12 @@ class Lifecycle:
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
         live = set(hello.live)
         sessions = self._sessions_on(worker)
-        ended = [session for session in sessions if session.conn not in live]
+        ended = [session for session in sessions if session.conn_id not in live]
         if ended:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
-        self._forget_takeovers(worker, lambda conn: conn not in live)
+        self._forget_takeovers(worker, lambda conn_id: conn_id not in live)
         for session in sessions:
-            self._disconnect(session, publish_will=session.conn not in live)
+            self._disconnect(session, publish_will=session.conn_id not in live)
 
     def _refuse_link(self, worker: bytes, hello: wire.Hello) -> NoReturn:
         """A worker (a node's, on another host) that speaks another protocol version: none of its
@@ -94,7 +94,7 @@ class Lifecycle:
         raise wire.ProtocolMismatch
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
-        return [session for (w, _conn), session in self.by_conn.items() if w == worker]
+        return [session for (w, _conn_id), session in self.by_conn_id.items() if w == worker]
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
@@ -114,7 +114,7 @@ class Lifecycle:
         sessions = self._sessions_on(worker)
         log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
-        self._forget_takeovers(worker, lambda conn: True)
+        self._forget_takeovers(worker, lambda conn_id: True)
         for session in sessions:
             self._disconnect(session, publish_will=True)
         link = self.links.links[worker]
@@ -143,7 +143,7 @@ class Lifecycle:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
         session = self.sessions.get(request.client_id)
         if session is not None and session.worker is not None:
-            self.out(session.worker).close(session.conn)
+            self.out(session.worker).close(session.conn_id)
             request.found = True
         request.done.set()
 
@@ -153,7 +153,7 @@ class Lifecycle:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+        (conn_id, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
          will_extra) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
@@ -162,13 +162,13 @@ class Lifecycle:
         if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
-            self.out(worker).kick(conn)
+            self.out(worker).kick(conn_id)
             return
         if old is not None and old.worker is not None:
-            self.out(old.worker).kick(old.conn)
-            self._refuse_waiting((old.worker, old.conn))
+            self.out(old.worker).kick(old.conn_id)
+            self._refuse_waiting((old.worker, old.conn_id))
             if old.worker != worker and not fresh:
-                return self._take_over(old, worker, conn, header, payload)
+                return self._take_over(old, worker, conn_id, header, payload)
             self._disconnect(old, publish_will=True)
             old = self.sessions.get(client_id)
         present = old is not None and not fresh
@@ -184,19 +184,19 @@ class Lifecycle:
         self.sessions[client_id] = session
         self.journal.session_saved(session, time.time())
         session.worker = worker
-        session.conn = conn
+        session.conn_id = conn_id
         self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
         if will_topic is not None:
             delay, props, will_expiry = will_extra or (0, "", 0)
             session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
                                 delay)
-        self.by_conn[(worker, conn)] = session
+        self.by_conn_id[(worker, conn_id)] = session
         if session.subs:
             self.cache.clear()
         out = self.out(worker)
         if not resume:  # else the client has had its CONNACK
             out.hold()
-            out.session(conn, present, list(session.subs.items()) if present else [])
+            out.session(conn_id, present, list(session.subs.items()) if present else [])
         if present:
             if resume and session.incoming:
                 # registered again: QoS 2 releases (REL) its worker sent while the router refused its
@@ -206,13 +206,13 @@ class Lifecycle:
                 self.journal.incoming_cleared(session)
             self.outbox.resend(session, out)
 
-    def _take_over(self, old: Session, worker: bytes, conn: int, header: bytes, payload: bytes) -> None:
+    def _take_over(self, old: Session, worker: bytes, conn_id: int, header: bytes, payload: bytes) -> None:
         """A connection on `worker` resumes a session that is live on another worker, which has been
         told to close it (KICK). Records of two workers are not ordered, so that connection's last
         acknowledgements may still be on their way: the session is resumed once its worker has said
         the connection is closed (KICKED, or GONE), or has been taken for dead (`_disconnect`), and
         not before (else a PUBREC in flight would be lost and the PUBLISH sent again, not PUBREL)."""
-        self.takeovers[(old.worker, old.conn)] = (worker, conn, header, payload)  # type: ignore[index]
+        self.takeovers[(old.worker, old.conn_id)] = (worker, conn_id, header, payload)  # type: ignore[index]
 
     def _refuse_waiting(self, key: tuple[bytes, int]) -> None:
         """A connection that waited to take over the session of `key` loses it to a newer one."""
@@ -222,30 +222,30 @@ class Lifecycle:
 
     def _forget_takeovers(self, worker: bytes, gone: Callable[[int], bool]) -> None:
         """Connections of `worker` that waited to take a session over and are `gone`: they will not."""
-        for key, (new_worker, new_conn, _header, _payload) in list(self.takeovers.items()):
-            if new_worker == worker and gone(new_conn):
+        for key, (new_worker, new_conn_id, _header, _payload) in list(self.takeovers.items()):
+            if new_worker == worker and gone(new_conn_id):
                 del self.takeovers[key]
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, publish_will = wire.Gone.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, publish_will = wire.Gone.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)
         elif self.takeovers:
-            self._forget_takeovers(worker, lambda waiting: waiting == conn)
+            self._forget_takeovers(worker, lambda waiting: waiting == conn_id)
 
     def _on_kicked(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
         any takeover)."""
-        session = self.by_conn.get((worker, wire.Kicked.decode(header).conn))
+        session = self.by_conn_id.get((worker, wire.Kicked.decode(header).conn_id))
         if session is not None:
             self._disconnect(session, publish_will=True)
 
     def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
         session with the connection, another value is how long it outlives it."""
-        conn, expiry = wire.SessionExpiry.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, expiry = wire.SessionExpiry.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None or session.clean:
             return
         if expiry:
@@ -259,15 +259,15 @@ class Lifecycle:
         let a connection that waited to take it over (`_take_over`) have it."""
         if session.unacked:
             self.outbox.reshare(session, self._share)
-        key = (session.worker, session.conn)
-        del self.by_conn[key]  # type: ignore[arg-type]  # a session with a connection has its worker
+        key = (session.worker, session.conn_id)
+        del self.by_conn_id[key]  # type: ignore[arg-type]  # a session with a connection has its worker
         will = session.will
         session.will = None
         if session.clean:
             self._discard(session)
         else:
             session.worker = None
-            session.conn = 0
+            session.conn_id = 0
             session.seen = time.time()
             self.journal.session_saved(session, session.seen)
             if session.subs:

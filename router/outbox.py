@@ -107,7 +107,7 @@ class Outbox:
                 continue
             session.inflight += 1
             if message.state == RELEASING:
-                out.resend_rel(session.conn, pid)
+                out.resend_rel(session.conn_id, pid)
             else:
                 _send(session, out, pid, message, dup=True)
         self.send_ready(session, out)
@@ -178,7 +178,7 @@ class Outbox:
 def _send(session: Session, out: wire.ToWorker, pid: int, message: Message, dup: bool) -> None:
     """A kept message to its session's connection, under its packet id."""
     out.deliver(wire.deliver_head(message.topic, message.qos, message.retain, dup, message.props, message.expires_at),
-                _pack_sub(session.conn, message.qos, pid), message.payload)
+                _pack_sub(session.conn_id, message.qos, pid), message.payload)
 
 
 def restore(session: Session, pid: int, message: Pending, state: int) -> None:

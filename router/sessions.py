@@ -39,14 +39,14 @@ class Will:
 class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
-    __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
+    __slots__ = ("client_id", "clean", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "next_pid",
                  "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local")
 
     def __init__(self, client_id: str, clean: bool) -> None:
         self.client_id = client_id
         self.clean = clean
         self.worker: bytes | None = None
-        self.conn = 0
+        self.conn_id = 0
         self.subs: dict[str, int] = {}
         self.local: set[str] | tuple[()] = ()  # filters of `subs` its worker serves itself (router/routes.py)
         # its outbox, which router/outbox.py changes: QoS 1/2 messages by packet id, in the order kept

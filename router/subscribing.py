@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Subscribing:
     """Subscriptions: a session's filters in the trie (plain ones) or in their shared group."""
 
-    by_conn: dict[tuple[bytes, int], Session]
+    by_conn_id: dict[tuple[bytes, int], Session]
     trie: SubscriptionTrie
     groups: dict[str, SharedGroup]
     share_strategy: str
@@ -43,8 +43,8 @@ class Subscribing:
                          retain: bool, props: bytes, expires_at: int, share: Share | None = None) -> bool: ...
 
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = wire.Subscribe.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, filters = wire.Subscribe.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         out = self.out(worker)
@@ -73,14 +73,14 @@ class Subscribing:
         out.hold()
         if placed:
             out.gate()
-        out.suback(conn, packet_id, codes, local)
+        out.suback(conn_id, packet_id, codes, local)
         for message, qos, ids in retained:
             self._deliver_one(session, out, message.topic, message.payload, qos, True, message.props + ids,
                               message.expires_at)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = wire.Unsubscribe.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, filters = wire.Unsubscribe.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         codes = bytearray()
@@ -95,7 +95,7 @@ class Subscribing:
         self.cache.clear()
         out = self.out(worker)
         out.hold()
-        out.unsuback(conn, packet_id, bytes(codes))
+        out.unsuback(conn_id, packet_id, bytes(codes))
 
     def _subscribe(self, session: Session, topic_filter: str, grant: int) -> tuple[bool, bool]:
         """Index one subscription (a shared one joins its group): (whether the session did not have
