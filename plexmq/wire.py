@@ -176,11 +176,12 @@ class Hello(NamedTuple):
 
 
 class Connect(NamedTuple):
-    """CONNECT, an orjson list: a connection claims its client id (and the session)."""
+    """CONNECT, an orjson list: a connection claims its client id (and the session). The list's third
+    item is the negation of `persistent` (protocol 1 sends whether the session is clean)."""
 
     conn_id: int
     client_id: str
-    clean: bool  # the session ends with the connection (3.1.1 clean session, 5.0 session expiry 0)
+    persistent: bool  # the session outlives the connection (3.1.1 clean session 0, 5.0 session expiry > 0)
     username: str | None
     will_topic: str | None
     will_qos: int
@@ -193,11 +194,15 @@ class Connect(NamedTuple):
     will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]
 
     def encode(self) -> bytes:
-        return orjson.dumps(tuple(self))
+        fields = list(self)
+        fields[2] = not self.persistent  # on the wire: clean
+        return orjson.dumps(fields)
 
     @classmethod
     def decode(cls, header: bytes) -> Connect:
-        return cls._make(orjson.loads(header))
+        fields = orjson.loads(header)
+        fields[2] = not fields[2]  # on the wire: clean
+        return cls._make(fields)
 
 
 class Subscribe(NamedTuple):

@@ -377,10 +377,10 @@ class Router(Lifecycle, Subscribing):
                 entry = by_worker[worker] = ([], [], [])
             packed = _pack_sub(session.conn_id, granted, 0)
             entry[2].append(packed)
-            if session.clean:
-                entry[0].append(packed)
-            else:
+            if session.persistent:
                 entry[1].append((session, granted))
+            else:
+                entry[0].append(packed)
         targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
                           [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
         if len(self.cache) >= MATCH_CACHE_SIZE:
@@ -432,7 +432,7 @@ class Router(Lifecycle, Subscribing):
         numbered by the router for a persistent session, and for any session when a shared
         subscription gave it (`share`). Whether it was written now (not queued, not dropped)."""
         pid = 0
-        if qos and (not session.clean or share is not None):
+        if qos and (session.persistent or share is not None):
             pid = self.outbox.keep(session, Pending(topic, payload, qos, retain, props, expires_at, share))
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room

@@ -153,7 +153,7 @@ class Lifecycle:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        (conn_id, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+        (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
          will_extra) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
@@ -174,12 +174,12 @@ class Lifecycle:
         present = old is not None and not fresh
         if old is not None and not present:
             self._discard(old)
-        session = old if present and old is not None else Session(client_id, clean)
+        session = old if present and old is not None else Session(client_id, persistent)
         if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
             session.next_pid = (resume - 1) % 65535 + 1
-        if present and clean and not session.clean:  # resumed with session expiry 0: it ends with this connection
+        if present and not persistent and session.persistent:  # resumed with session expiry 0: it ends with this connection
             self.journal.session_dropped(session)
-        session.clean = clean
+        session.persistent = persistent
         session.expiry = expiry
         self.sessions[client_id] = session
         self.journal.session_saved(session, time.time())
@@ -246,13 +246,13 @@ class Lifecycle:
         session with the connection, another value is how long it outlives it."""
         conn_id, expiry = wire.SessionExpiry.decode(header)
         session = self.by_conn_id.get((worker, conn_id))
-        if session is None or session.clean:
+        if session is None or not session.persistent:
             return
         if expiry:
             session.expiry = expiry
         else:
             self.journal.session_dropped(session)
-            session.clean = True
+            session.persistent = False
 
     def _disconnect(self, session: Session, publish_will: bool) -> None:
         """The session's connection ended: publish its will if asked, keep it only if persistent, and
@@ -263,7 +263,7 @@ class Lifecycle:
         del self.by_conn_id[key]  # type: ignore[arg-type]  # a session with a connection has its worker
         will = session.will
         session.will = None
-        if session.clean:
+        if not session.persistent:
             self._discard(session)
         else:
             session.worker = None
@@ -275,7 +275,7 @@ class Lifecycle:
             if ends := session.ends_at():
                 self.deadlines.add(ends, session)
         if publish_will and will is not None:
-            if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
+            if will.delay and session.persistent:  # MQTT 5: published when the delay or the session ends
                 session.will = will
                 session.will_at = session.seen + will.delay
                 self.deadlines.add(session.will_at, session)

@@ -83,7 +83,7 @@ class Outbox:
             return -1
         session.bytes += len(message.payload)
         # a clean session's own ids are its worker's (plexmq/wire.py: ROUTER_PIDS_FROM)
-        first = wire.ROUTER_PIDS_FROM if session.clean else 1
+        first = 1 if session.persistent else wire.ROUTER_PIDS_FROM
         pid = max(session.next_pid, first)
         while pid in unacked:
             pid = pid + 1 if pid < MAX_PACKET_ID else first
@@ -171,7 +171,7 @@ class Outbox:
         for pid, message in moving:
             group, own = message.share  # type: ignore[misc]
             if share(group, message.topic, message.payload, message.qos, message.retain, message.props[:own],
-                     message.expires_at, exclude=session, online_only=not session.clean):
+                     message.expires_at, exclude=session, online_only=session.persistent):
                 self.done(session, pid)
 
 

@@ -108,7 +108,7 @@ class Subscribing:
         if share is None:
             routing = grants.routing(grant)
             self.trie.add(topic_filter, session, routing)
-            if session.clean and routing < 4 and session.worker is not None:  # plain: its worker can serve it
+            if not session.persistent and routing < 4 and session.worker is not None:  # plain: its worker can serve it
                 if not session.local:
                     session.local = set()
                 session.local.add(topic_filter)

@@ -304,7 +304,7 @@ class Connection(Outbound, asyncio.Protocol):
             will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
                           told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
         link = self.worker.link
-        link.connect(wire.Connect(self.conn_id, self.client_id, not self.persistent, self.username,
+        link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
                                   max(self.inflight, default=0) + 1 if resume else 0, fresh,
                                   self.v5.session_expiry if self.v5 is not None else -1, will_extra),
