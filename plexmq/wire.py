@@ -186,9 +186,10 @@ class Connect(NamedTuple):
     will_topic: str | None
     will_qos: int
     will_retain: bool
-    # 0, or the first packet id past those the worker still has in flight: it has sent the CONNACK
-    # itself (a new clean session's connection, or one registered again after a router restart), no SESSION
-    resume: int
+    # 0: the worker waits for SESSION to write the CONNACK; else the worker has sent the CONNACK
+    # itself (a new clean session's connection, or one registered again after a router restart), no
+    # SESSION answers, and this is the first packet id past those the worker still has in flight
+    connack_sent: int
     fresh: bool  # an earlier session is discarded (3.1.1 clean session, 5.0 clean start)
     expiry: int  # seconds the session outlives the connection (5.0; -1: persistent_client_expiration)
     will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]

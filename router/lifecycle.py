@@ -153,13 +153,13 @@ class Lifecycle:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+        (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
          will_extra) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())
             old = self.sessions.get(client_id)
-        if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
+        if connack_sent and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
             self.out(worker).kick(conn_id)
@@ -175,8 +175,8 @@ class Lifecycle:
         if old is not None and not present:
             self._discard(old)
         session = old if present and old is not None else Session(client_id, persistent)
-        if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
-            session.next_pid = (resume - 1) % 65535 + 1
+        if connack_sent and not present:  # a store that did not keep it: do not reuse ids the client still holds
+            session.next_pid = (connack_sent - 1) % 65535 + 1  # the first id past the worker's in flight
         if present and not persistent and session.persistent:  # resumed with session expiry 0: it ends with this connection
             self.journal.session_dropped(session)
         session.persistent = persistent
@@ -194,11 +194,11 @@ class Lifecycle:
         if session.subs:
             self.cache.clear()
         out = self.out(worker)
-        if not resume:  # else the client has had its CONNACK
+        if not connack_sent:  # else the client has had its CONNACK
             out.hold()
             out.session(conn_id, present, list(session.subs.items()) if present else [])
         if present:
-            if resume and session.incoming:
+            if connack_sent and session.incoming:
                 # registered again: QoS 2 releases (REL) its worker sent while the router refused its
                 # frames are lost, and a live connection never sends a PUBLISH again after its PUBREC,
                 # so no id is left waiting for a release (else the next message with it is dropped)

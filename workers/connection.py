@@ -292,10 +292,10 @@ class Connection(Outbound, asyncio.Protocol):
             flags = 0x02  # read as 3.1.1 reads the packet
         handler(self, flags, body)
 
-    def register(self, resume: bool, fresh: bool = False) -> None:
+    def register(self, connack_sent: bool, fresh: bool = False) -> None:
         """Claim the session with the router; `fresh`: discard an earlier one (clean session, clean
-        start); `resume`: the client has its CONNACK already (a new clean session's connection, or
-        one registered again with a restarted router, which then also gets the subscriptions):
+        start); `connack_sent`: the client has its CONNACK already (a new clean session's connection,
+        or one registered again with a restarted router, which then also gets the subscriptions):
         nothing is answered."""
         will = self.will
         will_extra = None  # a 5.0 will's delay, properties (as they travel) and message expiry interval
@@ -306,10 +306,10 @@ class Connection(Outbound, asyncio.Protocol):
         link = self.worker.link
         link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                                  max(self.inflight, default=0) + 1 if resume else 0, fresh,
+                                  max(self.inflight, default=0) + 1 if connack_sent else 0, fresh,
                                   self.v5.session_expiry if self.v5 is not None else -1, will_extra),
                      will.payload if will else b"")
-        if resume and self.subs:
+        if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])
 
     def take_rules(self, checker: Checker | None) -> None:

@@ -415,7 +415,7 @@ class Worker:
                 conn.close("the link to the router was renewed while it was answering this client")
         self.link.open(self._hello([conn.conn_id for conn in live]))
         for conn in live:
-            conn.register(resume=True)
+            conn.register(connack_sent=True)
         self.routes.forget_table()
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
