@@ -160,9 +160,8 @@ def _plot(fields: DataFrame, field: str) -> str:
     for key in sorted({(r.topic, r.client_id) for r in rows}):
         series = [r for r in rows if (r.topic, r.client_id) == key]
         times = [report.utc(r.minute) for r in series]
-        # datetimes: matplotlib converts them with its date units, which its stubs do not know
-        line, = ax.plot(times, [r.mean for r in series], marker=".", label=f"{key[0]} {key[1]}")  # type: ignore[arg-type]
-        ax.fill_between(times, [r.min for r in series], [r.max for r in series],  # type: ignore[arg-type]
+        line, = ax.plot(times, [r.mean for r in series], marker=".", label=f"{key[0]} {key[1]}")  # type: ignore[arg-type]  # datetimes: date units
+        ax.fill_between(times, [r.min for r in series], [r.max for r in series],  # type: ignore[arg-type]  # as above
                         alpha=0.2, color=line.get_color())
     ax.set_ylabel(f"{field} (mean, min-max)")
     ax.set_xlabel("minute (UTC)")

@@ -1,5 +1,7 @@
 """The worker↔router link protocol: every record, its kind number, its fields and how they are
-encoded and decoded, in this one module (docs/architecture.md §3).
+encoded and decoded, in this one module (docs/architecture.md §3). It lives in plexmq/, beside the
+other modules shared by both ends: router/ and workers/ import it, so the two ends of the link read
+one definition.
 
 A message is two ZeroMQ frames: the `LINK` tag (join, seq) that lets each end notice a lost or restarted
 peer (router/links.py), then the records.

@@ -243,7 +243,7 @@ class Router(Lifecycle, Subscribing):
             pos = 0
             body_at = 2 + len(topic) + form  # 5.0: after the empty property block
             while pos < len(packets):
-                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
+                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
                 payload = packets[start + body_at:stop]
                 for session, matched in targets.special:
                     self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn_id))
@@ -360,7 +360,7 @@ class Router(Lifecycle, Subscribing):
         special: list[tuple[Session, Matched]] = []
         groups: list[SharedGroup] = []
         # the trie's keys: Sessions, and SharedGroups (told apart by their class below)
-        matches: dict[Session, Matched] = self.trie.match(topic.decode())  # type: ignore[assignment]
+        matches: dict[Session, Matched] = self.trie.match(topic.decode())  # type: ignore[assignment]  # Hashable keys, as above
         for session, granted in matches.items():
             if session.__class__ is SharedGroup:
                 groups.append(session)
@@ -395,7 +395,7 @@ class Router(Lifecycle, Subscribing):
         resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn_id))
         if resolved is None:
             return
-        out = self.out(session.worker)  # type: ignore[arg-type]
+        out = self.out(session.worker)  # type: ignore[arg-type]  # an online session: its worker is set
         if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
             out.hold()
         self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at)

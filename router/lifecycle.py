@@ -212,7 +212,7 @@ class Lifecycle:
         acknowledgements may still be on their way: the session is resumed once its worker has said
         the connection is closed (KICKED, or GONE), or has been taken for dead (`_disconnect`), and
         not before (else a PUBREC in flight would be lost and the PUBLISH sent again, not PUBREL)."""
-        self.takeovers[(old.worker, old.conn_id)] = (worker, conn_id, header, payload)  # type: ignore[index]
+        self.takeovers[(old.worker, old.conn_id)] = (worker, conn_id, header, payload)  # type: ignore[index]  # a live session: its worker is set
 
     def _refuse_waiting(self, key: tuple[bytes, int]) -> None:
         """A connection that waited to take over the session of `key` loses it to a newer one."""
@@ -282,7 +282,7 @@ class Lifecycle:
                 self.journal.will_saved(session, will)  # a restarted router sends it when due
             else:
                 self._publish_will(will)
-        waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]
+        waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]  # the key of a live session, as above
         if waiting is not None:  # the connection that takes the session over may have it now
             self._on_connect(waiting[0], waiting[2], waiting[3])
 

@@ -169,7 +169,7 @@ class Outbox:
         moving = [(pid, message) for pid, message in session.unacked.items()
                   if message.share is not None and message.state != RELEASING]
         for pid, message in moving:
-            group, own = message.share  # type: ignore[misc]
+            group, own = message.share  # type: ignore[misc]  # `moving` holds shared ones only
             if share(group, message.topic, message.payload, message.qos, message.retain, message.props[:own],
                      message.expires_at, exclude=session, online_only=session.persistent):
                 self.done(session, pid)

@@ -78,7 +78,7 @@ class Session:
         """PUBREL from this client: whether `pid` was waiting for it."""
         if pid not in self.incoming:
             return False
-        self.incoming.discard(pid)  # type: ignore[union-attr]
+        self.incoming.discard(pid)  # type: ignore[union-attr]  # holds pid: a set, not the empty tuple
         return True
 
     def ends_at(self) -> float:

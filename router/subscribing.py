@@ -144,7 +144,7 @@ class Subscribing:
         """Take a session's subscription out of the route table (a shared group's place stays while
         it has members)."""
         if topic_filter in session.local:
-            session.local.remove(topic_filter)  # type: ignore[union-attr]
-            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]
+            session.local.remove(topic_filter)  # type: ignore[union-attr]  # holds it: a set, not the empty tuple
+            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
         elif topic_filter not in self.groups:
             self.routes.remove(topic_filter, ROUTER)

@@ -202,7 +202,7 @@ def test_deliver_round_trips(props: bytes, expiry: int) -> None:
     assert header[wire.DELIVER_HEAD.size:start] == b"a/b" and flags & 15 == wire.pub_flags(2, True, True)
     extra = (b"", 0)
     if flags & wire.HAS_EXTRA:
-        *extra, start = wire.read_extra(header, start)  # type: ignore[assignment]
+        *extra, start = wire.read_extra(header, start)  # type: ignore[assignment]  # a list where a tuple was
     assert tuple(extra) == (props, expiry)
     assert list(wire.iter_subscribers(header[start:])) == [(3, 1, 0), (4, 2, 40000)]
 
@@ -279,7 +279,7 @@ def test_a_refused_worker_stops_the_node_instead_of_restarting() -> None:
     try:
         supervisor = Supervisor({"workers": 1, "role": "node"}, loop, reasons.append)
         child: Child = supervisor.workers[0]
-        child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]
+        child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]  # a stand-in for the Popen
         supervisor.reap()
     finally:
         loop.close()

@@ -93,7 +93,7 @@ class Connection(Outbound, asyncio.Protocol):
     # -- transport callbacks ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport (TCP, TLS, or the WebSocket's)
         self.peer = peer_name(transport.get_extra_info("peername"))
         if self.worker.identity_as_username:
             cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
@@ -254,7 +254,7 @@ class Connection(Outbound, asyncio.Protocol):
         up (`paused`), empty rate buckets (`throttled`); each of them ends by calling this."""
         if self.state == CLOSED or self.state == AUTHENTICATING or self.paused or self.throttled:
             return
-        self.transport.resume_reading()  # type: ignore[union-attr]
+        self.transport.resume_reading()  # type: ignore[union-attr]  # not CLOSED: it has its transport
         if self.buf:
             self.data_received(b"")  # what the last read could not take yet
 
@@ -354,8 +354,8 @@ class Connection(Outbound, asyncio.Protocol):
     def connack5(self, present: bool) -> bytes | None:
         """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);
         None when none fits."""
-        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]
-                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]
+        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]  # a 5.0 client
+                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]  # as above
 
     def send5(self, encode: Callable[[props.Properties | None], bytes], told: props.Properties | None = None,
               optional: frozenset[int] = frozenset()) -> bool:
@@ -363,10 +363,10 @@ class Connection(Outbound, asyncio.Protocol):
         `v5.within` may; False, with nothing written, when it does not fit even so [MQTT-3.1.2-24].
         Packets without properties of 5 bytes or less always fit: a client whose limit is smaller gets
         no CONNACK (`handlers.connect.accept`)."""
-        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]
+        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]  # a 5.0 client
         if packet is None:
             log.debug("client %s: a packet of type %d left unsent, larger than its maximum packet size (%d)",
-                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]
+                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]  # as above
             return False
         self.write(packet)
         return True

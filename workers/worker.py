@@ -209,7 +209,7 @@ class Worker:
             conn.sender = sender(conn.client_id, conn.username, conn.level)
         if not self.turn_us:
             self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
-        self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]
+        self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]  # called only with an archive
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
@@ -308,7 +308,7 @@ class Worker:
             if conn.screened:
                 if not run_topic:
                     run_topic = v5.first_topic(payload)
-                if not conn.checker.can_read(run_topic):  # type: ignore[union-attr]
+                if not conn.checker.can_read(run_topic):  # type: ignore[union-attr]  # screened: it has a checker
                     self._withhold(conn, 0, packets_in(payload))
                     continue
             if conn.v5 is None:
@@ -332,7 +332,7 @@ class Worker:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
-            if conn.screened and not conn.checker.can_read(topic):  # type: ignore[union-attr]
+            if conn.screened and not conn.checker.can_read(topic):  # type: ignore[union-attr]  # screened: it has a checker
                 self._withhold(conn, packet_id, 1)
                 continue
             eff = granted if granted < qos else qos
@@ -462,10 +462,10 @@ class Worker:
         deadline [MQTT-3.1.2-24]."""
         loop = self.loop
         for conn in self.wheel.expire(loop.time()):
-            if conn.state < CONNECTING:  # type: ignore[attr-defined]
-                conn.close(f"no CONNECT within {self.settings.connect_timeout:g} s")  # type: ignore[attr-defined]
+            if conn.state < CONNECTING:  # type: ignore[attr-defined]  # the wheel holds Connections
+                conn.close(f"no CONNECT within {self.settings.connect_timeout:g} s")  # type: ignore[attr-defined]  # as above
             else:
-                conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]
+                conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]  # as above
         loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
 
     def _tick(self) -> None:
