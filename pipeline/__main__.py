@@ -4,13 +4,12 @@ benchmark samples (see deploy/spark.md for a cluster)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from datetime import UTC, datetime
 
-from plexmq.units import parse_duration
 from plexmq.mqtt.topics import valid_filter
+from plexmq.units import parse_duration
 
 
 def duration(text: str) -> float:

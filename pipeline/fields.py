@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -73,7 +74,7 @@ def _schema(spark: SparkSession, text: DataFrame, ddl: str | None) -> StructType
     """The user's schema, or one inferred from a sample of the JSON objects (BadInput when none)."""
     if ddl is not None:
         try:
-            return StructType.fromDDL(ddl)
+            return cast(StructType, StructType.fromDDL(ddl))  # a list of fields parses as a struct
         except Exception as e:  # Spark's parse errors have no common public type
             raise BadInput(f"--schema {ddl!r}: {str(e).splitlines()[0]}") from e
     sample = text.where(F.ltrim("text").startswith("{")).select("text").limit(SAMPLE)
@@ -159,8 +160,9 @@ def _plot(fields: DataFrame, field: str) -> str:
     for key in sorted({(r.topic, r.client_id) for r in rows}):
         series = [r for r in rows if (r.topic, r.client_id) == key]
         times = [report.utc(r.minute) for r in series]
-        line, = ax.plot(times, [r.mean for r in series], marker=".", label=f"{key[0]} {key[1]}")
-        ax.fill_between(times, [r.min for r in series], [r.max for r in series], alpha=0.2, color=line.get_color())
+        line, = ax.plot(times, [r.mean for r in series], marker=".", label=f"{key[0]} {key[1]}")  # type: ignore[arg-type]  # datetimes: date units
+        ax.fill_between(times, [r.min for r in series], [r.max for r in series],  # type: ignore[arg-type]  # as above
+                        alpha=0.2, color=line.get_color())
     ax.set_ylabel(f"{field} (mean, min-max)")
     ax.set_xlabel("minute (UTC)")
     if rows:

@@ -1,5 +1,7 @@
 """The worker↔router link protocol: every record, its kind number, its fields and how they are
-encoded and decoded, in this one module (docs/architecture.md §3).
+encoded and decoded, in this one module (docs/architecture.md §3). It lives in plexmq/, beside the
+other modules shared by both ends: router/ and workers/ import it, so the two ends of the link read
+one definition.
 
 A message is two ZeroMQ frames: the `LINK` tag (join, seq) that lets each end notice a lost or restarted
 peer (router/links.py), then the records.
@@ -17,7 +19,8 @@ for the worker's, `ToWorker` below for the router's; records from the router are
 from __future__ import annotations
 
 import struct
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import orjson
 
@@ -34,11 +37,13 @@ HELLO = 1  # Hello: opens a join (seq 0); the live connections are registered ag
 CONNECT = 2  # Connect; payload: the will's payload
 SUBSCRIBE = 3  # Subscribe
 UNSUBSCRIBE = 4  # Unsubscribe
-PUB = 5  # PUB_HEAD (conn, packet id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
-ACK = 6  # ACK_HEAD (conn, packet id, stage): a persistent session's subscriber acknowledged
+PUB = 5  # PUB_HEAD (conn_id, packet id, flags) [+ EXTRA + properties when flags & HAS_EXTRA] + topic; payload
+ACK = 6  # ACK_HEAD (conn_id, packet id, stage): a persistent session's subscriber acknowledged
 REL = 7  # Rel: the client released an incoming QoS 2 message (PUBREL)
 GONE = 8  # Gone
-PUB0 = 9  # PUB0_HEAD (count, conn) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to that topic (first byte 0x30) exactly as received
+# PUB0_HEAD (count, conn_id) + topic; payload: that many plain QoS 0 PUBLISH packets of that connection to
+# that topic (first byte 0x30) exactly as received
+PUB0 = 9
 STATS = 10  # Stats: once a second
 CLIENTS = 11  # Clients: the answer to LIST_CLIENTS
 SESSION_EXPIRY = 12  # SessionExpiry: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
@@ -50,7 +55,11 @@ KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): t
 SESSION = 20  # Session: the answer to a CONNECT
 SUBACK = 21  # Suback
 UNSUBACK = 22  # Unsuback
-ROUTED = 23  # u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed, acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched no subscription
+# u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed,
+# acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py
+# CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched
+# no subscription
+ROUTED = 23
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # ResendRel: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # Kick: close this connection now (taken over); the router has dealt with its will
@@ -59,7 +68,9 @@ LIST_CLIENTS = 28  # ListClients: answer with CLIENTS
 CLOSE = 29  # Close: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
 ROUTES = 31  # Routes: who serves each filter (router/routes.py); answer ROUTES_ACK
-REJOIN = 32  # Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the worker for dead): say HELLO again
+# Rejoin: the router did not take frames of that join (it restarted, frames were lost, or it took the
+# worker for dead): say HELLO again
+REJOIN = 32
 BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
 REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
 
@@ -83,20 +94,20 @@ EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 # -- structs, and the hot records' pack/unpack (the struct's own methods: no call added) -------------
 LINK = struct.Struct("<IQ")  # join, seq
 RECORD = struct.Struct("<BII")  # kind, header length, payload length
-PUB_HEAD = struct.Struct("<IHB")  # conn, packet id, flags: qos | retain << 2 | HAS_EXTRA | MATCH_ASKED
+PUB_HEAD = struct.Struct("<IHB")  # conn_id, packet id, flags: qos | retain << 2 | HAS_EXTRA | MATCH_ASKED
 pack_pub, unpack_pub = PUB_HEAD.pack, PUB_HEAD.unpack_from
-PUB0_HEAD = struct.Struct("<II")  # count, conn (no local needs the publisher)
+PUB0_HEAD = struct.Struct("<II")  # count, conn_id (no local needs the publisher)
 pack_pub0, unpack_pub0 = PUB0_HEAD.pack, PUB0_HEAD.unpack_from
-ACK_HEAD = struct.Struct("<IHB")  # conn, packet id, stage (ACK_DONE, ACK_RECEIVED)
+ACK_HEAD = struct.Struct("<IHB")  # conn_id, packet id, stage (ACK_DONE, ACK_RECEIVED)
 pack_ack, unpack_ack = ACK_HEAD.pack, ACK_HEAD.unpack
 DELIVER_HEAD = struct.Struct("<BH")  # flags: qos | retain << 2 | dup << 3 | HAS_EXTRA; topic length
 unpack_deliver = DELIVER_HEAD.unpack_from  # packed by `deliver_head`
-SUBSCRIBER = struct.Struct("<IBH")  # conn, granted qos, packet id (0: the worker numbers it)
+SUBSCRIBER = struct.Struct("<IBH")  # conn_id, granted qos, packet id (0: the worker numbers it)
 pack_subscriber, iter_subscribers = SUBSCRIBER.pack, SUBSCRIBER.iter_unpack
-CONN_PID = struct.Struct("<IH")  # conn, packet id
-GONE_HEAD = struct.Struct("<IB")  # conn, publish the will
+CONN_PID = struct.Struct("<IH")  # conn_id, packet id
+GONE_HEAD = struct.Struct("<IB")  # conn_id, publish the will
 CONN = struct.Struct("<I")
-SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn, session expiry interval (seconds)
+SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn_id, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
 
 _pack_record = RECORD.pack
@@ -167,34 +178,40 @@ class Hello(NamedTuple):
 
 
 class Connect(NamedTuple):
-    """CONNECT, an orjson list: a connection claims its client id (and the session)."""
+    """CONNECT, an orjson list: a connection claims its client id (and the session). The list's third
+    item is the negation of `persistent` (protocol 1 sends whether the session is clean)."""
 
-    conn: int
+    conn_id: int
     client_id: str
-    clean: bool  # the session ends with the connection (3.1.1 clean session, 5.0 session expiry 0)
+    persistent: bool  # the session outlives the connection (3.1.1 clean session 0, 5.0 session expiry > 0)
     username: str | None
     will_topic: str | None
     will_qos: int
     will_retain: bool
-    # 0, or the first packet id past those the worker still has in flight: it has sent the CONNACK
-    # itself (a new clean session's connection, or one registered again after a router restart), no SESSION
-    resume: int
+    # 0: the worker waits for SESSION to write the CONNACK; else the worker has sent the CONNACK
+    # itself (a new clean session's connection, or one registered again after a router restart), no
+    # SESSION answers, and this is the first packet id past those the worker still has in flight
+    connack_sent: int
     fresh: bool  # an earlier session is discarded (3.1.1 clean session, 5.0 clean start)
     expiry: int  # seconds the session outlives the connection (5.0; -1: persistent_client_expiration)
     will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]
 
     def encode(self) -> bytes:
-        return orjson.dumps(tuple(self))
+        fields = list(self)
+        fields[2] = not self.persistent  # on the wire: clean
+        return orjson.dumps(fields)
 
     @classmethod
     def decode(cls, header: bytes) -> Connect:
-        return cls._make(orjson.loads(header))
+        fields = orjson.loads(header)
+        fields[2] = not fields[2]  # on the wire: clean
+        return cls._make(fields)
 
 
 class Subscribe(NamedTuple):
     """SUBSCRIBE, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int  # 0: registered again after a router restart, not answered
     filters: list[list]  # [filter, grant (plexmq/grants.py), or the reason code >= 0x80 the worker refused it with]
 
@@ -209,7 +226,7 @@ class Subscribe(NamedTuple):
 class Unsubscribe(NamedTuple):
     """UNSUBSCRIBE, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     filters: list[str]
 
@@ -224,7 +241,7 @@ class Unsubscribe(NamedTuple):
 class Rel(NamedTuple):
     """REL, CONN_PID."""
 
-    conn: int
+    conn_id: int
     packet_id: int
 
     def encode(self) -> bytes:
@@ -238,7 +255,7 @@ class Rel(NamedTuple):
 class Gone(NamedTuple):
     """GONE, GONE_HEAD: the connection closed."""
 
-    conn: int
+    conn_id: int
     publish_will: bool
 
     def encode(self) -> bytes:
@@ -246,14 +263,14 @@ class Gone(NamedTuple):
 
     @classmethod
     def decode(cls, header: bytes) -> Gone:
-        conn, publish_will = GONE_HEAD.unpack(header)
-        return cls(conn, bool(publish_will))
+        conn_id, publish_will = GONE_HEAD.unpack(header)
+        return cls(conn_id, bool(publish_will))
 
 
 class SessionExpiry(NamedTuple):
     """SESSION_EXPIRY, SESSION_EXPIRY_HEAD (GONE follows)."""
 
-    conn: int
+    conn_id: int
     expiry: int  # seconds the session outlives the connection (0: it ends with it)
 
     def encode(self) -> bytes:
@@ -324,7 +341,7 @@ class RoutesAck(NamedTuple):
 class Kicked(NamedTuple):
     """KICKED, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -340,7 +357,7 @@ class Kicked(NamedTuple):
 class Session(NamedTuple):
     """SESSION, an orjson list: write the CONNACK."""
 
-    conn: int
+    conn_id: int
     present: bool  # session present
     subs: list  # [filter, grant] of a present session (its worker judges them against the ACL)
 
@@ -355,7 +372,7 @@ class Session(NamedTuple):
 class Suback(NamedTuple):
     """SUBACK, an orjson list."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     codes: list[int]  # one per filter, the worker encodes them for the client's version
     placed: list[list]  # [filter, QoS its worker serves it with, or -1: the router does]
@@ -372,23 +389,23 @@ class Unsuback(NamedTuple):
     """UNSUBACK, CONN_PID + one reason code per filter (0x00 removed, 0x11 no subscription existed,
     0x8F not a filter)."""
 
-    conn: int
+    conn_id: int
     packet_id: int
     codes: bytes
 
     def encode(self) -> bytes:
-        return CONN_PID.pack(self.conn, self.packet_id) + self.codes
+        return CONN_PID.pack(self.conn_id, self.packet_id) + self.codes
 
     @classmethod
     def decode(cls, header: bytes) -> Unsuback:
-        conn, packet_id = CONN_PID.unpack_from(header)
-        return cls(conn, packet_id, header[CONN_PID.size:])
+        conn_id, packet_id = CONN_PID.unpack_from(header)
+        return cls(conn_id, packet_id, header[CONN_PID.size:])
 
 
 class ResendRel(NamedTuple):
     """RESEND_REL, CONN_PID."""
 
-    conn: int
+    conn_id: int
     packet_id: int
 
     def encode(self) -> bytes:
@@ -402,7 +419,7 @@ class ResendRel(NamedTuple):
 class Kick(NamedTuple):
     """KICK, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -429,7 +446,7 @@ class ListClients(NamedTuple):
 class Close(NamedTuple):
     """CLOSE, CONN."""
 
-    conn: int
+    conn_id: int
 
     def encode(self) -> bytes:
         return CONN.pack(*self)
@@ -546,14 +563,14 @@ class ToWorker(Batch):
 
     __slots__ = ()
 
-    def session(self, conn: int, present: bool, subs: list) -> None:
-        self.add(SESSION, Session(conn, present, subs).encode())
+    def session(self, conn_id: int, present: bool, subs: list) -> None:
+        self.add(SESSION, Session(conn_id, present, subs).encode())
 
-    def suback(self, conn: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
-        self.add(SUBACK, Suback(conn, packet_id, codes, placed).encode())
+    def suback(self, conn_id: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
+        self.add(SUBACK, Suback(conn_id, packet_id, codes, placed).encode())
 
-    def unsuback(self, conn: int, packet_id: int, codes: bytes) -> None:
-        self.add(UNSUBACK, Unsuback(conn, packet_id, codes).encode())
+    def unsuback(self, conn_id: int, packet_id: int, codes: bytes) -> None:
+        self.add(UNSUBACK, Unsuback(conn_id, packet_id, codes).encode())
 
     def routed(self, counts: list[int]) -> None:
         self.add(ROUTED, pack_routed(counts))
@@ -574,17 +591,17 @@ class ToWorker(Batch):
         parts.append(subs)
         parts.append(packets)
 
-    def resend_rel(self, conn: int, packet_id: int) -> None:
-        self.add(RESEND_REL, ResendRel(conn, packet_id).encode())
+    def resend_rel(self, conn_id: int, packet_id: int) -> None:
+        self.add(RESEND_REL, ResendRel(conn_id, packet_id).encode())
 
-    def kick(self, conn: int) -> None:
-        self.add(KICK, Kick(conn).encode())
+    def kick(self, conn_id: int) -> None:
+        self.add(KICK, Kick(conn_id).encode())
 
     def list_clients(self, request: int, text: str) -> None:
         self.add(LIST_CLIENTS, ListClients(request, text).encode())
 
-    def close(self, conn: int) -> None:
-        self.add(CLOSE, Close(conn).encode())
+    def close(self, conn_id: int) -> None:
+        self.add(CLOSE, Close(conn_id).encode())
 
     def rejoin(self, join: int) -> None:
         self.add(REJOIN, Rejoin(join).encode())

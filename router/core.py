@@ -12,26 +12,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from plexmq import grants
-from plexmq import wire
+from plexmq import grants, wire
 from plexmq.grants import Matched
-from plexmq.router.journal import Journal
-from plexmq.router.message import Message
-from plexmq.router.retain import RetainedStore
-from plexmq.router.links import Links
-from plexmq.router.routes import RouteTable
+from plexmq.mqtt import framing
 from plexmq.router.deadlines import Deadlines
+from plexmq.router.journal import Journal
+from plexmq.router.lifecycle import Lifecycle
+from plexmq.router.links import Links
+from plexmq.router.listing import ClientListing
+from plexmq.router.message import Message
 from plexmq.router.outbox import Outbox, Pending, Share
+from plexmq.router.retain import RetainedStore
+from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
-from plexmq.router.lifecycle import Lifecycle
-from plexmq.router.listing import ClientListing
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
 from plexmq.trie import SubscriptionTrie
-from plexmq.mqtt import framing
 
 log = logging.getLogger("plexmq.router")
 
@@ -86,7 +85,7 @@ class Router(Lifecycle, Subscribing):
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
         self.deadlines = Deadlines()  # delayed wills and sessions with their own expiry interval
         self.share_strategy = share_strategy
-        self.by_conn: dict[tuple[bytes, int], Session] = {}
+        self.by_conn_id: dict[tuple[bytes, int], Session] = {}
         self.trie = SubscriptionTrie()
         self.retained = RetainedStore()
         self.batches: dict[bytes, wire.ToWorker] = {}
@@ -103,7 +102,7 @@ class Router(Lifecycle, Subscribing):
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
-        # (old worker, conn) -> the CONNECT (worker, header, payload) that takes its session over from
+        # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.received = 0
@@ -167,7 +166,7 @@ class Router(Lifecycle, Subscribing):
             pass  # refused (Lifecycle._on_hello): what follows its HELLO is not read
 
     def take_frames(self, split: bool) -> list[tuple[bytes, bytes, bytes]]:
-        """This turn's frames, (worker, now, later), led by the route table's changes (ROUTES), with
+        """This turn's frames, (worker, at_once, later), led by the route table's changes (ROUTES), with
         acknowledgements of routed PUBs last. With `split`, `later` holds what may leave only after
         the store's commit: acknowledgements (SESSION, SUBACK, UNSUBACK, ROUTED) and QoS 2
         deliveries, with whatever follows them; the rest leaves at once, so a persistent
@@ -192,36 +191,36 @@ class Router(Lifecycle, Subscribing):
         frames = []
         for worker in batches.keys() | leads.keys() | routes.deferred.keys():
             batch = batches.get(worker)
-            now, later, gated = batch.take_split() if batch else (b"", b"", False)
+            at_once, later, gated = batch.take_split() if batch else (b"", b"", False)
             if not split and not gated:
-                now, later = now + later, b""
-            now, later = routes.order(worker, now, later, gated)
+                at_once, later = at_once + later, b""
+            at_once, later = routes.order(worker, at_once, later, gated)
             lead = leads.get(worker)
             if lead is not None:
-                now = lead + now  # ahead of what waits: another worker may be waiting for its answer
-            if now or later:
-                frames.append((worker, now, later))
+                at_once = lead + at_once  # ahead of what waits: another worker may be waiting for its answer
+            if at_once or later:
+                frames.append((worker, at_once, later))
         return frames
 
     # -- messages --------------------------------------------------------------------------------
 
     def _on_pub(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, flags = _unpack_pub(header)
+        conn_id, packet_id, flags = _unpack_pub(header)
         qos = flags & 3
         counts = self._routed_counts(worker)
         if qos:
             counts[0] += 1
             if qos == 2:
-                session = self.by_conn.get((worker, conn))
+                session = self.by_conn_id.get((worker, conn_id))
                 if session is not None:
                     if not session.receive(packet_id):
                         return  # a resend before PUBREL: received exactly once
                     self.journal.incoming_added(session, packet_id)
         if flags & wire.HAS_EXTRA:
             props, expires_at, start = wire.read_extra(header, _pub_head_size)
-            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn))
+            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn_id))
         else:
-            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn))
+            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn_id))
         if flags & wire.MATCH_ASKED and not targets.matched:
             counts.append(counts[0] - 1)  # its position among the QoS 1/2 PUBs of the next ROUTED
 
@@ -233,7 +232,7 @@ class Router(Lifecycle, Subscribing):
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)
-        count, conn = _unpack_run(header)
+        count, conn_id = _unpack_run(header)
         for dest in targets.raw:
             if not dest.count:
                 self.raw_dirty.append(dest)
@@ -244,10 +243,10 @@ class Router(Lifecycle, Subscribing):
             pos = 0
             body_at = 2 + len(topic) + form  # 5.0: after the empty property block
             while pos < len(packets):
-                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]
+                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
                 payload = packets[start + body_at:stop]
                 for session, matched in targets.special:
-                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn))
+                    self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn_id))
                 for group in targets.groups:
                     self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop
@@ -279,14 +278,14 @@ class Router(Lifecycle, Subscribing):
         self.routes.acknowledged(worker, wire.RoutesAck.decode(header).gen)
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id = wire.Rel.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id = wire.Rel.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is not None and session.released(packet_id):
             self.journal.incoming_released(session, packet_id)
 
     def _on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, stage = wire.unpack_ack(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, stage = wire.unpack_ack(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         outbox = self.outbox
@@ -308,7 +307,7 @@ class Router(Lifecycle, Subscribing):
         """Route one message to every matching subscriber (returned): matched once, one record per worker.
         The fields of a `Message`, in its order, not one: most messages are only passed on.
         `props` and `expires_at`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
-        `source`: the publishing connection (worker, conn), for no local."""
+        `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
             message = Message(topic, payload, qos, True, props, expires_at)
@@ -330,9 +329,9 @@ class Router(Lifecycle, Subscribing):
                     if eff:
                         pid = keep(session, Pending(topic, payload, eff, False, props, expires_at))
                         if pid > 0:
-                            parts.append(_pack_sub(session.conn, eff, pid))
+                            parts.append(_pack_sub(session.conn_id, eff, pid))
                     else:
-                        parts.append(_pack_sub(session.conn, 0, 0))
+                        parts.append(_pack_sub(session.conn_id, 0, 0))
                 subs = b"".join(parts)
             if subs:
                 out = self.out(worker)
@@ -345,8 +344,8 @@ class Router(Lifecycle, Subscribing):
         for group in targets.groups:
             self._share(group, topic, payload, qos, retain, props, expires_at)
         for session, matched in offline:
-            if matched.__class__ is int and matched < 4:  # type: ignore[operator]
-                eff = matched if matched < qos else qos  # type: ignore[operator]
+            if matched.__class__ is int and matched < 4:
+                eff = matched if matched < qos else qos
                 if eff:
                     keep(session, Pending(topic, payload, eff, False, props, expires_at))
                 continue
@@ -360,26 +359,28 @@ class Router(Lifecycle, Subscribing):
         offline: list[tuple[Session, Matched]] = []
         special: list[tuple[Session, Matched]] = []
         groups: list[SharedGroup] = []
-        for session, granted in self.trie.match(topic.decode()).items():
+        # the trie's keys: Sessions, and SharedGroups (told apart by their class below)
+        matches: dict[Session, Matched] = self.trie.match(topic.decode())  # type: ignore[assignment]  # Hashable keys, as above
+        for session, granted in matches.items():
             if session.__class__ is SharedGroup:
-                groups.append(session)  # type: ignore[arg-type]
+                groups.append(session)
                 continue
             worker = session.worker
             if worker is None:
                 offline.append((session, granted))
                 continue
-            if granted.__class__ is not int or granted >= 4:  # type: ignore[operator]
+            if granted.__class__ is not int or granted >= 4:
                 special.append((session, granted))
                 continue
             entry = by_worker.get(worker)
             if entry is None:
                 entry = by_worker[worker] = ([], [], [])
-            packed = _pack_sub(session.conn, granted, 0)
+            packed = _pack_sub(session.conn_id, granted, 0)
             entry[2].append(packed)
-            if session.clean:
-                entry[0].append(packed)
-            else:
+            if session.persistent:
                 entry[1].append((session, granted))
+            else:
+                entry[0].append(packed)
         targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
                           [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
         if len(self.cache) >= MATCH_CACHE_SIZE:
@@ -391,10 +392,10 @@ class Router(Lifecycle, Subscribing):
                          retain: bool, props: bytes, expires_at: int, source: tuple[bytes, int] | None) -> None:
         """A message to an online subscriber with MQTT 5 subscription options or identifiers: its own
         record, with its QoS, retain flag and identifiers (none when no local leaves it out)."""
-        resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn))
+        resolved = grants.resolve(matched, qos, retain, source == (session.worker, session.conn_id))
         if resolved is None:
             return
-        out = self.out(session.worker)  # type: ignore[arg-type]
+        out = self.out(session.worker)  # type: ignore[arg-type]  # an online session: its worker is set
         if qos == 2:  # as in route: only once the publisher's PUBREC could be sent
             out.hold()
         self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at)
@@ -431,10 +432,10 @@ class Router(Lifecycle, Subscribing):
         numbered by the router for a persistent session, and for any session when a shared
         subscription gave it (`share`). Whether it was written now (not queued, not dropped)."""
         pid = 0
-        if qos and (not session.clean or share is not None):
+        if qos and (session.persistent or share is not None):
             pid = self.outbox.keep(session, Pending(topic, payload, qos, retain, props, expires_at, share))
             if pid <= 0:
                 return False  # dropped, or queued until the client's window has room
-        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expires_at), _pack_sub(session.conn, qos, pid),
+        out.deliver(wire.deliver_head(topic, qos, retain, False, props, expires_at), _pack_sub(session.conn_id, qos, pid),
                     payload)
         return True

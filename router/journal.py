@@ -43,7 +43,7 @@ _WILL_DELETE = "DELETE FROM wills WHERE client_id = ?"
 
 class Journal:
     """The store's changes by name; without a store (persistence off) every operation does nothing.
-    Each operation checks for itself whether it applies (`_ops`, `session.clean`), inline: the
+    Each operation checks for itself whether it applies (`_ops`, `session.persistent`), inline: the
     QoS 1/2 path of a persistent session calls one of them where it appended a statement before."""
 
     __slots__ = ("_ops", "seq")
@@ -56,26 +56,26 @@ class Journal:
 
     def session_saved(self, session: Session, last_seen: float) -> None:
         """A persistent session connected or went offline: it outlives its connection, by `session.expiry`."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_SESSION_SAVE, (session.client_id, last_seen, session.expiry)))
 
     def session_dropped(self, session: Session) -> None:
         """A persistent session ends (expired, discarded, or its expiry set to 0): all it kept goes."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             client = (session.client_id,)
             self._ops.extend((statement, client) for statement in _SESSION_DELETES)
 
     def subscription_added(self, session: Session, topic_filter: str, grant: int) -> None:
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_SUB_SAVE, (session.client_id, topic_filter, grant)))
 
     def subscription_removed(self, session: Session, topic_filter: str) -> None:
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_SUB_DELETE, (session.client_id, topic_filter)))
 
     def will_saved(self, session: Session, will: Will) -> None:
         """An offline session's will waits out its delay: a restarted router sends it when due (`will_at`)."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_WILL_SAVE, (session.client_id, session.will_at, will.topic, will.payload, will.qos,
                                            will.retain, will.props, will.expiry)))
 
@@ -89,7 +89,7 @@ class Journal:
 
     def message_kept(self, session: Session, pid: int, message: Pending) -> None:
         """A QoS 1/2 message joined the session's outbox under packet id `pid`, in its state."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self.seq += 1
             self._ops.append((_MESSAGE_SAVE, (session.client_id, pid, self.seq, message.topic, message.payload,
                                               message.qos, message.retain, message.state, message.props,
@@ -97,33 +97,33 @@ class Journal:
 
     def message_sent(self, session: Session, pid: int) -> None:
         """A queued message went out, now that the client's window had room."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_MESSAGE_STATE, (SENT, session.client_id, pid)))
 
     def message_received(self, session: Session, pid: int) -> None:
         """QoS 2: the client has the message (PUBREC); only its PUBREL remains, the payload goes."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_MESSAGE_RECEIVED, (RELEASING, session.client_id, pid)))
 
     def message_done(self, session: Session, pid: int) -> None:
         """The message left the outbox: acknowledged, expired while queued, or given to another member."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_MESSAGE_DELETE, (session.client_id, pid)))
 
     # -- QoS 2 from the session's client ---------------------------------------------------------------
 
     def incoming_added(self, session: Session, pid: int) -> None:
         """A QoS 2 PUBLISH was received: a resend of its id before PUBREL is dropped, after a restart too."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_INCOMING_SAVE, (session.client_id, pid)))
 
     def incoming_released(self, session: Session, pid: int) -> None:
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_INCOMING_DELETE_ONE, (session.client_id, pid)))
 
     def incoming_cleared(self, session: Session) -> None:
         """No id waits for a release any more (a connection registered again)."""
-        if self._ops is not None and not session.clean:
+        if self._ops is not None and session.persistent:
             self._ops.append((_INCOMING_DELETE, (session.client_id,)))
 
     # -- retained messages --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
@@ -18,8 +18,13 @@ from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.outbox import Outbox
+from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
+
+if TYPE_CHECKING:
+    from plexmq.router.core import Targets
+    from plexmq.router.shared import SharedGroup
 
 log = logging.getLogger("plexmq.router")
 
@@ -28,7 +33,7 @@ class Lifecycle:
     """Connections, takeover, disconnects, wills and session expiry."""
 
     sessions: dict[str, Session]
-    by_conn: dict[tuple[bytes, int], Session]
+    by_conn_id: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
     journal: Journal
     outbox: Outbox
@@ -41,6 +46,18 @@ class Lifecycle:
     batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
+    retained: RetainedStore
+
+    if TYPE_CHECKING:  # Router's (router/core.py) and Subscribing's (router/subscribing.py)
+        def out(self, worker: bytes) -> wire.ToWorker: ...
+
+        def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+                    expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets: ...
+
+        def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
+                   expires_at: int, exclude: Session | None = None, online_only: bool = False) -> bool: ...
+
+        def _unsubscribe(self, session: Session, topic_filter: str) -> bool: ...
 
     def _on_hello(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A worker opens a join (new, restarted, or after its link lost frames): its sessions that
@@ -57,12 +74,12 @@ class Lifecycle:
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
         live = set(hello.live)
         sessions = self._sessions_on(worker)
-        ended = [session for session in sessions if session.conn not in live]
+        ended = [session for session in sessions if session.conn_id not in live]
         if ended:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
-        self._forget_takeovers(worker, lambda conn: conn not in live)
+        self._forget_takeovers(worker, lambda conn_id: conn_id not in live)
         for session in sessions:
-            self._disconnect(session, publish_will=session.conn not in live)
+            self._disconnect(session, publish_will=session.conn_id not in live)
 
     def _refuse_link(self, worker: bytes, hello: wire.Hello) -> NoReturn:
         """A worker (a node's, on another host) that speaks another protocol version: none of its
@@ -77,7 +94,7 @@ class Lifecycle:
         raise wire.ProtocolMismatch
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
-        return [session for (w, _conn), session in self.by_conn.items() if w == worker]
+        return [session for (w, _conn_id), session in self.by_conn_id.items() if w == worker]
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
@@ -97,7 +114,7 @@ class Lifecycle:
         sessions = self._sessions_on(worker)
         log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
-        self._forget_takeovers(worker, lambda conn: True)
+        self._forget_takeovers(worker, lambda conn_id: True)
         for session in sessions:
             self._disconnect(session, publish_will=True)
         link = self.links.links[worker]
@@ -126,7 +143,7 @@ class Lifecycle:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
         session = self.sessions.get(request.client_id)
         if session is not None and session.worker is not None:
-            self.out(session.worker).close(session.conn)
+            self.out(session.worker).close(session.conn_id)
             request.found = True
         request.done.set()
 
@@ -136,52 +153,52 @@ class Lifecycle:
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        (conn, client_id, clean, _username, will_topic, will_qos, will_retain, resume, fresh, expiry,
+        (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
          will_extra) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())
             old = self.sessions.get(client_id)
-        if resume and not fresh and old is not None and old.worker is not None and old.worker != worker:
+        if connack_sent and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
-            self.out(worker).kick(conn)
+            self.out(worker).kick(conn_id)
             return
         if old is not None and old.worker is not None:
-            self.out(old.worker).kick(old.conn)
-            self._refuse_waiting((old.worker, old.conn))
+            self.out(old.worker).kick(old.conn_id)
+            self._refuse_waiting((old.worker, old.conn_id))
             if old.worker != worker and not fresh:
-                return self._take_over(old, worker, conn, header, payload)
+                return self._take_over(old, worker, conn_id, header, payload)
             self._disconnect(old, publish_will=True)
             old = self.sessions.get(client_id)
         present = old is not None and not fresh
         if old is not None and not present:
             self._discard(old)
-        session = old if present else Session(client_id, clean)
-        if resume and not present:  # a store that did not keep it: do not reuse ids the client still holds
-            session.next_pid = (resume - 1) % 65535 + 1
-        if present and clean and not session.clean:  # resumed with session expiry 0: it ends with this connection
+        session = old if present and old is not None else Session(client_id, persistent)
+        if connack_sent and not present:  # a store that did not keep it: do not reuse ids the client still holds
+            session.next_pid = (connack_sent - 1) % 65535 + 1  # the first id past the worker's in flight
+        if present and not persistent and session.persistent:  # resumed with session expiry 0: it ends with this connection
             self.journal.session_dropped(session)
-        session.clean = clean
+        session.persistent = persistent
         session.expiry = expiry
         self.sessions[client_id] = session
         self.journal.session_saved(session, time.time())
         session.worker = worker
-        session.conn = conn
+        session.conn_id = conn_id
         self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
         if will_topic is not None:
             delay, props, will_expiry = will_extra or (0, "", 0)
             session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
                                 delay)
-        self.by_conn[(worker, conn)] = session
+        self.by_conn_id[(worker, conn_id)] = session
         if session.subs:
             self.cache.clear()
         out = self.out(worker)
-        if not resume:  # else the client has had its CONNACK
+        if not connack_sent:  # else the client has had its CONNACK
             out.hold()
-            out.session(conn, present, list(session.subs.items()) if present else [])
+            out.session(conn_id, present, list(session.subs.items()) if present else [])
         if present:
-            if resume and session.incoming:
+            if connack_sent and session.incoming:
                 # registered again: QoS 2 releases (REL) its worker sent while the router refused its
                 # frames are lost, and a live connection never sends a PUBLISH again after its PUBREC,
                 # so no id is left waiting for a release (else the next message with it is dropped)
@@ -189,13 +206,13 @@ class Lifecycle:
                 self.journal.incoming_cleared(session)
             self.outbox.resend(session, out)
 
-    def _take_over(self, old: Session, worker: bytes, conn: int, header: bytes, payload: bytes) -> None:
+    def _take_over(self, old: Session, worker: bytes, conn_id: int, header: bytes, payload: bytes) -> None:
         """A connection on `worker` resumes a session that is live on another worker, which has been
         told to close it (KICK). Records of two workers are not ordered, so that connection's last
         acknowledgements may still be on their way: the session is resumed once its worker has said
         the connection is closed (KICKED, or GONE), or has been taken for dead (`_disconnect`), and
         not before (else a PUBREC in flight would be lost and the PUBLISH sent again, not PUBREL)."""
-        self.takeovers[(old.worker, old.conn)] = (worker, conn, header, payload)  # type: ignore[index]
+        self.takeovers[(old.worker, old.conn_id)] = (worker, conn_id, header, payload)  # type: ignore[index]  # a live session: its worker is set
 
     def _refuse_waiting(self, key: tuple[bytes, int]) -> None:
         """A connection that waited to take over the session of `key` loses it to a newer one."""
@@ -205,52 +222,52 @@ class Lifecycle:
 
     def _forget_takeovers(self, worker: bytes, gone: Callable[[int], bool]) -> None:
         """Connections of `worker` that waited to take a session over and are `gone`: they will not."""
-        for key, (new_worker, new_conn, _header, _payload) in list(self.takeovers.items()):
-            if new_worker == worker and gone(new_conn):
+        for key, (new_worker, new_conn_id, _header, _payload) in list(self.takeovers.items()):
+            if new_worker == worker and gone(new_conn_id):
                 del self.takeovers[key]
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, publish_will = wire.Gone.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, publish_will = wire.Gone.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)
         elif self.takeovers:
-            self._forget_takeovers(worker, lambda waiting: waiting == conn)
+            self._forget_takeovers(worker, lambda waiting: waiting == conn_id)
 
     def _on_kicked(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
         any takeover)."""
-        session = self.by_conn.get((worker, wire.Kicked.decode(header).conn))
+        session = self.by_conn_id.get((worker, wire.Kicked.decode(header).conn_id))
         if session is not None:
             self._disconnect(session, publish_will=True)
 
     def _on_session_expiry(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A 5.0 client set its session expiry at DISCONNECT (GONE follows): 0 ends its persistent
         session with the connection, another value is how long it outlives it."""
-        conn, expiry = wire.SessionExpiry.decode(header)
-        session = self.by_conn.get((worker, conn))
-        if session is None or session.clean:
+        conn_id, expiry = wire.SessionExpiry.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
+        if session is None or not session.persistent:
             return
         if expiry:
             session.expiry = expiry
         else:
             self.journal.session_dropped(session)
-            session.clean = True
+            session.persistent = False
 
     def _disconnect(self, session: Session, publish_will: bool) -> None:
         """The session's connection ended: publish its will if asked, keep it only if persistent, and
         let a connection that waited to take it over (`_take_over`) have it."""
         if session.unacked:
             self.outbox.reshare(session, self._share)
-        key = (session.worker, session.conn)
-        del self.by_conn[key]  # type: ignore[index]
+        key = (session.worker, session.conn_id)
+        del self.by_conn_id[key]  # type: ignore[arg-type]  # a session with a connection has its worker
         will = session.will
         session.will = None
-        if session.clean:
+        if not session.persistent:
             self._discard(session)
         else:
             session.worker = None
-            session.conn = 0
+            session.conn_id = 0
             session.seen = time.time()
             self.journal.session_saved(session, session.seen)
             if session.subs:
@@ -258,14 +275,14 @@ class Lifecycle:
             if ends := session.ends_at():
                 self.deadlines.add(ends, session)
         if publish_will and will is not None:
-            if will.delay and not session.clean:  # MQTT 5: published when the delay or the session ends
+            if will.delay and session.persistent:  # MQTT 5: published when the delay or the session ends
                 session.will = will
                 session.will_at = session.seen + will.delay
                 self.deadlines.add(session.will_at, session)
                 self.journal.will_saved(session, will)  # a restarted router sends it when due
             else:
                 self._publish_will(will)
-        waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]
+        waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]  # the key of a live session, as above
         if waiting is not None:  # the connection that takes the session over may have it now
             self._on_connect(waiting[0], waiting[2], waiting[3])
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import os
+import queue
 import signal
 import sys
 import time
@@ -15,11 +15,11 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
+from plexmq.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
 from plexmq.router.core import Router
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
 from plexmq.router.stats import Stats
-from plexmq.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
 from plexmq.router.store import Store, StoreError
 from plexmq.units import parse_duration
 
@@ -49,7 +49,7 @@ def serve(config: dict) -> None:
     ctx = zmq.Context(io_threads=1)
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unroutable send raises instead of vanishing
-    sock.setsockopt(zmq.SNDHWM, 0)  # flow control is ours (DESIGN.md): never let ZeroMQ drop
+    sock.setsockopt(zmq.SNDHWM, 0)  # flow control is ours (the windows, queues and Outbox limits): never let ZeroMQ drop
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
     auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
@@ -102,7 +102,7 @@ def serve(config: dict) -> None:
         drained = 0
         if ready:
             started = time.perf_counter()
-            for drained in range(DRAIN_LIMIT):
+            for drained in range(DRAIN_LIMIT):  # noqa: B007  read after the loop: how many were taken
                 try:
                     worker, tag, frame = recv(zmq.NOBLOCK, copy=True)
                 except zmq.Again:
@@ -154,8 +154,8 @@ def serve(config: dict) -> None:
             router.due(wall)
         durable = store is not None and bool(store.ops)
         frames = router.take_frames(split=durable)
-        for worker, now, _ in frames:
-            send(worker, now)
+        for worker, at_once, _ in frames:
+            send(worker, at_once)
         if durable and store is not None:
             store.commit()  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk
         for worker, _, later in frames:

@@ -83,7 +83,7 @@ class Outbox:
             return -1
         session.bytes += len(message.payload)
         # a clean session's own ids are its worker's (plexmq/wire.py: ROUTER_PIDS_FROM)
-        first = wire.ROUTER_PIDS_FROM if session.clean else 1
+        first = 1 if session.persistent else wire.ROUTER_PIDS_FROM
         pid = max(session.next_pid, first)
         while pid in unacked:
             pid = pid + 1 if pid < MAX_PACKET_ID else first
@@ -107,7 +107,7 @@ class Outbox:
                 continue
             session.inflight += 1
             if message.state == RELEASING:
-                out.resend_rel(session.conn, pid)
+                out.resend_rel(session.conn_id, pid)
             else:
                 _send(session, out, pid, message, dup=True)
         self.send_ready(session, out)
@@ -123,7 +123,7 @@ class Outbox:
             expired = []
             queued = session.queued
             while queued and session.inflight < window:
-                pid = queued.popleft()  # type: ignore[union-attr]
+                pid = queued.popleft()
                 message = unacked.get(pid)
                 if message is None:
                     continue
@@ -169,16 +169,16 @@ class Outbox:
         moving = [(pid, message) for pid, message in session.unacked.items()
                   if message.share is not None and message.state != RELEASING]
         for pid, message in moving:
-            group, own = message.share  # type: ignore[misc]
+            group, own = message.share  # type: ignore[misc]  # `moving` holds shared ones only
             if share(group, message.topic, message.payload, message.qos, message.retain, message.props[:own],
-                     message.expires_at, exclude=session, online_only=not session.clean):
+                     message.expires_at, exclude=session, online_only=session.persistent):
                 self.done(session, pid)
 
 
 def _send(session: Session, out: wire.ToWorker, pid: int, message: Message, dup: bool) -> None:
     """A kept message to its session's connection, under its packet id."""
     out.deliver(wire.deliver_head(message.topic, message.qos, message.retain, dup, message.props, message.expires_at),
-                _pack_sub(session.conn, message.qos, pid), message.payload)
+                _pack_sub(session.conn_id, message.qos, pid), message.payload)
 
 
 def restore(session: Session, pid: int, message: Pending, state: int) -> None:
@@ -196,7 +196,7 @@ def _enqueue(session: Session, pid: int) -> None:
     """Queue a kept message behind the others that wait for room in the client's window."""
     if not session.queued:
         session.queued = deque()
-    session.queued.append(pid)  # type: ignore[union-attr]
+    session.queued.append(pid)
 
 
 def _log_drops(session: Session) -> None:

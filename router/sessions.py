@@ -39,14 +39,14 @@ class Will:
 class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
-    __slots__ = ("client_id", "clean", "worker", "conn", "subs", "unacked", "queued", "inflight", "next_pid",
+    __slots__ = ("client_id", "persistent", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "next_pid",
                  "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local")
 
-    def __init__(self, client_id: str, clean: bool) -> None:
+    def __init__(self, client_id: str, persistent: bool) -> None:
         self.client_id = client_id
-        self.clean = clean
+        self.persistent = persistent  # it outlives its connection (3.1.1 clean session 0, 5.0 session expiry > 0)
         self.worker: bytes | None = None
-        self.conn = 0
+        self.conn_id = 0
         self.subs: dict[str, int] = {}
         self.local: set[str] | tuple[()] = ()  # filters of `subs` its worker serves itself (router/routes.py)
         # its outbox, which router/outbox.py changes: QoS 1/2 messages by packet id, in the order kept
@@ -71,14 +71,14 @@ class Session:
             return False
         if not self.incoming:
             self.incoming = set()
-        self.incoming.add(pid)  # type: ignore[union-attr]
+        self.incoming.add(pid)
         return True
 
     def released(self, pid: int) -> bool:
         """PUBREL from this client: whether `pid` was waiting for it."""
         if pid not in self.incoming:
             return False
-        self.incoming.discard(pid)  # type: ignore[union-attr]
+        self.incoming.discard(pid)  # type: ignore[union-attr]  # holds pid: a set, not the empty tuple
         return True
 
     def ends_at(self) -> float:

@@ -71,7 +71,7 @@ class SharedGroup:
         for step in range(count):  # every member is offline: a persistent one keeps it
             at = (start + step) % count
             session = order[at]
-            if not session.clean and session is not exclude:
+            if session.persistent and session is not exclude:
                 self.turn = at + 1
                 return session, self.members[session]
         return None

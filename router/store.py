@@ -144,8 +144,9 @@ class Store:
         loaded = Loaded()
         try:
             db = self.db
+            session: Session | None
             for client_id, last_seen, expiry in db.execute("SELECT client_id, last_seen, expiry FROM sessions"):
-                session = loaded.sessions[client_id] = Session(client_id, clean=False)
+                session = loaded.sessions[client_id] = Session(client_id, persistent=True)
                 session.seen = last_seen
                 session.expiry = expiry
             for client_id, topic_filter, qos in db.execute("SELECT client_id, filter, qos FROM subscriptions"):

@@ -7,9 +7,11 @@ A part of `Router` (router/core.py), which holds the state named below.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from plexmq import grants
-from plexmq import wire
+from plexmq import grants, wire
+from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
+from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.retain import RetainedStore
@@ -17,14 +19,15 @@ from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.trie import SubscriptionTrie
-from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
-from plexmq.mqtt.topics import shared, valid_subscription
+
+if TYPE_CHECKING:
+    from plexmq.router.outbox import Share
 
 
 class Subscribing:
     """Subscriptions: a session's filters in the trie (plain ones) or in their shared group."""
 
-    by_conn: dict[tuple[bytes, int], Session]
+    by_conn_id: dict[tuple[bytes, int], Session]
     trie: SubscriptionTrie
     groups: dict[str, SharedGroup]
     share_strategy: str
@@ -33,9 +36,15 @@ class Subscribing:
     cache: dict
     routes: RouteTable
 
+    if TYPE_CHECKING:  # Router's (router/core.py)
+        def out(self, worker: bytes) -> wire.ToWorker: ...
+
+        def _deliver_one(self, session: Session, out: wire.ToWorker, topic: bytes, payload: bytes, qos: int,
+                         retain: bool, props: bytes, expires_at: int, share: Share | None = None) -> bool: ...
+
     def _on_subscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = wire.Subscribe.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, filters = wire.Subscribe.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         out = self.out(worker)
@@ -64,14 +73,14 @@ class Subscribing:
         out.hold()
         if placed:
             out.gate()
-        out.suback(conn, packet_id, codes, local)
+        out.suback(conn_id, packet_id, codes, local)
         for message, qos, ids in retained:
             self._deliver_one(session, out, message.topic, message.payload, qos, True, message.props + ids,
                               message.expires_at)
 
     def _on_unsubscribe(self, worker: bytes, header: bytes, payload: bytes) -> None:
-        conn, packet_id, filters = wire.Unsubscribe.decode(header)
-        session = self.by_conn.get((worker, conn))
+        conn_id, packet_id, filters = wire.Unsubscribe.decode(header)
+        session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
         codes = bytearray()
@@ -86,7 +95,7 @@ class Subscribing:
         self.cache.clear()
         out = self.out(worker)
         out.hold()
-        out.unsuback(conn, packet_id, bytes(codes))
+        out.unsuback(conn_id, packet_id, bytes(codes))
 
     def _subscribe(self, session: Session, topic_filter: str, grant: int) -> tuple[bool, bool]:
         """Index one subscription (a shared one joins its group): (whether the session did not have
@@ -99,10 +108,10 @@ class Subscribing:
         if share is None:
             routing = grants.routing(grant)
             self.trie.add(topic_filter, session, routing)
-            if session.clean and routing < 4 and session.worker is not None:  # plain: its worker can serve it
+            if not session.persistent and routing < 4 and session.worker is not None:  # plain: its worker can serve it
                 if not session.local:
                     session.local = set()
-                session.local.add(topic_filter)  # type: ignore[union-attr]
+                session.local.add(topic_filter)
                 return new, self.routes.add(topic_filter, session.worker)
             return new, self.routes.add(topic_filter, ROUTER)
         group = self.groups.get(topic_filter)
@@ -135,7 +144,7 @@ class Subscribing:
         """Take a session's subscription out of the route table (a shared group's place stays while
         it has members)."""
         if topic_filter in session.local:
-            session.local.remove(topic_filter)  # type: ignore[union-attr]
-            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]
+            session.local.remove(topic_filter)  # type: ignore[union-attr]  # holds it: a set, not the empty tuple
+            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
         elif topic_filter not in self.groups:
             self.routes.remove(topic_filter, ROUTER)

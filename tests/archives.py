@@ -82,8 +82,8 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     writers[2].flush()  # its first chunk goes out at once; the next waits for close()
     for r in torn:
         writers[2].append(r.run())
-    for w in writers.values():
-        w.close()
+    for writer in writers.values():
+        writer.close()
     (segment,) = root.glob("date=*/hour=*/w2-*.seg")
     segment.write_bytes(segment.read_bytes()[:-1])
     traffic[2] = kept

@@ -50,7 +50,7 @@ def names_line(message: str, path: Path, line: int) -> bool:
 
 def metrics_url(b: Broker) -> str:
     found = wait_for(lambda: re.search(r"metrics on (http://\S+)/metrics", b.output()), 10, "the metrics line")
-    return found.group(1)  # type: ignore[union-attr]
+    return found.group(1)
 
 
 def cli(command: str, url: str, *args: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from plexmq.workers.passwords import set_password
 from tests.cli import CHEAP
@@ -22,7 +23,7 @@ def config(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
-def login(port: int, username: str | None, password: bytes | None, client_id: str = "", **kw: object) -> tuple[RawClient, int]:
+def login(port: int, username: str | None, password: bytes | None, client_id: str = "", **kw: Any) -> tuple[RawClient, int]:
     c = RawClient(port)
     _present, code = c.connect(client_id or f"auth-{uid()}", username=username, password=password, **kw)
     return c, code

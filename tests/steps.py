@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
@@ -146,7 +146,7 @@ def raw_on(broker: Broker, want: int | None = None, avoid: int | None = None) ->
 
 
 def raw5(port: int, client_id: str = "", clean_start: bool = True, properties: dict | None = None,
-         **kw: object) -> tuple[RawClient, tuple[bool, int, dict]]:
+         **kw: Any) -> tuple[RawClient, tuple[bool, int, dict]]:
     c = RawClient(port)
     return c, c.connect5(client_id or f"r5-{uid()}", clean_start, properties=properties, **kw)
 

@@ -110,7 +110,7 @@ def probe(endpoint: str, curve: tuple[bytes, bytes, bytes] | None, wait: float) 
         sock.connect(endpoint)
         batch = wire.Batch()
         batch.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 99, "", "", os.getpid(), []).encode())
-        batch.add(wire.CONNECT, wire.Connect(1, "curve-probe", True, None, None, 0, False, 0, True, -1, None).encode())
+        batch.add(wire.CONNECT, wire.Connect(1, "curve-probe", False, None, None, 0, False, 0, True, -1, None).encode())
         sock.send_multipart((wire.LINK.pack(1, 0), batch.take()))
         return sock.recv_multipart()[1] if sock.poll(int(wait * 1000)) else None
     finally:

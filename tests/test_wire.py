@@ -44,10 +44,10 @@ CASES = [
     Case("hello", wire.HELLO, wire.Hello(wire.PROTOCOL, 2, "n1", "10.0.0.2", 4242, [1, 7]),
          b'{"protocol":%d,"worker":2,"node":"n1","address":"10.0.0.2","pid":4242,"live":[1,7]}' % wire.PROTOCOL),
     Case("connect with a 5.0 will", wire.CONNECT,
-         wire.Connect(3, "c1", False, "u", "will/t", 1, True, 0, True, 60, [5, "0102", 30]),
+         wire.Connect(3, "c1", True, "u", "will/t", 1, True, 0, True, 60, [5, "0102", 30]),
          b'[3,"c1",false,"u","will/t",1,true,0,true,60,[5,"0102",30]]'),
     Case("connect registered again, no will", wire.CONNECT,
-         wire.Connect(4, "c2", True, None, None, 0, False, 9, False, -1, None),
+         wire.Connect(4, "c2", False, None, None, 0, False, 9, False, -1, None),
          b'[4,"c2",true,null,null,0,false,9,false,-1,null]'),
     Case("subscribe", wire.SUBSCRIBE, wire.Subscribe(3, 10, [["a/+", 1], ["b", 0x87]]),
          b'[3,10,[["a/+",1],["b",135]]]'),
@@ -108,7 +108,7 @@ def records_of(batch: wire.Batch) -> list[tuple[int, bytes, bytes]]:
 
 def test_the_workers_senders_write_their_records() -> None:
     link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0)
-    connect = wire.Connect(3, "c1", True, None, "w", 0, False, 0, True, -1, None)
+    connect = wire.Connect(3, "c1", False, None, "w", 0, False, 0, True, -1, None)
     stats = next(c.record for c in CASES if c.kind == wire.STATS)
     sends: list[tuple[Callable[..., None], tuple, int, Any, bytes]] = [
         (RouterLink.connect, (connect, b"will"), wire.CONNECT, connect, b"will"),
@@ -202,7 +202,7 @@ def test_deliver_round_trips(props: bytes, expiry: int) -> None:
     assert header[wire.DELIVER_HEAD.size:start] == b"a/b" and flags & 15 == wire.pub_flags(2, True, True)
     extra = (b"", 0)
     if flags & wire.HAS_EXTRA:
-        *extra, start = wire.read_extra(header, start)  # type: ignore[assignment]
+        *extra, start = wire.read_extra(header, start)  # type: ignore[assignment]  # a list where a tuple was
     assert tuple(extra) == (props, expiry)
     assert list(wire.iter_subscribers(header[start:])) == [(3, 1, 0), (4, 2, 40000)]
 
@@ -243,7 +243,7 @@ def test_the_router_refuses_a_worker_of_another_version_and_reads_nothing_after_
     worker = b"n1/w0"
     batch = wire.Batch()
     batch.add(wire.HELLO, wire.Hello(wire.PROTOCOL + 1, 0, "n1", "10.0.0.2", 1, []).encode())
-    batch.add(wire.CONNECT, wire.Connect(1, "c1", False, None, None, 0, False, 0, False, -1, None).encode())
+    batch.add(wire.CONNECT, wire.Connect(1, "c1", True, None, None, 0, False, 0, False, -1, None).encode())
     assert router.links.accept(worker, wire.LINK.pack(1, 0))
     with caplog.at_level(logging.WARNING, "plexmq.router"):
         router.handle_frame(worker, batch.take())
@@ -279,7 +279,7 @@ def test_a_refused_worker_stops_the_node_instead_of_restarting() -> None:
     try:
         supervisor = Supervisor({"workers": 1, "role": "node"}, loop, reasons.append)
         child: Child = supervisor.workers[0]
-        child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]
+        child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]  # a stand-in for the Popen
         supervisor.reap()
     finally:
         loop.close()

@@ -17,20 +17,20 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from plexmq import wire
-from plexmq.workers.handlers import HANDLERS
-from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.mqtt import properties as props
-from plexmq.mqtt import v4 as p
 from plexmq.mqtt import reasons, v5
+from plexmq.mqtt import v4 as p
 from plexmq.mqtt.kinds import AUTH, CONNECT, DISCONNECT, PUBREL, SUBSCRIBE, UNSUBSCRIBE
 from plexmq.mqtt.topics import subscribed
+from plexmq.workers.handlers import HANDLERS
+from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.workers.outbound import Outbound
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
 from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
-    from plexmq.workers.acl import Checker
     from plexmq.archive_format import Sender
+    from plexmq.workers.acl import Checker
     from plexmq.workers.negotiated import Negotiated
     from plexmq.workers.worker import Worker
 
@@ -93,7 +93,7 @@ class Connection(Outbound, asyncio.Protocol):
     # -- transport callbacks ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream transport (TCP, TLS, or the WebSocket's)
         self.peer = peer_name(transport.get_extra_info("peername"))
         if self.worker.identity_as_username:
             cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
@@ -254,7 +254,7 @@ class Connection(Outbound, asyncio.Protocol):
         up (`paused`), empty rate buckets (`throttled`); each of them ends by calling this."""
         if self.state == CLOSED or self.state == AUTHENTICATING or self.paused or self.throttled:
             return
-        self.transport.resume_reading()  # type: ignore[union-attr]
+        self.transport.resume_reading()  # type: ignore[union-attr]  # not CLOSED: it has its transport
         if self.buf:
             self.data_received(b"")  # what the last read could not take yet
 
@@ -292,10 +292,10 @@ class Connection(Outbound, asyncio.Protocol):
             flags = 0x02  # read as 3.1.1 reads the packet
         handler(self, flags, body)
 
-    def register(self, resume: bool, fresh: bool = False) -> None:
+    def register(self, connack_sent: bool, fresh: bool = False) -> None:
         """Claim the session with the router; `fresh`: discard an earlier one (clean session, clean
-        start); `resume`: the client has its CONNACK already (a new clean session's connection, or
-        one registered again with a restarted router, which then also gets the subscriptions):
+        start); `connack_sent`: the client has its CONNACK already (a new clean session's connection,
+        or one registered again with a restarted router, which then also gets the subscriptions):
         nothing is answered."""
         will = self.will
         will_extra = None  # a 5.0 will's delay, properties (as they travel) and message expiry interval
@@ -304,12 +304,12 @@ class Connection(Outbound, asyncio.Protocol):
             will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
                           told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
         link = self.worker.link
-        link.connect(wire.Connect(self.conn_id, self.client_id, not self.persistent, self.username,
+        link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                                  max(self.inflight, default=0) + 1 if resume else 0, fresh,
+                                  max(self.inflight, default=0) + 1 if connack_sent else 0, fresh,
                                   self.v5.session_expiry if self.v5 is not None else -1, will_extra),
                      will.payload if will else b"")
-        if resume and self.subs:
+        if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])
 
     def take_rules(self, checker: Checker | None) -> None:
@@ -354,8 +354,8 @@ class Connection(Outbound, asyncio.Protocol):
     def connack5(self, present: bool) -> bytes | None:
         """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);
         None when none fits."""
-        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]
-                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]
+        return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]  # a 5.0 client
+                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]  # as above
 
     def send5(self, encode: Callable[[props.Properties | None], bytes], told: props.Properties | None = None,
               optional: frozenset[int] = frozenset()) -> bool:
@@ -363,10 +363,10 @@ class Connection(Outbound, asyncio.Protocol):
         `v5.within` may; False, with nothing written, when it does not fit even so [MQTT-3.1.2-24].
         Packets without properties of 5 bytes or less always fit: a client whose limit is smaller gets
         no CONNACK (`handlers.connect.accept`)."""
-        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]
+        packet = v5.within(self.v5.max_packet, encode, told, optional)  # type: ignore[union-attr]  # a 5.0 client
         if packet is None:
             log.debug("client %s: a packet of type %d left unsent, larger than its maximum packet size (%d)",
-                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]
+                      self.client_id, encode(None)[0] >> 4, self.v5.max_packet)  # type: ignore[union-attr]  # as above
             return False
         self.write(packet)
         return True

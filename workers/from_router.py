@@ -150,7 +150,7 @@ def kick(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def close(worker: Worker, header: bytes, payload: bytes) -> None:
-    conn = worker.conns.get(wire.Close.decode(header).conn)
+    conn = worker.conns.get(wire.Close.decode(header).conn_id)
     if conn is not None:
         conn.close("disconnected by an administrator", code=reasons.ADMINISTRATIVE_ACTION)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
@@ -70,7 +70,7 @@ class RouterLink:
         self.opened_at = 0.0  # loop.time() of this join's HELLO
         self.warned = False  # whether the worker has said that this join goes unanswered
         self.endpoint = endpoint
-        self.fd = sock.getsockopt(zmq.FD)
+        self.fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int option (stubs: int | bytes)
         loop.add_reader(self.fd, self.drain)
 
     def open(self, hello: wire.Hello) -> None:
@@ -88,7 +88,7 @@ class RouterLink:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says
         nothing is left)."""
         sock = self.sock
-        while sock.getsockopt(_EVENTS) & _POLLIN:
+        while sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
             parts = sock.recv_multipart(_NOBLOCK, copy=True)
             join, seq = _unpack_link(parts[0])
             gap = False
@@ -112,46 +112,46 @@ class RouterLink:
                 # which the router sees as a gap, or as a join it never heard of, and answers with REJOIN
             self.seq += 1
             # a send can consume the fd's edge: look for input that arrived meanwhile
-            if self.sock.getsockopt(_EVENTS) & _POLLIN:
+            if self.sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
                 self.loop.call_soon(self.drain)
 
-    def pub(self, conn: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,
+    def pub(self, conn_id: int, packet_id: int, qos: int, retain: bool, topic: bytes, payload: bytes,
             props: bytes = b"", expiry: int = 0, ask_match: bool = False) -> None:
         """`ask_match` (QoS 1/2): ROUTED is to say whether the message matched nobody (wire.MATCH_ASKED)."""
         self.unrouted += 1
         flags = qos | (retain << 2) | (wire.MATCH_ASKED if ask_match else 0)
         if props or expiry:
-            head = _pack_pub(conn, packet_id, flags | wire.HAS_EXTRA) + wire.extra(props, expiry)
+            head = _pack_pub(conn_id, packet_id, flags | wire.HAS_EXTRA) + wire.extra(props, expiry)
             self.batch.add(wire.PUB, head + topic, payload)
         else:
-            self.batch.add(wire.PUB, _pack_pub(conn, packet_id, flags) + topic, payload)
+            self.batch.add(wire.PUB, _pack_pub(conn_id, packet_id, flags) + topic, payload)
 
-    def pub0(self, conn: int, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
-        """A raw run of plain QoS 0 PUBLISH packets of `conn` (`v5`: a 5.0 client's, with empty property
+    def pub0(self, conn_id: int, topic: bytes, count: int, packets: bytes, v5: bool = False) -> None:
+        """A raw run of plain QoS 0 PUBLISH packets of `conn_id` (`v5`: a 5.0 client's, with empty property
         blocks)."""
         self.unrouted += 1
-        self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_run(count, conn) + topic, packets)
+        self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_run(count, conn_id) + topic, packets)
 
-    def ack(self, conn: int, packet_id: int, stage: int) -> None:
-        self.batch.add(wire.ACK, _pack_ack(conn, packet_id, stage))
+    def ack(self, conn_id: int, packet_id: int, stage: int) -> None:
+        self.batch.add(wire.ACK, _pack_ack(conn_id, packet_id, stage))
 
     def connect(self, record: wire.Connect, will_payload: bytes) -> None:
         self.batch.add(wire.CONNECT, record.encode(), will_payload)
 
-    def subscribe(self, conn: int, packet_id: int, filters: list[list]) -> None:
-        self.batch.add(wire.SUBSCRIBE, wire.Subscribe(conn, packet_id, filters).encode())
+    def subscribe(self, conn_id: int, packet_id: int, filters: list[list]) -> None:
+        self.batch.add(wire.SUBSCRIBE, wire.Subscribe(conn_id, packet_id, filters).encode())
 
-    def unsubscribe(self, conn: int, packet_id: int, filters: list[str]) -> None:
-        self.batch.add(wire.UNSUBSCRIBE, wire.Unsubscribe(conn, packet_id, filters).encode())
+    def unsubscribe(self, conn_id: int, packet_id: int, filters: list[str]) -> None:
+        self.batch.add(wire.UNSUBSCRIBE, wire.Unsubscribe(conn_id, packet_id, filters).encode())
 
-    def rel(self, conn: int, packet_id: int) -> None:
-        self.batch.add(wire.REL, wire.Rel(conn, packet_id).encode())
+    def rel(self, conn_id: int, packet_id: int) -> None:
+        self.batch.add(wire.REL, wire.Rel(conn_id, packet_id).encode())
 
-    def gone(self, conn: int, publish_will: bool) -> None:
-        self.batch.add(wire.GONE, wire.Gone(conn, publish_will).encode())
+    def gone(self, conn_id: int, publish_will: bool) -> None:
+        self.batch.add(wire.GONE, wire.Gone(conn_id, publish_will).encode())
 
-    def session_expiry(self, conn: int, expiry: int) -> None:
-        self.batch.add(wire.SESSION_EXPIRY, wire.SessionExpiry(conn, expiry).encode())
+    def session_expiry(self, conn_id: int, expiry: int) -> None:
+        self.batch.add(wire.SESSION_EXPIRY, wire.SessionExpiry(conn_id, expiry).encode())
 
     def stats(self, report: wire.Stats) -> None:
         self.batch.add(wire.STATS, report.encode())
@@ -162,8 +162,8 @@ class RouterLink:
     def routes_ack(self, gen: int) -> None:
         self.batch.add(wire.ROUTES_ACK, wire.RoutesAck(gen).encode())
 
-    def kicked(self, conn: int) -> None:
-        self.batch.add(wire.KICKED, wire.Kicked(conn).encode())
+    def kicked(self, conn_id: int) -> None:
+        self.batch.add(wire.KICKED, wire.Kicked(conn_id).encode())
 
     def bye(self) -> None:
         self.batch.add(wire.BYE, b"")

@@ -75,7 +75,7 @@ class Outbound:
         """Output backed up: deliveries queue (bounded), and the client is not read, so what it sends
         cannot pile up answers either (PINGRESP, acks; a WebSocket's pongs) while it does not read them."""
         self.paused = True
-        self.transport.pause_reading()  # type: ignore[union-attr]
+        self.transport.pause_reading()  # type: ignore[union-attr]  # writing: it has its transport
 
     def resume_writing(self) -> None:
         self.paused = False
@@ -124,7 +124,7 @@ class Outbound:
             return
         pos = 0
         while pos < len(packets):
-            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]
+            _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
             self._enqueue((None, packets[pos:stop], 0, False, False, 0, None))
             pos = stop
 
@@ -132,7 +132,7 @@ class Outbound:
         """A raw run to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
         connection's topic alias; queued message by message when backed up (or one by one when the
         client's Maximum Packet Size may leave some out), so each is aliased when it is written."""
-        negotiated: Negotiated = self.v5  # type: ignore[assignment]
+        negotiated: Negotiated = self.v5  # type: ignore[assignment]  # 5.0 forms go to 5.0 clients only
         if self.paused or self.queue:
             for payload in v5.payloads(packets):
                 self._enqueue((topic, payload, 0, False, False, 0, None))
@@ -151,6 +151,7 @@ class Outbound:
             if extra is not None and extra[1] and extra[1] <= time.time():
                 return None  # expired
             return _publish_header(topic, size, qos, retain, dup, packet_id)
+        block: bytes | None
         if extra is None:
             if not alias:
                 return _publish_header5(topic, size, qos, retain, dup, packet_id)
@@ -165,7 +166,7 @@ class Outbound:
         router did (persistent). `packet` (5.0, QoS 0): the record's shared PUBLISH and `forms` its
         aliased forms. An expired message, or one larger than a 5.0 client takes, is done with unsent
         [MQTT-3.1.2-25]."""
-        if packet is not None and self._write_shared(topic, packet, forms):  # type: ignore[arg-type]
+        if packet is not None and self._write_shared(topic, packet, forms):  # type: ignore[arg-type]  # `forms` comes with `packet`
             return
         numbered = packet_id or (self._take_pid() if qos else 0)
         negotiated = self.v5
@@ -186,7 +187,7 @@ class Outbound:
         """Write 5.0 QoS 0 PUBLISHes to `topic` that a record's subscribers share (one message, or a
         raw run) in the form this connection's topic alias asks for, made once per record in `forms`;
         False, with nothing written, when they do not all fit the client's Maximum Packet Size."""
-        negotiated: Negotiated = self.v5  # type: ignore[assignment]
+        negotiated: Negotiated = self.v5  # type: ignore[assignment]  # 5.0 forms go to 5.0 clients only
         chosen = 0
         if negotiated.send_alias_max:
             chosen = aliases.choose(negotiated, topic)
@@ -250,14 +251,14 @@ class Outbound:
                 return
             for i, queued in enumerate(queue):
                 if queued[2] == 0:
-                    del queue[i]  # type: ignore[union-attr]
+                    del queue[i]  # type: ignore[union-attr]  # full: a deque, not the empty tuple
                     break
             else:
                 return
         if not queue:
             queue = self.queue = deque()
             worker.queuing.add(self)
-        queue.append(item)  # type: ignore[union-attr]
+        queue.append(item)
 
     def pump(self) -> None:
         """Move queued messages out while the window and the socket have room."""
@@ -271,7 +272,7 @@ class Outbound:
                 self._send(topic, payload, qos, retain, dup, packet_id, extra)
             else:
                 break
-            queue.popleft()  # type: ignore[union-attr]
+            queue.popleft()
         if not queue:
             self.queue = ()
             self.worker.queuing.discard(self)

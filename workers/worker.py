@@ -24,27 +24,25 @@ import psutil
 import uvloop
 
 from plexmq import wire
+from plexmq.archive_format import archived_publish, sender
 from plexmq.files import Access
-from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload
-from plexmq.mqtt import PROTOCOLS
-from plexmq.process import process_usage
+from plexmq.mqtt import PROTOCOLS, reasons, v5
+from plexmq.mqtt import properties as props
+from plexmq.mqtt.framing import packets_in
+from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload, process_usage
 from plexmq.workers import from_router, handoff, tls
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
-from plexmq.archive_format import archived_publish, sender
-from plexmq.mqtt import properties as props
-from plexmq.mqtt import reasons, v5
-from plexmq.mqtt.framing import packets_in
 from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
-from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.keepalive import TimerWheel
-from plexmq.workers.negotiated import Negotiated
-from plexmq.workers.outbound import Extra, Forms
 from plexmq.workers.link import RouterLink, local_address
+from plexmq.workers.negotiated import Negotiated
+from plexmq.workers.outbound import Extra, Forms, Outbound
 from plexmq.workers.routes import LocalRoutes, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
+from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -81,10 +79,10 @@ class Worker:
         self.conns: dict[int, Connection] = {}
         self.ending: list[tuple[float, int, Connection]] = []  # heap: connections whose token expires
         self.next_conn = 1
-        self.dirty: list[Connection] = []
+        self.dirty: list[Outbound] = []
         # kept as they change, so that the once-a-second report does not walk every connection
         self.connected = dict.fromkeys(PROTOCOLS, 0)  # CONNECT level -> connections past their CONNACK
-        self.queuing: set[Connection] = set()  # connections with messages waiting in their queue
+        self.queuing: set[Outbound] = set()  # connections with messages waiting in their queue
         self.flush_pending = False
         self.awaiting: deque[Awaiting] = deque()  # QoS>0 PUBs the router has not routed yet
         self.node: str = config["node_name"]
@@ -169,7 +167,7 @@ class Worker:
                                                     ssl_handshake_timeout=self.settings.connect_timeout)
         asyncio.ensure_future(serving).add_done_callback(lambda task: self._served(conn, task))
 
-    def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, asyncio.BaseProtocol]]) -> None:
+    def _served(self, conn: Connection, task: asyncio.Future[tuple[asyncio.Transport, WebSocket | Connection]]) -> None:
         """The TLS handshake may fail, or end after the CONNECT deadline has closed `conn`."""
         if task.cancelled():
             return
@@ -211,7 +209,7 @@ class Worker:
             conn.sender = sender(conn.client_id, conn.username, conn.level)
         if not self.turn_us:
             self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
-        self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]
+        self.archive.append((self.turn_us, conn.sender, packets))  # type: ignore[union-attr]  # called only with an archive
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
@@ -310,7 +308,7 @@ class Worker:
             if conn.screened:
                 if not run_topic:
                     run_topic = v5.first_topic(payload)
-                if not conn.checker.can_read(run_topic):  # type: ignore[union-attr]
+                if not conn.checker.can_read(run_topic):  # type: ignore[union-attr]  # screened: it has a checker
                     self._withhold(conn, 0, packets_in(payload))
                     continue
             if conn.v5 is None:
@@ -334,7 +332,7 @@ class Worker:
             conn = conns.get(conn_id)
             if conn is None or conn.state == CLOSED:
                 continue
-            if conn.screened and not conn.checker.can_read(topic):  # type: ignore[union-attr]
+            if conn.screened and not conn.checker.can_read(topic):  # type: ignore[union-attr]  # screened: it has a checker
                 self._withhold(conn, packet_id, 1)
                 continue
             eff = granted if granted < qos else qos
@@ -417,7 +415,7 @@ class Worker:
                 conn.close("the link to the router was renewed while it was answering this client")
         self.link.open(self._hello([conn.conn_id for conn in live]))
         for conn in live:
-            conn.register(resume=True)
+            conn.register(connack_sent=True)
         self.routes.forget_table()
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
@@ -464,10 +462,10 @@ class Worker:
         deadline [MQTT-3.1.2-24]."""
         loop = self.loop
         for conn in self.wheel.expire(loop.time()):
-            if conn.state < CONNECTING:  # type: ignore[attr-defined]
-                conn.close(f"no CONNECT within {self.settings.connect_timeout:g} s")  # type: ignore[attr-defined]
+            if conn.state < CONNECTING:  # type: ignore[attr-defined]  # the wheel holds Connections
+                conn.close(f"no CONNECT within {self.settings.connect_timeout:g} s")  # type: ignore[attr-defined]  # as above
             else:
-                conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]
+                conn.close("keepalive timeout", code=reasons.KEEP_ALIVE_TIMEOUT)  # type: ignore[attr-defined]  # as above
         loop.call_at(self.wheel.next_sweep(loop.time()), self._sweep)
 
     def _tick(self) -> None:

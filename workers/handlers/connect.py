@@ -219,7 +219,7 @@ def accept(conn: Connection, connect: Connect) -> None:
     if connect.clean_session and not conn.persistent:
         # a new session that ends with the connection: nothing to wait for from the router, which
         # claims the client id (takes an earlier connection over) before any later record of ours
-        conn.register(resume=True, fresh=True)
+        conn.register(connack_sent=True, fresh=True)
         conn.session_ready(False, [])
     else:
-        conn.register(resume=False, fresh=connect.clean_session)
+        conn.register(connack_sent=False, fresh=connect.clean_session)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
@@ -27,7 +27,7 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
         conn.disconnected = True
         return conn.close("client disconnected", level=logging.DEBUG)
     code, properties = v5.decode_reason_only(v5.DISCONNECT, flags, body, conn.worker.settings.max_user_properties)
-    expiry = properties.get(props.SESSION_EXPIRY_INTERVAL)
+    expiry = cast(int | None, properties.get(props.SESSION_EXPIRY_INTERVAL))  # a Four Byte Integer property
     if expiry is not None:
         if expiry and not negotiated.session_expiry:
             raise MalformedPacket("session expiry set at DISCONNECT after 0 at CONNECT", PROTOCOL_ERROR)
