@@ -192,7 +192,7 @@ def test_session_answer_sends_the_connack_and_registers():
     c.send(p.encode_connect("dev", False, 60))
     assert c.packets() == []
     [connect] = h.records()
-    assert connect.kind == "CONNECT" and connect.fields[:3] == (c.conn_id, "dev", False)
+    assert connect.kind == "CONNECT" and connect.fields[:3] == (c.conn_id, "dev", True)  # persistent
     h.from_router(session(c.conn_id, True))
     [connack] = c.packets()
     assert connack.kind == p.CONNACK and p.decode_connack(0, connack.body) == (True, 0)
