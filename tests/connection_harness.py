@@ -120,7 +120,7 @@ class FakeLink(RouterLink):
     into `batch`), each `send` kept in `frames`."""
 
     def __init__(self, loop: FakeLoop) -> None:  # not RouterLink's: it opens a ZeroMQ socket
-        self.loop = loop  # type: ignore[assignment]
+        self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place
         self.batch = wire.Batch()
         self.unrouted = 0
         self.join = 0
@@ -180,7 +180,7 @@ class HarnessWorker(Worker):
         self.identity_as_username = False
         self.worker_id = 0
         loop = FakeLoop()
-        self.loop = loop  # type: ignore[assignment]
+        self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place
         self.node = ""
         self.identity = wire.identity("", 0)
         self.label = wire.label("", 0)
@@ -199,7 +199,7 @@ class HarnessWorker(Worker):
         self.shed = 0
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
-        self.auth = FakeAuth()  # type: ignore[assignment]
+        self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
         self.known_topics = {}
         self.turn_us = 0
         self.archive = None
@@ -402,7 +402,7 @@ class ConnectionHarness:
         worker.conns[conn_id] = conn
         worker.wheel.add(conn)
         transport = FakeTransport(("127.0.0.1", 50000 + conn_id))
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)  # type: ignore[arg-type]  # the fake transport records what is written
         return Client(self, conn, transport)
 
     def client(self, client_id: str, clean: bool = True, *, version: int = 4, present: bool = False,
