@@ -9,7 +9,8 @@ Why paths, not contents: Spark's `binaryFile` source hands a whole file to Pytho
 task holds a whole segment (64 MiB, or more) several times over in the JVM and in Python. Instead each
 task gets one file's path and the decoder reads that file itself, piece by piece, yielding Arrow
 batches of one piece each: a task's memory is bounded by a piece (a segment's chunk), whatever the
-file's size. The decoded records are persisted on disk only, not in memory, for the many aggregations.
+file's size. Jobs that read the records several times keep them on disk only, not in memory
+(`decode`); a job that stores them has the executors write them straight to Parquet (`decode_to_parquet`).
 """
 
 from __future__ import annotations
