@@ -55,6 +55,10 @@ def run(
     progress(f"reading the archive {archive}")
     progress(f"writing {out}/messages/")
     accounts = write_archive(spark, archive, since, until, f"{out}/messages")
+    # A task per messages/ file (a segment's records), not several small files packed into one as Spark
+    # does by default: a task with more records sorts and spills more than a small driver holds (50M
+    # messages in 2 tasks ran 512 MB out of heap).
+    spark.conf.set("spark.sql.files.openCostInBytes", spark.conf.get("spark.sql.files.maxPartitionBytes"))
     messages = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(f"{out}/messages")
     saved = {"messages": messages}
     progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
