@@ -130,8 +130,8 @@ def decode_to_parquet(
     Parquet under `out` (one file per input file, replacing what `out` held), and account for every file.
 
     Why not through Spark's writer: a record that crosses from Arrow into Spark's rows and back out
-    through its Parquet writer costs several times its decoding (measured: ~8 us against ~0.2 us in
-    pyarrow's writer), and a job that only stores the decoded records has no use for the rows. A
+    through its Parquet writer costs more than its decoding, pyarrow's writer ~0.2 us, and a job that
+    only stores the decoded records has no use for the rows. A
     file's records are written as row groups of `ROW_GROUP` records (a task's memory stays bounded) to
     a hidden name, renamed once complete: a retried task replaces its own file, and readers (which
     skip names starting with `.`) never see a partial one."""
