@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # Spark is imported only once the arguments are good: `--help` stays instant.
     from plexmq.pipeline import benchmark, fields, lake, traffic
-    from plexmq.pipeline.archive_source import read_archive
+    from plexmq.pipeline.archive_source import write_archive
     from plexmq.pipeline.inputs import BadInput
     from plexmq.pipeline.session import spark_session
 
@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             conf["spark.driver.memory"] = args.driver_memory
         with spark_session(args.master, args.verbose, conf) as spark:
             if args.job == "traffic":
-                source, read = (args.lake, lake.read_lake) if args.lake else (args.archive, read_archive)
-                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress, read)
+                source, write = (args.lake, lake.write_lake) if args.lake else (args.archive, write_archive)
+                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress, write)
             elif args.job == "compact":
                 lake.compact(spark, args.archive, args.lake, progress)
             elif args.job == "fields":

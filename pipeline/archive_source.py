@@ -1,5 +1,6 @@
-"""The traffic archive as a Spark DataFrame: one row per archived PUBLISH (payload bytes left out), or,
-for the topics a job asks for, the payloads themselves (`read_payloads`).
+"""The traffic archive decoded: one row per archived PUBLISH (payload bytes left out) written as Parquet
+(`write_archive`), or, for the topics a job asks for, a Spark DataFrame of the payloads themselves
+(`read_payloads`).
 
 `protocol_level` is the publisher's (3: MQTT 3.1, 4: 3.1.1, 5: 5.0; null for segments of format
 version 2, which did not record it). `content_type` and `user_properties` (the pairs in the order sent,
@@ -8,7 +9,7 @@ messages, empty for a 5.0 message without any.
 
 Chunks map onto Arrow columns with NumPy (the format keeps each column contiguous), so decoding costs
 no Python per record. The payload itself stays in the segments: the traffic analysis needs only its
-size, and leaving it out keeps the persisted records small.
+size, and leaving it out keeps the records small.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
-from plexmq.pipeline.inputs import BadInput, Decoded, FileAccount, decode, filesystem, input_files
 from plexmq.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
 from plexmq.mqtt.topics import matches
+from plexmq.pipeline.inputs import BadInput, Decoded, FileAccount, decode, decode_to_parquet, filesystem, input_files
 
 SCHEMA = pa.schema(
     [
@@ -55,18 +56,14 @@ PAYLOADS = pa.schema(
 )
 
 
-@contextmanager
-def read_archive(
-    spark: SparkSession, archive: str, since: datetime | None, until: datetime | None
-) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """The records received in [since, until) (persisted on disk while the context lasts) and an account
-    of the segments read. Only the `date=/hour=` partitions that overlap the window are read."""
-    with decode(spark, archive, _segments(archive, since, until), _decode, SCHEMA) as (records, accounts):
-        if since is not None:
-            records = records.where(F.col("recv_time") >= since)
-        if until is not None:
-            records = records.where(F.col("recv_time") < until)
-        yield records, accounts
+def write_archive(
+    spark: SparkSession, archive: str, since: datetime | None, until: datetime | None, out: str
+) -> list[FileAccount]:
+    """Write the records received in [since, until) as Parquet under `out` (`SCHEMA`, a file per segment)
+    and return the account of the segments read. Only the `date=/hour=` partitions that overlap the
+    window are read."""
+    decoder = partial(_decode, since, until)
+    return decode_to_parquet(spark, archive, _segments(archive, since, until), decoder, SCHEMA, out)
 
 
 @contextmanager
@@ -88,7 +85,7 @@ def read_segments(
     """The records of the given segments (as `sealed_segments` lists them; persisted on disk while the
     context lasts) and their account; BadInput first when one has a version this plexmq cannot read."""
     _check_versions(archive, files)
-    with decode(spark, archive, files, _decode, SCHEMA) as found:
+    with decode(spark, archive, files, partial(_decode, None, None), SCHEMA) as found:
         yield found
 
 
@@ -138,11 +135,25 @@ def window(since: datetime | None, until: datetime | None) -> str:
     return start + (f" until {until:%Y-%m-%d %H:%M:%S}" if until else "")
 
 
-def _decode(file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+def _decode(
+    since: datetime | None, until: datetime | None, file: BinaryIO, size: int
+) -> Generator[pa.RecordBatch, None, Decoded]:
+    """The segment's records received in [since, until); the account counts them all."""
     reader = SegmentReader(file, size)
     for chunk in reader.chunks():
-        yield _batch(chunk, reader.worker_id or 0)
+        batch = _batch(chunk, reader.worker_id or 0)
+        yield batch if since is None and until is None else batch.filter(_within(batch.column(0), since, until))
     return Decoded(reader.records, reader.damage, reader.skipped_bytes)
+
+
+def _within(times: pa.Array, since: datetime | None, until: datetime | None) -> pa.Array:
+    """Which of `times` lie in [since, until)."""
+    kind = SCHEMA.field("recv_time").type
+    after = pc.greater_equal(times, pa.scalar(since, kind)) if since is not None else None
+    before = pc.less(times, pa.scalar(until, kind)) if until is not None else None
+    if after is None or before is None:
+        return after if before is None else before
+    return pc.and_(after, before)
 
 
 def _decode_payloads(filters: list[str], file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:

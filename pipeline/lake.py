@@ -138,6 +138,14 @@ def read_lake(
     yield messages.drop(*HOUR), sorted(accounts, key=lambda a: a.path)
 
 
+def write_lake(spark: SparkSession, lake: str, since: datetime | None, until: datetime | None, out: str) -> list[FileAccount]:
+    """traffic's source from a lake: the window's messages copied to `out` (messages/ of its report, as
+    from an archive) from the hour partitions that overlap it; the accounts of their segments."""
+    with read_lake(spark, lake, since, until) as (messages, accounts):
+        messages.write.mode("overwrite").parquet(out)
+    return accounts
+
+
 def batches(root: Path) -> list[Batch]:
     """The commit log, oldest first."""
     return [Batch.load(path) for path in sorted((root / COMMITS).glob("*.json"))]

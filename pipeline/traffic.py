@@ -21,24 +21,24 @@ default method). Times are UTC.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from plexmq.pipeline import report
-from plexmq.pipeline.archive_source import read_archive, window
+from plexmq.pipeline.archive_source import SCHEMA, window, write_archive
 from plexmq.pipeline.inputs import BadInput, FileAccount
 from plexmq.pipeline.tables import save
 
 PERCENTILES = [0.5, 0.9, 0.99]
 
-# Opens a source's records received in [since, until) with an account of the segments they come from.
-Reader = Callable[[SparkSession, str, datetime | None, datetime | None],
-                  AbstractContextManager[tuple[DataFrame, list[FileAccount]]]]
+# Writes a source's messages received in [since, until) as Parquet (`SCHEMA`) under the given path, and
+# returns the account of the segments they come from.
+Writer = Callable[[SparkSession, str, datetime | None, datetime | None, str], list[FileAccount]]
 
 
 def run(
@@ -50,38 +50,49 @@ def run(
     silence_s: float,
     top: int,
     progress: Callable[[str], None],
-    read: Reader = read_archive,
+    write: Writer = write_archive,
 ) -> None:
     """Write the tables and report.html under `out` for the records received in [since, until) in
-    `archive`, read with `read` (the archive's segments, or a lake's Parquet: `lake.read_lake`)."""
-    progress(f"reading {archive}")
-    with read(spark, archive, since, until) as (records, accounts):
-        progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
-        for account in accounts:
-            if account.damage is not None:
-                progress(f"damaged segment {account.path}: skipped {account.damage}")
-        totals = _totals(records)
-        if totals["messages"] == 0:
-            damaged = sum(a.damage is not None for a in accounts)
-            raise BadInput(f"no records in {archive}{window(since, until)} ({damaged} damaged segments)")
-        start = since or report.utc(totals["first_us"])
-        end = until or report.utc(totals["last_us"])
-        tables = {"messages": records, "minutes": minutes(records), "topics": topics(records),
-                  "clients": clients(records).withColumn("silent_s", _silent_s(end))}
-        tables["silent"] = tables["clients"].where(F.col("silent_s") > silence_s)
-        saved = save(spark, tables, out, progress)
-        progress("writing the report")
-        sections = [
-            ("Summary", _summary(totals, start, end)),
-            ("Traffic per minute", _per_minute(saved["minutes"])),
-            (f"Top {top} topics", _top(saved["topics"], "topic", top)),
-            (f"Top {top} clients", _top(saved["clients"], "client_id", top)),
-            ("QoS and retain", _qos(totals)),
-            ("Payload sizes", _sizes(records, totals)),
-            ("MQTT versions and 5.0 properties", _properties(records, top)),
-            (f"Devices silent for more than {silence_s:g} s at the end", _silent(saved["silent"], top)),
-            ("Input", report.files_section(accounts, "segments")),
-        ]
+    `archive`, whose messages `write` puts in messages/ (the archive's segments: `write_archive`, or a
+    lake's Parquet: `lake.write_lake`).
+
+    Why messages/ first: writing it is the one pass over the segments (decoding, the costly part; the
+    executors write it with pyarrow), and every roll-up and report query then reads only the Parquet
+    columns it needs from it, instead of each reading a persisted copy of every decoded record."""
+    progress(f"reading {archive}, writing {out}/messages/")
+    accounts = write(spark, archive, since, until, f"{out}/messages")
+    # A task per messages/ file (a segment's records), not several small files packed into one as Spark
+    # does by default: a task with more records sorts and spills more than a small driver holds (50M
+    # messages in 2 tasks ran 512 MB out of heap).
+    spark.conf.set("spark.sql.files.openCostInBytes", spark.conf.get("spark.sql.files.maxPartitionBytes") or "128MB")
+    messages = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(f"{out}/messages")
+    saved = {"messages": messages}
+    progress(f"decoded {len(accounts)} segments, {sum(a.records for a in accounts):,} records")
+    for account in accounts:
+        if account.damage is not None:
+            progress(f"damaged segment {account.path}: skipped {account.damage}")
+    saved |= save(spark, {"topics": topics(messages)}, out, progress)
+    totals = _totals(saved["topics"], messages)
+    if totals["messages"] == 0:
+        damaged = sum(a.damage is not None for a in accounts)
+        raise BadInput(f"no records in {archive}{window(since, until)} ({damaged} damaged segments)")
+    start = since or report.utc(totals["first_us"])
+    end = until or report.utc(totals["last_us"])
+    saved |= save(spark, {"minutes": minutes(messages),
+                          "clients": clients(messages).withColumn("silent_s", _silent_s(end))}, out, progress)
+    saved |= save(spark, {"silent": saved["clients"].where(F.col("silent_s") > silence_s)}, out, progress)
+    progress("writing the report")
+    sections = [
+        ("Summary", _summary(totals, start, end)),
+        ("Traffic per minute", _per_minute(saved["minutes"])),
+        (f"Top {top} topics", _top(saved["topics"], "topic", top)),
+        (f"Top {top} clients", _top(saved["clients"], "client_id", top)),
+        ("QoS and retain", _qos(totals)),
+        ("Payload sizes", _sizes(messages, totals)),
+        ("MQTT versions and 5.0 properties", _properties(messages, top)),
+        (f"Devices silent for more than {silence_s:g} s at the end", _silent(saved["silent"], top)),
+        ("Input", report.files_section(accounts, "segments")),
+    ]
     Path(out).mkdir(parents=True, exist_ok=True)
     report.write(Path(out) / "report.html", "plexmq traffic report", sections)
 
@@ -90,21 +101,25 @@ def _count_if(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
-def _totals(records: DataFrame) -> dict[str, Any]:
-    row = records.agg(
-        F.count("*").alias("messages"),
-        F.sum("payload_size").alias("bytes"),
-        F.countDistinct("topic").alias("topics"),
-        F.countDistinct("client_id").alias("clients"),
-        F.unix_micros(F.min("recv_time")).alias("first_us"),
-        F.unix_micros(F.max("recv_time")).alias("last_us"),
-        *(_count_if(F.col("qos") == q).alias(f"qos{q}") for q in range(3)),
-        _count_if(F.col("retain")).alias("retained"),
-        F.percentile("payload_size", PERCENTILES).alias("size_percentiles"),
-        F.max("payload_size").alias("size_max"),
+def _totals(topics: DataFrame, messages: DataFrame) -> dict[str, Any]:
+    """The window's figures: sums over topics/ (a row per topic), but for the distinct clients and the
+    percentiles of all payload sizes, which need the messages (two columns of them)."""
+    row = topics.agg(
+        F.coalesce(F.sum("messages"), F.lit(0)).alias("messages"),
+        F.sum("bytes").alias("bytes"),
+        F.count("*").alias("topics"),
+        F.unix_micros(F.min("first_seen")).alias("first_us"),
+        F.unix_micros(F.max("last_seen")).alias("last_us"),
+        *(F.sum(f"qos{q}").alias(f"qos{q}") for q in range(3)),
+        F.sum("retained").alias("retained"),
+        F.max("size_max").alias("size_max"),
     ).first()
-    assert row is not None
-    return row.asDict()
+    everything = messages.agg(
+        F.countDistinct("client_id").alias("clients"),
+        F.percentile("payload_size", PERCENTILES).alias("size_percentiles"),
+    ).first()
+    assert row is not None and everything is not None
+    return row.asDict() | everything.asDict()
 
 
 def minutes(records: DataFrame, *by: str) -> DataFrame:

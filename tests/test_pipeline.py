@@ -81,7 +81,7 @@ def test_traffic_counts_bytes_and_silent_devices_exactly(spark: SparkSession, tm
 
 def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, tmp_path: Path) -> None:
     """An archive of 1.2 GB through a 512 MB driver (Spark's least; embedded, the driver is the only
-    executor): each task streams its segment chunk by chunk and the records are persisted on disk.
+    executor): each task streams its segment chunk by chunk into messages/ (Parquet, by row groups).
     Reading whole segments into the JVM (binaryFile) ran out of heap here. Few large payloads make
     the archive big and quick to write; the job needs only their sizes."""
     payload = b"p" * (1 << 20)
