@@ -12,7 +12,7 @@ from plexmq.process import setup_logging
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="plexmq", description="A multi-process MQTT 3.1.1 broker.")
+    parser = argparse.ArgumentParser(prog="plexmq", description="A multi-process MQTT 3.1, 3.1.1 and 5.0 broker.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the broker (default config embedded; no file needed)")
     serve.add_argument("--config", metavar="FILE", help="TOML config file; the command line wins over it")
