@@ -47,13 +47,7 @@ class Pending(Message):
 
     def __init__(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
                  expires_at: int = 0, share: Share | None = None) -> None:
-        # the fields set here, not by Message.__init__: one call less for each copy kept
-        self.topic = topic
-        self.payload = payload
-        self.qos = qos
-        self.retain = retain
-        self.props = props
-        self.expires_at = expires_at
+        Message.__init__(self, topic, payload, qos, retain, props, expires_at)
         self.state = QUEUED
         self.share = share
 
