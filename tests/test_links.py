@@ -5,18 +5,17 @@ told to join again and registers the connections it still holds (router/links.py
 from __future__ import annotations
 
 import os
-import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import zmq
 
 from plexmq import wire
 from plexmq.mqtt import v4 as p
 from plexmq.router import links
 from tests.conftest import Broker, wait_for
+from tests.link_peer import hello, link_peer, router_endpoint
 from tests.steps import ping, publish, raw_on, receive, subscribe, sync, uid
 
 TIMEOUT = 2.0  # link_timeout of these brokers (the least allowed)
@@ -109,28 +108,13 @@ def test_a_worker_that_lost_frames_and_went_away_holds_up_no_suback(start_broker
     config = tmp_path / "plexmq.toml"
     config.write_text(f"link_timeout = {TIMEOUT}\n")
     b = start_broker("--workers", "2", "--config", str(config))
-    endpoint = wait_for(lambda: re.search(r"router listening on (\S+)", b.output()), 10, "the router's endpoint in its log")
-    ctx = zmq.Context()
-    peer = ctx.socket(zmq.DEALER)
-    try:
-        peer.setsockopt(zmq.IDENTITY, b"w9")
-        peer.setsockopt(zmq.LINGER, 0)
-        peer.connect(endpoint.group(1))
-        hello = wire.Batch()
-        hello.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 9, "", "", 1, []).encode())
-        peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))
-        assert peer.poll(5000), "the router did not answer the HELLO"
-        peer.recv_multipart()  # the whole route table: the peer is joined, and acknowledges nothing
-        beat = wire.Batch()
-        beat.add(wire.ROUTES_ACK, wire.RoutesAck(0).encode())
-        peer.send_multipart((wire.LINK.pack(1, 3), beat.take()))  # frames 1 and 2 lost: a gap
+    with link_peer(router_endpoint(b), b"w9") as peer:
+        peer.send(0, hello(9))
+        assert peer.frame(5) is not None, "the router did not answer the HELLO"  # the whole route table: joined
+        peer.send(3, (wire.ROUTES_ACK, wire.RoutesAck(0).encode()))  # frames 1 and 2 lost: a gap
         kinds: list[int] = []
         while wire.REJOIN not in kinds:  # a BEAT may come first
-            assert peer.poll(5000), f"the router did not answer the gap with REJOIN: {kinds}"
-            kinds += [kind for kind, _h, _p in wire.records(peer.recv_multipart()[1])]
-    finally:
-        peer.close()
-        ctx.term()
+            kinds += peer.kinds(5)
     c = raw_on(b, want=0)
     assert c.connect(f"lk-gap-{uid()}") == (False, 0)
     assert subscribe(c, 1, [(f"links/gap/{uid()}", 0)]) == [0]

@@ -22,6 +22,7 @@ from plexmq.acceptor import config as cfg
 from plexmq.process import CONFIG_ENV
 from tests.cli import names_line, one_error_line, run, write
 from tests.conftest import Broker, wait_for
+from tests.link_peer import hello, link_peer
 from tests.mqtt import Client
 
 KEYS = {"server_public", "server_secret", "client_public", "client_secret"}
@@ -97,24 +98,10 @@ def crossing(b: Broker, topic: str) -> None:
 def probe(endpoint: str, curve: tuple[bytes, bytes, bytes] | None, wait: float) -> bytes | None:
     """Connect a DEALER as a worker would (curve: server public, client public, client secret; None:
     plain), send HELLO and a CONNECT, and return the router's first frame, or None after `wait` s."""
-    ctx: zmq.Context = zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    try:
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.IPV6, 1)
-        sock.setsockopt(zmq.IDENTITY, b"w99")
-        if curve is not None:
-            sock.setsockopt(zmq.CURVE_SERVERKEY, curve[0])
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve[1])
-            sock.setsockopt(zmq.CURVE_SECRETKEY, curve[2])
-        sock.connect(endpoint)
-        batch = wire.Batch()
-        batch.add(wire.HELLO, wire.Hello(wire.PROTOCOL, 99, "", "", os.getpid(), []).encode())
-        batch.add(wire.CONNECT, wire.Connect(1, "curve-probe", False, None, None, 0, False, 0, True, -1, None).encode())
-        sock.send_multipart((wire.LINK.pack(1, 0), batch.take()))
-        return sock.recv_multipart()[1] if sock.poll(int(wait * 1000)) else None
-    finally:
-        sock.close()
+    with link_peer(endpoint, b"w99", curve) as peer:
+        peer.send(0, hello(99), (wire.CONNECT, wire.Connect(1, "curve-probe", False, None, None, 0, False, 0, True, -1,
+                                                            None).encode()))
+        return peer.frame(wait)
 
 
 def answered_session(frame: bytes | None) -> bool:

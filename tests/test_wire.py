@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
 import subprocess
 import sys
 import types
@@ -31,6 +29,7 @@ from plexmq.workers import from_router
 from plexmq.workers.link import RouterLink
 from tests.conftest import ROOT, Broker, wait_for
 from tests.hosts import make_keys
+from tests.link_peer import hello, link_peer, router_endpoint
 
 
 class Case(NamedTuple):
@@ -331,23 +330,11 @@ def test_a_node_whose_router_speaks_another_version_stops_with_one_line(tmp_path
 
 def test_a_router_refuses_a_node_of_another_version_over_its_socket(start_broker: Callable[..., Broker]) -> None:
     b = start_broker("--workers", "1")
-    wait_for(lambda: "router listening on" in b.output(), 10, "the router's endpoint")
-    endpoint = re.search(r"router listening on (\S+)", b.output())
-    assert endpoint is not None
-    ctx = zmq.Context()
-    peer = ctx.socket(zmq.DEALER)
-    try:
-        peer.setsockopt(zmq.IDENTITY, b"n9/w0")
-        peer.setsockopt(zmq.LINGER, 0)
-        peer.connect(endpoint.group(1))
-        hello = wire.Batch()
-        hello.add(wire.HELLO, wire.Hello(wire.PROTOCOL + 1, 0, "n9", "", os.getpid(), []).encode())
-        peer.send_multipart((wire.LINK.pack(1, 0), hello.take()))
-        assert peer.poll(5000), "the router did not answer the HELLO"
-        kinds = [(kind, header) for kind, header, _p in wire.records(peer.recv_multipart()[1])]
-    finally:
-        peer.close()
-        ctx.term()
+    with link_peer(router_endpoint(b), b"n9/w0") as peer:
+        peer.send(0, hello(0, "n9", wire.PROTOCOL + 1))
+        frame = peer.frame(5)
+        assert frame is not None, "the router did not answer the HELLO"
+        kinds = [(kind, header) for kind, header, _p in wire.records(frame)]
     assert kinds == [(wire.REFUSED, wire.Refused(wire.PROTOCOL).encode())]
     wait_for(lambda: f"worker n9/w0 speaks link protocol {wire.PROTOCOL + 1}, this router {wire.PROTOCOL}"
              in b.output(), 5, "the router's line")
