@@ -29,7 +29,7 @@ import orjson
 # version would misread: a record's kind number, fields, their order or encoding, a struct, a new
 # record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
-PROTOCOL = 1
+PROTOCOL = 2  # 2: CONNECT names the connection's tenant, ROUTES entries theirs
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -195,6 +195,7 @@ class Connect(NamedTuple):
     fresh: bool  # an earlier session is discarded (3.1.1 clean session, 5.0 clean start)
     expiry: int  # seconds the session outlives the connection (5.0; -1: persistent_client_expiration)
     will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]
+    tenant: str = ""  # the tenant the connection belongs to ("": the default tenant, plexmq/tenants.py)
 
     def encode(self) -> bytes:
         fields = list(self)
@@ -461,7 +462,7 @@ class Routes(NamedTuple):
 
     gen: int
     whole: bool  # the whole table, else the changes of this generation
-    entries: list[list]  # [filter, [place (a worker's identity, or the router's), ...]]
+    entries: list[list]  # [tenant, filter, [place (a worker's identity, or the router's), ...]]
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))

@@ -154,7 +154,7 @@ class Lifecycle:
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
-         will_extra) = wire.Connect.decode(header)  # the fields are said there
+         will_extra, _tenant) = wire.Connect.decode(header)  # the fields are said there
         old = self.sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())

@@ -107,7 +107,7 @@ class RouteTable:
 
     def _record(self, whole: bool, entries: Iterable[tuple[str, Places | tuple[()]]]) -> bytes:
         """A ROUTES record of this generation: each filter with its places."""
-        listed = [[f, [place.decode() for place in _each(places)]] for f, places in entries]
+        listed = [["", f, [place.decode() for place in _each(places)]] for f, places in entries]
         return wire.record(wire.ROUTES, wire.Routes(self.gen, whole, listed).encode())
 
     def acknowledged(self, worker: bytes, gen: int) -> None:

@@ -55,7 +55,7 @@ class LocalRoutes:
             self.known = True
         own = self.own
         remote = self.remote
-        for topic_filter, places in entries:
+        for _tenant, topic_filter, places in entries:
             if any(place != own for place in places):
                 remote.add(topic_filter, 0, 0)
             else:
