@@ -7,7 +7,8 @@ there. Every other subscription (persistent sessions, shared groups, MQTT 5 opti
 place, `ROUTER`. The table maps each filter to its places, counted (a filter of one subscription to
 that place alone: a dict of one is 232 bytes, and most filters have one subscriber). A worker delivers
 a message itself only when no filter that matches its topic has a place other than its own; otherwise
-the router routes it, to everyone, as before.
+the router routes it, to everyone, as before. Filters are per tenant: the table is keyed by
+(tenant, filter), and a worker matches a topic only against its publisher's tenant's filters.
 
 Each turn's changes go to every worker as one `ROUTES` record of a new generation, at the head of its
 frame; a worker that says HELLO gets the whole table. Workers acknowledge each generation
@@ -24,6 +25,7 @@ from plexmq import wire
 
 ROUTER = b""  # the place of a subscription only the router can serve
 Places = bytes | dict[bytes, int]  # one subscription's place, or each place with its subscriptions
+Key = tuple[str, str]  # (tenant, filter)
 
 
 def _each(places: Places | tuple[()]) -> Iterable[bytes]:
@@ -32,26 +34,27 @@ def _each(places: Places | tuple[()]) -> Iterable[bytes]:
 
 
 class RouteTable:
-    """Filter -> places (worker identities, or ROUTER) with their subscription counts; the generations
+    """(tenant, filter) -> places (worker identities, or ROUTER) with their subscription counts; the generations
     the workers have applied, and the frames that wait for them."""
 
     __slots__ = ("places", "changed", "gen", "acked", "fresh", "deferred")
 
     def __init__(self) -> None:
-        self.places: dict[str, Places] = {}
-        self.changed: set[str] = set()  # filters whose set of places changed this turn
+        self.places: dict[Key, Places] = {}
+        self.changed: set[Key] = set()  # filters whose set of places changed this turn
         self.gen = 0
         self.acked: dict[bytes, int] = {}  # worker -> the last generation it applied
         self.fresh: set[bytes] = set()  # workers that said HELLO: the whole table goes to them next
         self.deferred: dict[bytes, list] = {}  # worker -> [generation, frames waiting for it]
 
-    def add(self, topic_filter: str, place: bytes) -> bool:
-        """One more subscription of `topic_filter` at `place`; True when the place is new for the filter."""
-        places = self.places.get(topic_filter)
+    def add(self, tenant: str, topic_filter: str, place: bytes) -> bool:
+        """One more subscription of `topic_filter` in `tenant` at `place`; True when the place is new for the filter."""
+        key = (tenant, topic_filter)
+        places = self.places.get(key)
         if places is None:
-            self.places[topic_filter] = place
+            self.places[key] = place
         elif isinstance(places, bytes):
-            self.places[topic_filter] = {places: 2} if places == place else {places: 1, place: 1}
+            self.places[key] = {places: 2} if places == place else {places: 1, place: 1}
             if places == place:
                 return False
         else:
@@ -59,13 +62,14 @@ class RouteTable:
             places[place] = count + 1
             if count:
                 return False
-        self.changed.add(topic_filter)
+        self.changed.add(key)
         return True
 
-    def remove(self, topic_filter: str, place: bytes) -> None:
-        places = self.places[topic_filter]
+    def remove(self, tenant: str, topic_filter: str, place: bytes) -> None:
+        key = (tenant, topic_filter)
+        places = self.places[key]
         if isinstance(places, bytes):
-            del self.places[topic_filter]
+            del self.places[key]
         else:
             count = places[place] - 1
             if count:
@@ -73,8 +77,8 @@ class RouteTable:
                 return
             del places[place]
             if not places:
-                del self.places[topic_filter]
-        self.changed.add(topic_filter)
+                del self.places[key]
+        self.changed.add(key)
 
     def hello(self, worker: bytes) -> None:
         """A worker (new, restarted, or one that lost its router) gets the whole table, and nothing
@@ -95,7 +99,7 @@ class RouteTable:
         if self.changed:
             self.gen += 1
             places = self.places
-            change = self._record(False, ((f, places.get(f, ())) for f in self.changed))
+            change = self._record(False, ((key, places.get(key, ())) for key in self.changed))
             self.changed.clear()
             leads = {worker: change for worker in workers if worker not in self.fresh}
         if self.fresh:
@@ -105,9 +109,9 @@ class RouteTable:
             self.fresh.clear()
         return leads
 
-    def _record(self, whole: bool, entries: Iterable[tuple[str, Places | tuple[()]]]) -> bytes:
-        """A ROUTES record of this generation: each filter with its places."""
-        listed = [["", f, [place.decode() for place in _each(places)]] for f, places in entries]
+    def _record(self, whole: bool, entries: Iterable[tuple[Key, Places | tuple[()]]]) -> bytes:
+        """A ROUTES record of this generation: each filter with its tenant and its places."""
+        listed = [[tenant, f, [place.decode() for place in _each(places)]] for (tenant, f), places in entries]
         return wire.record(wire.ROUTES, wire.Routes(self.gen, whole, listed).encode())
 
     def acknowledged(self, worker: bytes, gen: int) -> None:

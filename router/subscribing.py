@@ -112,14 +112,14 @@ class Subscribing:
                 if not session.local:
                     session.local = set()
                 session.local.add(topic_filter)
-                return new, self.routes.add(topic_filter, session.worker)
-            return new, self.routes.add(topic_filter, ROUTER)
+                return new, self.routes.add("", topic_filter, session.worker)
+            return new, self.routes.add("", topic_filter, ROUTER)
         group = self.groups.get(topic_filter)
         added = False
         if group is None:
             group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
             self.trie.add(group.filter, group, 0)
-            added = self.routes.add(group.filter, ROUTER)
+            added = self.routes.add("", group.filter, ROUTER)
         group.join(session, grant)
         return new, added
 
@@ -137,7 +137,7 @@ class Subscribing:
             if not group.members:
                 del self.groups[topic_filter]
                 self.trie.remove(group.filter, group)
-                self.routes.remove(group.filter, ROUTER)
+                self.routes.remove("", group.filter, ROUTER)
         return True
 
     def _unplace(self, session: Session, topic_filter: str) -> None:
@@ -145,6 +145,6 @@ class Subscribing:
         it has members)."""
         if topic_filter in session.local:
             session.local.remove(topic_filter)  # type: ignore[union-attr]  # holds it: a set, not the empty tuple
-            self.routes.remove(topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
+            self.routes.remove("", topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
         elif topic_filter not in self.groups:
-            self.routes.remove(topic_filter, ROUTER)
+            self.routes.remove("", topic_filter, ROUTER)
