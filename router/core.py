@@ -132,8 +132,8 @@ class Router(Lifecycle, Subscribing):
         """Start from what the store kept: offline persistent sessions, their subscriptions and delayed
         wills, retained messages."""
         loaded = store.load()
-        self.sessions = loaded.sessions
-        for session in loaded.sessions.values():
+        self.sessions = loaded.sessions.get("", {})
+        for session in self.sessions.values():
             stored, session.subs = session.subs, {}
             for topic_filter, grant in stored.items():
                 self._subscribe(session, topic_filter, grant)
@@ -141,11 +141,11 @@ class Router(Lifecycle, Subscribing):
                 self.deadlines.add(ends, session)
             if session.will_at:
                 self.deadlines.add(session.will_at, session)
-        self.retained.messages = loaded.retained
+        self.retained.messages = loaded.retained.get("", {})
         self.journal.seq = loaded.next_seq
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
-                 store.path, len(loaded.sessions), sum(len(s.unacked) for s in loaded.sessions.values()),
-                 len(loaded.retained))
+                 store.path, len(self.sessions), sum(len(s.unacked) for s in self.sessions.values()),
+                 len(self.retained))
 
     # -- frames in, batches out ---------------------------------------------------------------
 
@@ -312,7 +312,7 @@ class Router(Lifecycle, Subscribing):
             name = topic.decode()
             message = Message(topic, payload, qos, True, props, expires_at)
             self.retained.put(name, message)
-            self.journal.retained_set(name, message)
+            self.journal.retained_set("", name, message)
         targets = self.cache.get(topic)
         if targets is None:
             targets = self._match(topic)

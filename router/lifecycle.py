@@ -319,7 +319,7 @@ class Lifecycle:
         interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
         sessions went."""
         for topic in self.retained.expire(now):
-            self.journal.retained_cleared(topic)
+            self.journal.retained_cleared("", topic)
         if not self.expiration:
             return 0
         stale = [s for s in self.sessions.values() if s.worker is None and self._over(s, now)]

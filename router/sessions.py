@@ -40,10 +40,11 @@ class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
     __slots__ = ("client_id", "persistent", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "next_pid",
-                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local")
+                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local", "tenant")
 
-    def __init__(self, client_id: str, persistent: bool) -> None:
+    def __init__(self, client_id: str, persistent: bool, tenant: str = "") -> None:
         self.client_id = client_id
+        self.tenant = tenant  # the name of its tenant (router/tenants.py): a client id is unique only there
         self.persistent = persistent  # it outlives its connection (3.1.1 clean session 0, 5.0 session expiry > 0)
         self.worker: bytes | None = None
         self.conn_id = 0

@@ -23,33 +23,38 @@ from plexmq.router.message import Message
 from plexmq.router.outbox import Pending, restore
 from plexmq.router.sessions import Session, Will
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FILE_NAME = "plexmq.db"
 
+# every table's rows belong to a tenant (router/tenants.py; '': the default tenant), part of each key
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
-    client_id TEXT PRIMARY KEY, last_seen REAL NOT NULL, expiry INTEGER NOT NULL DEFAULT -1
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, last_seen REAL NOT NULL,
+    expiry INTEGER NOT NULL DEFAULT -1, PRIMARY KEY (tenant, client_id)
 );
 CREATE TABLE IF NOT EXISTS subscriptions (
-    client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL, PRIMARY KEY (client_id, filter)
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL,
+    PRIMARY KEY (tenant, client_id, filter)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS messages (
-    seq INTEGER PRIMARY KEY, client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, topic BLOB NOT NULL,
-    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
+    seq INTEGER PRIMARY KEY, tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+    topic BLOB NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
     props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0
 );
-CREATE UNIQUE INDEX IF NOT EXISTS message_ids ON messages (client_id, packet_id);
+CREATE UNIQUE INDEX IF NOT EXISTS message_ids ON messages (tenant, client_id, packet_id);
 CREATE TABLE IF NOT EXISTS incoming (
-    client_id TEXT NOT NULL, packet_id INTEGER NOT NULL, PRIMARY KEY (client_id, packet_id)
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+    PRIMARY KEY (tenant, client_id, packet_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS retained (
-    topic TEXT PRIMARY KEY, payload BLOB NOT NULL, qos INTEGER NOT NULL,
-    props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0
+    tenant TEXT NOT NULL DEFAULT '', topic TEXT NOT NULL, payload BLOB NOT NULL, qos INTEGER NOT NULL,
+    props BLOB NOT NULL DEFAULT x'', expiry INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant, topic)
 );
 CREATE TABLE IF NOT EXISTS wills (
-    client_id TEXT PRIMARY KEY, due REAL NOT NULL, topic BLOB NOT NULL, payload BLOB NOT NULL,
-    qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, due REAL NOT NULL, topic BLOB NOT NULL,
+    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL,
+    PRIMARY KEY (tenant, client_id)
 );
 """
 
@@ -76,10 +81,36 @@ UPDATE meta SET value = 5 WHERE key = 'schema';
 COMMIT;
 """
 
+
+def _to_version_6() -> str:
+    """Every table gains its tenant ('' for what is there), in its key: SQLite cannot change a primary
+    key, so each table is made again in its version 6 form (_TABLES) and its rows copied over, all in
+    one transaction. The tables of a store older than 5 that _TABLES made already have the column:
+    only the columns both forms share are named."""
+    columns = {"sessions": "client_id, last_seen, expiry", "subscriptions": "client_id, filter, qos",
+               "messages": "seq, client_id, packet_id, topic, payload, qos, retain, state, props, expiry",
+               "incoming": "client_id, packet_id", "retained": "topic, payload, qos, props, expiry",
+               "wills": "client_id, due, topic, payload, qos, retain, props, expiry"}
+    steps = ["BEGIN;", "DROP INDEX message_ids;"]
+    for table, names in columns.items():
+        steps += [f"ALTER TABLE {table} RENAME TO {table}_5;", _create(table),
+                  f"INSERT INTO {table} ({names}) SELECT {names} FROM {table}_5;", f"DROP TABLE {table}_5;"]
+    steps += [_TABLES[_TABLES.index("CREATE UNIQUE INDEX"):].split(";")[0] + ";",
+              "UPDATE meta SET value = 6 WHERE key = 'schema';", "COMMIT;"]
+    return "\n".join(steps)
+
+
+def _create(table: str) -> str:
+    """The CREATE statement of `table` in _TABLES."""
+    start = _TABLES.index(f"CREATE TABLE IF NOT EXISTS {table} (")
+    return _TABLES[start:_TABLES.index(";", start) + 1]
+
+
 _MIGRATIONS = {  # a version -> the script that takes a store from it to the next
     2: _TO_VERSION_3,  # before MQTT 5: messages and retained messages gain their properties and expiry
     3: _TO_VERSION_4,  # sessions gain their own expiry interval
     4: _TO_VERSION_5,  # the delayed wills of offline sessions are kept: the wills table, which _TABLES makes
+    5: _to_version_6(),  # tenants: every row names its tenant
 }
 
 class StoreError(Exception):
@@ -88,10 +119,10 @@ class StoreError(Exception):
 
 @dataclass
 class Loaded:
-    """What a restarted router starts from."""
+    """What a restarted router starts from, per tenant (its name -> client id or topic -> ...)."""
 
-    sessions: dict[str, Session] = field(default_factory=dict)
-    retained: dict[str, Message] = field(default_factory=dict)
+    sessions: dict[str, dict[str, Session]] = field(default_factory=dict)
+    retained: dict[str, dict[str, Message]] = field(default_factory=dict)
     next_seq: int = 1
 
 
@@ -144,34 +175,34 @@ class Store:
         loaded = Loaded()
         try:
             db = self.db
-            session: Session | None
-            for client_id, last_seen, expiry in db.execute("SELECT client_id, last_seen, expiry FROM sessions"):
-                session = loaded.sessions[client_id] = Session(client_id, persistent=True)
+            sessions: dict[tuple[str, str], Session] = {}  # (tenant, client id) -> its session
+            for tenant, client_id, last_seen, expiry in db.execute("SELECT tenant, client_id, last_seen, expiry "
+                                                                   "FROM sessions"):
+                session = sessions[(tenant, client_id)] = Session(client_id, True, tenant)
                 session.seen = last_seen
                 session.expiry = expiry
-            for client_id, topic_filter, qos in db.execute("SELECT client_id, filter, qos FROM subscriptions"):
-                session = loaded.sessions.get(client_id)
-                if session is not None:
-                    session.subs[topic_filter] = qos
-            rows = db.execute("SELECT client_id, packet_id, topic, payload, qos, retain, state, props, expiry "
+                loaded.sessions.setdefault(tenant, {})[client_id] = session
+            for tenant, client_id, topic_filter, qos in db.execute("SELECT tenant, client_id, filter, qos "
+                                                                   "FROM subscriptions"):
+                if (found := sessions.get((tenant, client_id))) is not None:
+                    found.subs[topic_filter] = qos
+            rows = db.execute("SELECT tenant, client_id, packet_id, topic, payload, qos, retain, state, props, expiry "
                               "FROM messages ORDER BY seq")  # the rowid: read in order, nothing to sort
-            for client_id, pid, topic, payload, qos, retain, state, props, expires_at in rows:
-                session = loaded.sessions.get(client_id)
-                if session is not None:
-                    restore(session, pid, Pending(topic, payload, qos, bool(retain), props, expires_at), state)
-            rows = db.execute("SELECT client_id, due, topic, payload, qos, retain, props, expiry FROM wills")
-            for client_id, due, topic, payload, qos, retain, props, expiry in rows:
-                session = loaded.sessions.get(client_id)
-                if session is not None:  # a will waiting out its delay (MQTT 5)
-                    session.will = Will(topic, payload, qos, bool(retain), props, expiry)
-                    session.will_at = due
-            for client_id, pid in db.execute("SELECT client_id, packet_id FROM incoming"):
-                session = loaded.sessions.get(client_id)
-                if session is not None:
-                    session.receive(pid)
-            for topic, payload, qos, props, expires_at in db.execute("SELECT topic, payload, qos, props, expiry "
-                                                                     "FROM retained"):
-                loaded.retained[topic] = Message(topic.encode(), payload, qos, True, props, expires_at)
+            for tenant, client_id, pid, topic, payload, qos, retain, state, props, expires_at in rows:
+                if (found := sessions.get((tenant, client_id))) is not None:
+                    restore(found, pid, Pending(topic, payload, qos, bool(retain), props, expires_at), state)
+            rows = db.execute("SELECT tenant, client_id, due, topic, payload, qos, retain, props, expiry FROM wills")
+            for tenant, client_id, due, topic, payload, qos, retain, props, expiry in rows:
+                if (found := sessions.get((tenant, client_id))) is not None:  # a will waiting out its delay (MQTT 5)
+                    found.will = Will(topic, payload, qos, bool(retain), props, expiry)
+                    found.will_at = due
+            for tenant, client_id, pid in db.execute("SELECT tenant, client_id, packet_id FROM incoming"):
+                if (found := sessions.get((tenant, client_id))) is not None:
+                    found.receive(pid)
+            for tenant, topic, payload, qos, props, expires_at in db.execute("SELECT tenant, topic, payload, qos, props, "
+                                                                             "expiry FROM retained"):
+                message = Message(topic.encode(), payload, qos, True, props, expires_at)
+                loaded.retained.setdefault(tenant, {})[topic] = message
             loaded.next_seq = (db.execute("SELECT max(seq) FROM messages").fetchone()[0] or 0) + 1
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: {_reason(exc)}") from None

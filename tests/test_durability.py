@@ -33,6 +33,7 @@ from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
 from plexmq.process import CONFIG_ENV
+from plexmq.router.store import SCHEMA_VERSION
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
 from tests.processes import OwnBroker, alive, descendants
@@ -957,6 +958,6 @@ def test_a_store_of_the_previous_schema_is_upgraded_in_place(brokers: Brokers, t
     disconnect(c)
     brokers.terminate(b)  # the broker holds the store exclusively: it is read back after the stop
     with sqlite3.connect(data / "plexmq.db") as after:
-        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (5,)
+        assert after.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,)
         # the session gained its own expiry: none (-1), so persistent_client_expiration applies
         assert after.execute("SELECT expiry FROM sessions WHERE client_id = 'old-client'").fetchone() == (-1,)
