@@ -1,6 +1,7 @@
 """`plexmq clients`: the connected clients of a running broker (from its metrics endpoint), a page
 at a time, optionally only those whose client id contains some text; `--disconnect ID` closes one
-(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98).
+(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98), with
+`--tenant NAME` the client of that id in that tenant.
 
 Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the token
 file of this user's broker on the endpoint's port, or from `--token-file`."""
@@ -32,12 +33,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
+    parser.add_argument("--tenant", default="", metavar="NAME",
+                        help="the tenant of the client to --disconnect (default: the default tenant)")
     args = parser.parse_args(argv)
     url = args.metrics.rstrip("/")
     try:
         token = _token(url, args.token_file)
         if args.disconnect is not None:
-            print(_ask(url, token, "/clients/disconnect", orjson.dumps({"client_id": args.disconnect})).decode().strip())
+            body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant})
+            print(_ask(url, token, "/clients/disconnect", body).decode().strip())
             return 0
         query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
                                         "limit": args.per_page})

@@ -1,7 +1,7 @@
 """The router's state machine: it takes the records of a worker and answers in per-worker batches.
 
-It owns the client-id registry, the subscription trie, retained messages and the persistent
-sessions. It never touches a socket: `main.py` feeds it frames and sends the batches it fills.
+It owns the tenants (router/tenants.py), each with its client-id registry, subscription trie,
+retained messages and persistent sessions. It never touches a socket: `main.py` feeds it frames and sends the batches it fills.
 This module holds the state, the frames in and out and the message path; the lives of sessions are
 in `router/lifecycle.py` and subscriptions in `router/subscribing.py` (parts of `Router`), a session's
 outbox (its QoS 1/2 queue, window and resend) in `router/outbox.py`, and every write to the store goes
@@ -24,13 +24,12 @@ from plexmq.router.links import Links
 from plexmq.router.listing import ClientListing
 from plexmq.router.message import Message
 from plexmq.router.outbox import Outbox, Pending, Share
-from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
-from plexmq.trie import SubscriptionTrie
+from plexmq.router.tenants import DEFAULT, Tenant
 
 log = logging.getLogger("plexmq.router")
 
@@ -81,13 +80,14 @@ class Router(Lifecycle, Subscribing):
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
     def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
                  expiration: float = 0.0, share_strategy: str = "round_robin", link_timeout: float = 5.0) -> None:
-        self.sessions: dict[str, Session] = {}
-        self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
+        self.default = Tenant(DEFAULT)  # $SYS is published here
+        self.tenants: dict[str, Tenant] = {DEFAULT: self.default}  # the others: made when first named
+        # (worker, conn_id) -> the tenant of each live connection, from its CONNECT on (before any
+        # takeover wait: a client may send PUBLISH right after CONNECT) until it ends
+        self.conn_tenants: dict[tuple[bytes, int], Tenant] = {}
         self.deadlines = Deadlines()  # delayed wills and sessions with their own expiry interval
         self.share_strategy = share_strategy
         self.by_conn_id: dict[tuple[bytes, int], Session] = {}
-        self.trie = SubscriptionTrie()
-        self.retained = RetainedStore()
         self.batches: dict[bytes, wire.ToWorker] = {}
         # worker -> [its QoS 1/2 PUBs, its PUB and PUB0 records, then the positions among those PUBs
         # of the ones that asked whether they matched and did not] not yet confirmed (ROUTED)
@@ -95,7 +95,6 @@ class Router(Lifecycle, Subscribing):
         self.confirmed_at: dict[bytes, float] = {}  # worker -> time.monotonic() of its last ROUTED
         self.routes = RouteTable()
         self.links = Links(link_timeout)
-        self.cache: dict[bytes, Targets] = {}
         self.raw_dirty: list[Dest] = []
         self.journal = Journal(store)
         self.outbox = Outbox(self.journal, max_inflight, max_inflight + max_queued, max_queued_bytes)
@@ -107,6 +106,7 @@ class Router(Lifecycle, Subscribing):
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.received = 0
         self.delivered = 0
+        self.unknown = 0  # messages of connections the router does not know (no CONNECT, or ended): dropped
         self._handlers: dict[int, Callable[[bytes, bytes, bytes], None]] = {
             wire.HELLO: self._on_hello,
             wire.CONNECT: self._on_connect,
@@ -128,24 +128,35 @@ class Router(Lifecycle, Subscribing):
         if store is not None:
             self._restore(store)
 
+    def tenant(self, name: str) -> Tenant:
+        """The tenant of that name, made when first named."""
+        tenant = self.tenants.get(name)
+        if tenant is None:
+            tenant = self.tenants[name] = Tenant(name)
+        return tenant
+
     def _restore(self, store: Store) -> None:
-        """Start from what the store kept: offline persistent sessions, their subscriptions and delayed
-        wills, retained messages."""
+        """Start from what the store kept, per tenant: offline persistent sessions, their subscriptions
+        and delayed wills, retained messages."""
         loaded = store.load()
-        self.sessions = loaded.sessions.get("", {})
-        for session in self.sessions.values():
-            stored, session.subs = session.subs, {}
-            for topic_filter, grant in stored.items():
-                self._subscribe(session, topic_filter, grant)
-            if ends := session.ends_at():
-                self.deadlines.add(ends, session)
-            if session.will_at:
-                self.deadlines.add(session.will_at, session)
-        self.retained.messages = loaded.retained.get("", {})
+        for name, sessions in loaded.sessions.items():
+            tenant = self.tenant(name)
+            tenant.sessions = sessions
+            for session in sessions.values():
+                stored, session.subs = session.subs, {}
+                for topic_filter, grant in stored.items():
+                    self._subscribe(session, topic_filter, grant)
+                if ends := session.ends_at():
+                    self.deadlines.add(ends, session)
+                if session.will_at:
+                    self.deadlines.add(session.will_at, session)
+        for name, retained in loaded.retained.items():
+            self.tenant(name).retained.messages = retained
         self.journal.seq = loaded.next_seq
-        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained",
-                 store.path, len(self.sessions), sum(len(s.unacked) for s in self.sessions.values()),
-                 len(self.retained))
+        kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
+        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants",
+                 store.path, len(kept), sum(len(s.unacked) for s in kept),
+                 sum(len(r) for r in loaded.retained.values()), len(self.tenants))
 
     # -- frames in, batches out ---------------------------------------------------------------
 
@@ -210,17 +221,23 @@ class Router(Lifecycle, Subscribing):
         counts = self._routed_counts(worker)
         if qos:
             counts[0] += 1
-            if qos == 2:
-                session = self.by_conn_id.get((worker, conn_id))
-                if session is not None:
-                    if not session.receive(packet_id):
-                        return  # a resend before PUBREL: received exactly once
-                    self.journal.incoming_added(session, packet_id)
+        tenant = self.conn_tenants.get((worker, conn_id))
+        if tenant is None:  # never into the default tenant: its tenant is not known
+            self.unknown += 1
+            return
+        if qos == 2:
+            session = self.by_conn_id.get((worker, conn_id))
+            if session is not None:
+                if not session.receive(packet_id):
+                    return  # a resend before PUBREL: received exactly once
+                self.journal.incoming_added(session, packet_id)
         if flags & wire.HAS_EXTRA:
             props, expires_at, start = wire.read_extra(header, _pub_head_size)
-            targets = self.publish(header[start:], payload, qos, bool(flags & 4), props, expires_at, (worker, conn_id))
+            targets = self.publish(tenant, header[start:], payload, qos, bool(flags & 4), props, expires_at,
+                                   (worker, conn_id))
         else:
-            targets = self.publish(header[_pub_head_size:], payload, qos, bool(flags & 4), source=(worker, conn_id))
+            targets = self.publish(tenant, header[_pub_head_size:], payload, qos, bool(flags & 4),
+                                   source=(worker, conn_id))
         if flags & wire.MATCH_ASKED and not targets.matched:
             counts.append(counts[0] - 1)  # its position among the QoS 1/2 PUBs of the next ROUTED
 
@@ -228,11 +245,15 @@ class Router(Lifecycle, Subscribing):
         """A run of plain QoS 0 PUBLISH packets to one topic: matched once, queued as they are for its
         workers; `form` 1: 5.0 packets."""
         self._routed_counts(worker)
-        topic = header[_run_size:]
-        targets = self.cache.get(topic)
-        if targets is None:
-            targets = self._match(topic)
         count, conn_id = _unpack_run(header)
+        tenant = self.conn_tenants.get((worker, conn_id))
+        if tenant is None:  # never into the default tenant: its tenant is not known
+            self.unknown += count
+            return
+        topic = header[_run_size:]
+        targets = tenant.cache.get(topic)
+        if targets is None:
+            targets = self._match(tenant, topic)
         for dest in targets.raw:
             if not dest.count:
                 self.raw_dirty.append(dest)
@@ -296,26 +317,26 @@ class Router(Lifecycle, Subscribing):
         else:
             outbox.received(session, packet_id)
 
-    def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expires_at: int = 0,
-                source: tuple[bytes, int] | None = None) -> Targets:
+    def publish(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+                expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets:
         """A message from a client (or its will): counted, then routed; its subscribers."""
         self.received += 1
-        return self.route(topic, payload, qos, retain, props, expires_at, source)
+        return self.route(tenant, topic, payload, qos, retain, props, expires_at, source)
 
-    def route(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"", expires_at: int = 0,
-              source: tuple[bytes, int] | None = None) -> Targets:
-        """Route one message to every matching subscriber (returned): matched once, one record per worker.
+    def route(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+              expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets:
+        """Route one message to every matching subscriber of `tenant` (returned): matched once, one record per worker.
         The fields of a `Message`, in its order, not one: most messages are only passed on.
         `props` and `expires_at`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
         `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
             message = Message(topic, payload, qos, True, props, expires_at)
-            self.retained.put(name, message)
-            self.journal.retained_set("", name, message)
-        targets = self.cache.get(topic)
+            tenant.retained.put(name, message)
+            self.journal.retained_set(tenant.name, name, message)
+        targets = tenant.cache.get(topic)
         if targets is None:
-            targets = self._match(topic)
+            targets = self._match(tenant, topic)
         online = targets.online
         offline = targets.offline
         head = wire.deliver_head(topic, qos, False, False, props, expires_at)
@@ -354,13 +375,13 @@ class Router(Lifecycle, Subscribing):
                 keep(session, Pending(topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at))
         return targets
 
-    def _match(self, topic: bytes) -> Targets:
+    def _match(self, tenant: Tenant, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
         offline: list[tuple[Session, Matched]] = []
         special: list[tuple[Session, Matched]] = []
         groups: list[SharedGroup] = []
         # the trie's keys: Sessions, and SharedGroups (told apart by their class below)
-        matches: dict[Session, Matched] = self.trie.match(topic.decode())  # type: ignore[assignment]  # Hashable keys, as above
+        matches: dict[Session, Matched] = tenant.trie.match(topic.decode())  # type: ignore[assignment]  # Hashable keys, as above
         for session, granted in matches.items():
             if session.__class__ is SharedGroup:
                 groups.append(session)
@@ -383,9 +404,10 @@ class Router(Lifecycle, Subscribing):
                 entry[0].append(packed)
         targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
                           [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
-        if len(self.cache) >= MATCH_CACHE_SIZE:
-            self.cache.clear()
-        self.cache[topic] = targets
+        cache = tenant.cache
+        if len(cache) >= MATCH_CACHE_SIZE:
+            cache.clear()
+        cache[topic] = targets
         return targets
 
     def _deliver_special(self, session: Session, matched: Matched, topic: bytes, payload: bytes, qos: int,

@@ -1,6 +1,7 @@
 """The lives of sessions in the router: a connection claims a client id (taking it over from another
 connection), ends (its will, now or after its delay), and an offline persistent session ends when its
 expiry interval has passed; also what the workers report and what an operator asks about clients.
+All of it within the connection's tenant (router/tenants.py): a client id names a session only there.
 
 A part of `Router` (router/core.py), which holds the state named below; it never touches a socket.
 """
@@ -18,9 +19,9 @@ from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.outbox import Outbox
-from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
+from plexmq.router.tenants import Tenant
 
 if TYPE_CHECKING:
     from plexmq.router.core import Targets
@@ -32,7 +33,8 @@ log = logging.getLogger("plexmq.router")
 class Lifecycle:
     """Connections, takeover, disconnects, wills and session expiry."""
 
-    sessions: dict[str, Session]
+    tenants: dict[str, Tenant]
+    conn_tenants: dict[tuple[bytes, int], Tenant]
     by_conn_id: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
     journal: Journal
@@ -40,18 +42,18 @@ class Lifecycle:
     expiration: float
     reports: dict[str, dict]
     listings: dict[int, ClientListing]
-    cache: dict
     routes: RouteTable
     routed: dict[bytes, list[int]]
     batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
-    retained: RetainedStore
 
     if TYPE_CHECKING:  # Router's (router/core.py) and Subscribing's (router/subscribing.py)
         def out(self, worker: bytes) -> wire.ToWorker: ...
 
-        def publish(self, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
+        def tenant(self, name: str) -> Tenant: ...
+
+        def publish(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
                     expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets: ...
 
         def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
@@ -78,6 +80,7 @@ class Lifecycle:
         if ended:
             log.warning("worker %s joined again without %d connections: their wills follow", worker.decode(), len(ended))
         self._forget_takeovers(worker, lambda conn_id: conn_id not in live)
+        self._forget_tenants(worker, lambda conn_id: conn_id not in live)
         for session in sessions:
             self._disconnect(session, publish_will=session.conn_id not in live)
 
@@ -95,6 +98,11 @@ class Lifecycle:
 
     def _sessions_on(self, worker: bytes) -> list[Session]:
         return [session for (w, _conn_id), session in self.by_conn_id.items() if w == worker]
+
+    def _forget_tenants(self, worker: bytes, gone: Callable[[int], bool]) -> None:
+        """Connections of `worker` that are `gone`: their records are not routed any more."""
+        for key in [key for key in self.conn_tenants if key[0] == worker and gone(key[1])]:
+            del self.conn_tenants[key]
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
@@ -115,6 +123,7 @@ class Lifecycle:
         log.warning("worker %s %s: taken for dead, %d sessions disconnected", worker.decode(),
                     why or f"silent past link_timeout ({self.links.timeout:g} s)", len(sessions))
         self._forget_takeovers(worker, lambda conn_id: True)
+        self._forget_tenants(worker, lambda conn_id: True)
         for session in sessions:
             self._disconnect(session, publish_will=True)
         link = self.links.links[worker]
@@ -141,7 +150,8 @@ class Lifecycle:
 
     def disconnect_client(self, request: ClientDisconnect) -> None:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""
-        session = self.sessions.get(request.client_id)
+        tenant = self.tenants.get(request.tenant)
+        session = tenant.sessions.get(request.client_id) if tenant is not None else None
         if session is not None and session.worker is not None:
             self.out(session.worker).close(session.conn_id)
             request.found = True
@@ -154,11 +164,13 @@ class Lifecycle:
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
-         will_extra, _tenant) = wire.Connect.decode(header)  # the fields are said there
-        old = self.sessions.get(client_id)
+         will_extra, tenant_name) = wire.Connect.decode(header)  # the fields are said there
+        tenant = self.conn_tenants[(worker, conn_id)] = self.tenant(tenant_name)
+        sessions = tenant.sessions
+        old = sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())
-            old = self.sessions.get(client_id)
+            old = sessions.get(client_id)
         if connack_sent and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
@@ -170,18 +182,18 @@ class Lifecycle:
             if old.worker != worker and not fresh:
                 return self._take_over(old, worker, conn_id, header, payload)
             self._disconnect(old, publish_will=True)
-            old = self.sessions.get(client_id)
+            old = sessions.get(client_id)
         present = old is not None and not fresh
         if old is not None and not present:
             self._discard(old)
-        session = old if present and old is not None else Session(client_id, persistent)
+        session = old if present and old is not None else Session(client_id, persistent, tenant.name)
         if connack_sent and not present:  # a store that did not keep it: do not reuse ids the client still holds
             session.next_pid = (connack_sent - 1) % 65535 + 1  # the first id past the worker's in flight
         if present and not persistent and session.persistent:  # resumed with session expiry 0: it ends with this connection
             self.journal.session_dropped(session)
         session.persistent = persistent
         session.expiry = expiry
-        self.sessions[client_id] = session
+        sessions[client_id] = session
         self.journal.session_saved(session, time.time())
         session.worker = worker
         session.conn_id = conn_id
@@ -192,7 +204,7 @@ class Lifecycle:
                                 delay)
         self.by_conn_id[(worker, conn_id)] = session
         if session.subs:
-            self.cache.clear()
+            tenant.cache.clear()
         out = self.out(worker)
         if not connack_sent:  # else the client has had its CONNACK
             out.hold()
@@ -228,6 +240,7 @@ class Lifecycle:
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn_id, publish_will = wire.Gone.decode(header)
+        self.conn_tenants.pop((worker, conn_id), None)
         session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)
@@ -237,7 +250,9 @@ class Lifecycle:
     def _on_kicked(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
         any takeover)."""
-        session = self.by_conn_id.get((worker, wire.Kicked.decode(header).conn_id))
+        key = (worker, wire.Kicked.decode(header).conn_id)
+        self.conn_tenants.pop(key, None)
+        session = self.by_conn_id.get(key)
         if session is not None:
             self._disconnect(session, publish_will=True)
 
@@ -261,6 +276,7 @@ class Lifecycle:
             self.outbox.reshare(session, self._share)
         key = (session.worker, session.conn_id)
         del self.by_conn_id[key]  # type: ignore[arg-type]  # a session with a connection has its worker
+        tenant = self.tenants[session.tenant]
         will = session.will
         session.will = None
         if not session.persistent:
@@ -271,7 +287,7 @@ class Lifecycle:
             session.seen = time.time()
             self.journal.session_saved(session, session.seen)
             if session.subs:
-                self.cache.clear()
+                tenant.cache.clear()
             if ends := session.ends_at():
                 self.deadlines.add(ends, session)
         if publish_will and will is not None:
@@ -281,7 +297,7 @@ class Lifecycle:
                 self.deadlines.add(session.will_at, session)
                 self.journal.will_saved(session, will)  # a restarted router sends it when due
             else:
-                self._publish_will(will)
+                self._publish_will(tenant, will)
         waiting = self.takeovers.pop(key, None)  # type: ignore[arg-type]  # the key of a live session, as above
         if waiting is not None:  # the connection that takes the session over may have it now
             self._on_connect(waiting[0], waiting[2], waiting[3])
@@ -299,30 +315,34 @@ class Lifecycle:
         """An offline session's waiting will goes out now: its delay has passed or the session ends."""
         will = self._take_will(session)
         if will is not None:
-            self._publish_will(will)
+            self._publish_will(self.tenants[session.tenant], will)
 
-    def _publish_will(self, will: Will) -> None:
-        self.publish(will.topic, will.payload, will.qos, will.retain, will.props,
+    def _publish_will(self, tenant: Tenant, will: Will) -> None:
+        """A will goes out in its session's tenant."""
+        self.publish(tenant, will.topic, will.payload, will.qos, will.retain, will.props,
                      int(time.time()) + will.expiry if will.expiry else 0)
 
     def _discard(self, session: Session) -> None:
         self.journal.session_dropped(session)
+        tenant = self.tenants[session.tenant]
         if session.subs:
-            self.cache.clear()
+            tenant.cache.clear()
         for topic_filter in list(session.subs):
             self._unsubscribe(session, topic_filter)
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
+        if tenant.sessions.get(session.client_id) is session:
+            del tenant.sessions[session.client_id]
 
     def expire(self, now: float) -> int:
         """Remove retained messages past their expiry, and persistent sessions without an expiry
-        interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`; how many
-        sessions went."""
-        for topic in self.retained.expire(now):
-            self.journal.retained_cleared("", topic)
+        interval of their own (3.1.1, and 5.0's "never") offline longer than `expiration`, in every
+        tenant; how many sessions went."""
+        tenants = list(self.tenants.values())
+        for tenant in tenants:
+            for topic in tenant.retained.expire(now):
+                self.journal.retained_cleared(tenant.name, topic)
         if not self.expiration:
             return 0
-        stale = [s for s in self.sessions.values() if s.worker is None and self._over(s, now)]
+        stale = [s for tenant in tenants for s in tenant.sessions.values() if s.worker is None and self._over(s, now)]
         for session in stale:
             self._end(session, now)
         return len(stale)
@@ -331,7 +351,7 @@ class Lifecycle:
         """After every turn (router/main.py): publish the delayed wills that are due, and end the
         sessions whose own expiry interval has passed."""
         for session in self.deadlines.due(now):
-            if session.worker is None and self.sessions.get(session.client_id) is session:
+            if session.worker is None and self.tenants[session.tenant].sessions.get(session.client_id) is session:
                 self._settle(session, now)  # else back online, or gone: the reminder is stale
 
     def _settle(self, session: Session, now: float) -> None:

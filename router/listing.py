@@ -46,11 +46,13 @@ class ClientListing:
 
 
 class ClientDisconnect:
-    """`plexmq clients --disconnect ID`: close that client's connection (its session stays, its will
-    is published, a 5.0 client hears DISCONNECT 0x98); `found`: whether it was connected."""
+    """`plexmq clients --disconnect ID [--tenant NAME]`: close that client's connection (its session
+    stays, its will is published, a 5.0 client hears DISCONNECT 0x98); `found`: whether it was connected.
+    A client id names a client only within its tenant ("": the default tenant)."""
 
-    def __init__(self, client_id: str) -> None:
+    def __init__(self, client_id: str, tenant: str = "") -> None:
         self.client_id = client_id
+        self.tenant = tenant
         self.found = False
         self.done = threading.Event()
 
@@ -77,16 +79,19 @@ def answer_listing(requests: queue.Queue[Request], environ: dict) -> Answer:
 
 
 def answer_disconnect(requests: queue.Queue[Request], environ: dict) -> Answer:
-    """POST /clients/disconnect, body {"client_id": ID}: 200 when it was connected (now closed), 404 when not."""
+    """POST /clients/disconnect, body {"client_id": ID, "tenant": NAME} (tenant optional, default ""): 200
+    when it was connected (now closed), 404 when not."""
     try:
-        client_id = orjson.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))["client_id"]
-    except (ValueError, TypeError, KeyError):
-        client_id = None
-    if not isinstance(client_id, str):
-        return "400 Bad Request", "text/plain", b'the body is {"client_id": "ID"}\n', "no client id"
-    request = ClientDisconnect(client_id)
+        body = orjson.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
+        client_id, tenant = body["client_id"], body.get("tenant", "")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        client_id = tenant = None
+    if not isinstance(client_id, str) or not isinstance(tenant, str):
+        return "400 Bad Request", "text/plain", b'the body is {"client_id": "ID", "tenant": "NAME"}\n', "no client id"
+    request = ClientDisconnect(client_id, tenant)
     requests.put(request)
     request.done.wait(LISTING_WAIT)
+    who = f"{client_id} of tenant {tenant}" if tenant else client_id
     if request.found:
-        return "200 OK", "text/plain", f"disconnected {client_id}\n".encode(), f"disconnected {client_id!r}"
-    return "404 Not Found", "text/plain", f"{client_id} is not connected\n".encode(), f"{client_id!r} is not connected"
+        return "200 OK", "text/plain", f"disconnected {who}\n".encode(), f"disconnected {who!r}"
+    return "404 Not Found", "text/plain", f"{who} is not connected\n".encode(), f"{who!r} is not connected"

@@ -148,7 +148,7 @@ def serve(config: dict) -> None:
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
                 for topic, payload in stats.sys_messages(time.time()):
-                    router.route(topic.encode(), payload, 0, True)
+                    router.route(router.default, topic.encode(), payload, 0, True)  # $SYS: the default tenant's
         wall = time.time()
         if wall >= deadlines.first:
             router.due(wall)

@@ -1,6 +1,6 @@
 """The Prometheus endpoint (`/metrics`), a health check (`/health`), and two admin actions: the
 connected clients (`GET /clients?filter=TEXT&offset=N&limit=N`, JSON) and closing one (`POST
-/clients/disconnect`, body `{"client_id": ID}`), served by the router. The first two are open to
+/clients/disconnect`, body `{"client_id": ID, "tenant": NAME}`), served by the router. The first two are open to
 read; the admin ones pass `admin.Gate` (token, Host, Origin, JSON) and are logged.
 
 prometheus-client's WSGI app served by `router/httpd.py` (bounded threads, connections and time):

@@ -41,21 +41,23 @@ class Stats:
         router = self.router
         workers = {label: dict(report) for label, report in sorted(router.reports.items(), key=_in_order)}
         totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
-        sessions = router.sessions.values()
+        tenants = router.tenants.values()
+        sessions = [s for tenant in tenants for s in tenant.sessions.values()]
         self.snapshot = {
             "workers": workers,
             "nodes": self._nodes(workers),
             "clients": sum(w["clients"] for w in workers.values()),
             "protocols": {name: sum(w["protocols"][name] for w in workers.values()) for name in PROTOCOLS.values()},
             "offline": sum(1 for s in sessions if s.worker is None),
-            "sessions": len(router.sessions),
+            "sessions": len(sessions),
             # with the messages workers delivered themselves (router/routes.py)
             "received": router.received + totals["local_received"],
             "sent": router.delivered + totals["local_sent"],
             "routed_dropped": router.outbox.dropped,
+            "unknown": router.unknown,
             "subscriptions": sum(len(s.subs) for s in sessions),
             "session_queued": sum(len(s.unacked) for s in sessions),
-            "retained": len(router.retained),
+            "retained": sum(len(tenant.retained) for tenant in tenants),
             **totals,
         }
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
@@ -99,7 +101,7 @@ class Stats:
             "clients/total": snap["clients"] + snap["offline"],
             "messages/received": snap["received"],
             "messages/sent": snap["sent"],
-            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"],
+            "publish/messages/dropped": snap["routed_dropped"] + snap["dropped"] + snap["shed"] + snap["unknown"],
             "publish/messages/withheld": snap["withheld"],
             "subscriptions/count": snap["subscriptions"],
             "retained messages/count": snap["retained"],
@@ -153,6 +155,7 @@ class Stats:
         dropped.add_metric(["client_queue_full"], snap["dropped"])
         dropped.add_metric(["acl_denied"], snap["denied"])
         dropped.add_metric(["memory_limit"], snap["shed"])
+        dropped.add_metric(["unknown_connection"], snap["unknown"])
         yield dropped
         yield CounterMetricFamily("plexmq_messages_withheld", "Deliveries the receiver's ACL read rules did not allow "
                                   "(also counted in acl_denied)", value=snap["withheld"])

@@ -1,5 +1,5 @@
 """SUBSCRIBE and UNSUBSCRIBE in the router: the subscription trie, shared subscription groups and the
-retained messages a new subscription gets.
+retained messages a new subscription gets, all of them the subscriber's tenant's (router/tenants.py).
 
 A part of `Router` (router/core.py), which holds the state named below.
 """
@@ -14,11 +14,10 @@ from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
 from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router.journal import Journal
 from plexmq.router.message import Message
-from plexmq.router.retain import RetainedStore
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
-from plexmq.trie import SubscriptionTrie
+from plexmq.router.tenants import Tenant
 
 if TYPE_CHECKING:
     from plexmq.router.outbox import Share
@@ -28,12 +27,9 @@ class Subscribing:
     """Subscriptions: a session's filters in the trie (plain ones) or in their shared group."""
 
     by_conn_id: dict[tuple[bytes, int], Session]
-    trie: SubscriptionTrie
-    groups: dict[str, SharedGroup]
+    tenants: dict[str, Tenant]
     share_strategy: str
-    retained: RetainedStore
     journal: Journal
-    cache: dict
     routes: RouteTable
 
     if TYPE_CHECKING:  # Router's (router/core.py)
@@ -47,6 +43,7 @@ class Subscribing:
         session = self.by_conn_id.get((worker, conn_id))
         if session is None:
             return
+        tenant = self.tenants[session.tenant]
         out = self.out(worker)
         now = time.time()
         codes = []
@@ -62,12 +59,12 @@ class Subscribing:
             local.append([topic_filter, grant & 3 if topic_filter in session.local else -1])
             self.journal.subscription_added(session, topic_filter, grant)
             # retained messages are never sent to a shared subscription (MQTT 5, section 4.8.2)
-            if packet_id and grants.sends_retained(grant, new) and topic_filter not in self.groups:
+            if packet_id and grants.sends_retained(grant, new) and topic_filter not in tenant.groups:
                 identifier = grant >> grants.ID_SHIFT
                 ids = grants.identifier_property(identifier) if identifier else b""
-                for _topic, message in self.retained.matching(topic_filter, now):
+                for _topic, message in tenant.retained.matching(topic_filter, now):
                     retained.append((message, min(grant & 3, message.qos), ids))
-        self.cache.clear()
+        tenant.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained
         out.hold()
@@ -92,7 +89,7 @@ class Subscribing:
                 self.journal.subscription_removed(session, topic_filter)
             else:
                 codes.append(NO_SUBSCRIPTION_EXISTED)  # (MQTT 5 tells the client)
-        self.cache.clear()
+        self.tenants[session.tenant].cache.clear()
         out = self.out(worker)
         out.hold()
         out.unsuback(conn_id, packet_id, bytes(codes))
@@ -100,6 +97,8 @@ class Subscribing:
     def _subscribe(self, session: Session, topic_filter: str, grant: int) -> tuple[bool, bool]:
         """Index one subscription (a shared one joins its group): (whether the session did not have
         it, whether its filter got a new place in the route table)."""
+        tenant = self.tenants[session.tenant]
+        name = tenant.name
         new = topic_filter not in session.subs
         if not new:
             self._unplace(session, topic_filter)
@@ -107,19 +106,19 @@ class Subscribing:
         share = shared(topic_filter)
         if share is None:
             routing = grants.routing(grant)
-            self.trie.add(topic_filter, session, routing)
+            tenant.trie.add(topic_filter, session, routing)
             if not session.persistent and routing < 4 and session.worker is not None:  # plain: its worker can serve it
                 if not session.local:
                     session.local = set()
                 session.local.add(topic_filter)
-                return new, self.routes.add("", topic_filter, session.worker)
-            return new, self.routes.add("", topic_filter, ROUTER)
-        group = self.groups.get(topic_filter)
+                return new, self.routes.add(name, topic_filter, session.worker)
+            return new, self.routes.add(name, topic_filter, ROUTER)
+        group = tenant.groups.get(topic_filter)
         added = False
         if group is None:
-            group = self.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
-            self.trie.add(group.filter, group, 0)
-            added = self.routes.add("", group.filter, ROUTER)
+            group = tenant.groups[topic_filter] = SharedGroup(share[0], share[1], self.share_strategy)
+            tenant.trie.add(group.filter, group, 0)
+            added = self.routes.add(name, group.filter, ROUTER)
         group.join(session, grant)
         return new, added
 
@@ -127,17 +126,18 @@ class Subscribing:
         """Remove one subscription of the session (a group left without members goes); whether it had it."""
         if topic_filter not in session.subs:
             return False
+        tenant = self.tenants[session.tenant]
         self._unplace(session, topic_filter)
         del session.subs[topic_filter]
-        group = self.groups.get(topic_filter)
+        group = tenant.groups.get(topic_filter)
         if group is None:
-            self.trie.remove(topic_filter, session)
+            tenant.trie.remove(topic_filter, session)
         else:
             group.leave(session)
             if not group.members:
-                del self.groups[topic_filter]
-                self.trie.remove(group.filter, group)
-                self.routes.remove("", group.filter, ROUTER)
+                del tenant.groups[topic_filter]
+                tenant.trie.remove(group.filter, group)
+                self.routes.remove(tenant.name, group.filter, ROUTER)
         return True
 
     def _unplace(self, session: Session, topic_filter: str) -> None:
@@ -145,6 +145,6 @@ class Subscribing:
         it has members)."""
         if topic_filter in session.local:
             session.local.remove(topic_filter)  # type: ignore[union-attr]  # holds it: a set, not the empty tuple
-            self.routes.remove("", topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
-        elif topic_filter not in self.groups:
-            self.routes.remove("", topic_filter, ROUTER)
+            self.routes.remove(session.tenant, topic_filter, session.worker)  # type: ignore[arg-type]  # local filters: an online session's
+        elif topic_filter not in self.tenants[session.tenant].groups:
+            self.routes.remove(session.tenant, topic_filter, ROUTER)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from plexmq import wire
+from plexmq.mqtt import v4
 from plexmq.router.core import Router
 from plexmq.router.store import Store
 from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Unsuback
@@ -218,12 +219,12 @@ class RouterHarness:
                              max_queued_bytes=max_bytes, expiration=self.router.expiration,
                              share_strategy=self.router.share_strategy, link_timeout=self.router.links.timeout)
 
-    def stored_messages(self, client_id: str) -> list[tuple[int, bytes, bytes, int, int]]:
+    def stored_messages(self, client_id: str, tenant: str = "") -> list[tuple[int, bytes, bytes, int, int]]:
         """(packet id, topic, payload, qos, state) of the client's messages the store has committed,
         in the order kept."""
         assert self.store is not None
-        rows = self.store.db.execute("SELECT packet_id, topic, payload, qos, state FROM messages WHERE client_id = ? "
-                                     "ORDER BY seq", (client_id,))
+        rows = self.store.db.execute("SELECT packet_id, topic, payload, qos, state FROM messages WHERE tenant = ? AND "
+                                     "client_id = ? ORDER BY seq", (tenant, client_id))
         return [(pid, bytes(topic), bytes(payload), qos, state) for pid, topic, payload, qos, state in rows]
 
 
@@ -273,14 +274,14 @@ class WorkerEnd:
 
     def connect(self, conn: int, client_id: str, clean: bool = True, *, connack_sent: int = 0, fresh: bool | None = None,
                 expiry: int = -1, username: str | None = None, will: tuple[str, bytes, int, bool] | None = None,
-                will_extra: list | None = None) -> None:
+                will_extra: list | None = None, tenant: str = "") -> None:
         """CONNECT of a client that asked for a clean session or not: `connack_sent` 0 asks for a SESSION;
         else the worker sent the CONNACK itself (a new clean session's connection, or one registered
         again) and `connack_sent` is its next packet id. `fresh` (default: `clean`): an earlier session
-        is discarded. `will`: (topic, payload, qos, retain)."""
+        is discarded. `will`: (topic, payload, qos, retain). `tenant`: the connection's ("": the default)."""
         topic, payload, qos, retain = will if will is not None else (None, b"", 0, False)
         self.link.connect(wire.Connect(conn, client_id, not clean, username, topic, qos, retain, connack_sent,
-                                       clean if fresh is None else fresh, expiry, will_extra), payload)
+                                       clean if fresh is None else fresh, expiry, will_extra, tenant), payload)
         self.send()
 
     def subscribe(self, conn: int, pid: int, filters: list[tuple[str, int]]) -> None:
@@ -296,6 +297,12 @@ class WorkerEnd:
             ask_match: bool = False) -> None:
         """PUB: one message of `conn` (QoS 1/2: with its packet id)."""
         self.link.pub(conn, pid, qos, retain, topic.encode(), payload, ask_match=ask_match)
+        self.send()
+
+    def pub0(self, conn: int, topic: str, payloads: list[bytes]) -> None:
+        """PUB0: a run of plain QoS 0 PUBLISH packets (3.1.1) of `conn` to one topic."""
+        packets = b"".join(v4.encode_publish(topic.encode(), payload) for payload in payloads)
+        self.link.pub0(conn, topic.encode(), len(payloads), packets)
         self.send()
 
     def ack(self, conn: int, pid: int, stage: int = wire.ACK_DONE) -> None:

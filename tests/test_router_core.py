@@ -32,6 +32,7 @@ def test_takeover_from_another_worker_waits_for_kicked():
     not sent again."""
     h = RouterHarness()
     w0, w1, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
     pub.pub(9, "t", b"m1", qos=1, pid=1)
     pub.pub(9, "t", b"m2", qos=1, pid=2)
@@ -107,6 +108,7 @@ def test_resend_after_reconnect_in_order_with_dup_then_window():
     from what was in flight, not carried over)."""
     h = RouterHarness(max_inflight=2)
     w0, w1, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
     for n in range(1, 5):
         pub.pub(9, "t", b"m%d" % n, qos=1, pid=n)
@@ -133,7 +135,7 @@ def test_resend_after_reconnect_in_order_with_dup_then_window():
     w1.ack(4, 5)
     h.turn()
     assert w1.take() == []
-    assert not h.router.sessions["dev"].unacked
+    assert not h.router.default.sessions["dev"].unacked
 
 
 def test_window_holds_max_inflight_and_opens_one_per_ack():
@@ -141,6 +143,7 @@ def test_window_holds_max_inflight_and_opens_one_per_ack():
     the next one go, in the order kept."""
     h = RouterHarness(max_inflight=3)
     w0, pub = h.worker("w0"), h.worker("w1")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
     for n in range(1, 8):
         pub.pub(9, "t", b"%d" % n, qos=1, pid=n)
@@ -156,7 +159,7 @@ def test_window_holds_max_inflight_and_opens_one_per_ack():
     w0.ack(1, 3)
     h.turn()
     assert [pid for *_, pid in w0.delivered(1)] == [5, 6]
-    session = h.router.sessions["dev"]
+    session = h.router.default.sessions["dev"]
     assert session.inflight == 3 and list(session.queued) == [7]
 
 
@@ -165,6 +168,7 @@ def test_qos2_resend_after_reconnect_is_pubrel_for_what_was_received():
     it had not as the PUBLISH again with DUP, in the order they were kept."""
     h = RouterHarness()
     w0, pub = h.worker("w0"), h.worker("w1")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 2)])
     pub.pub(9, "t", b"a", qos=2, pid=1)
     pub.pub(9, "t", b"b", qos=2, pid=2)
@@ -183,6 +187,7 @@ def test_resend_after_router_restart_comes_from_the_store(tmp_path):
     committed), and come back in order with their packet ids."""
     h = RouterHarness(tmp_path)
     w0, pub = h.worker("w0"), h.worker("w1")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
     w0.gone(1)
     for n in range(1, 4):
@@ -207,6 +212,7 @@ def test_shared_group_reshares_unacked_messages_of_a_member_that_leaves():
     member (numbered by the router), those it acknowledged do not."""
     h = RouterHarness()
     wa, wb, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, wa, 1, "a", subs=[("$share/g/t", 1)])
     connected(h, wb, 2, "b", subs=[("$share/g/t", 1)])
     for n in range(1, 5):
@@ -223,13 +229,14 @@ def test_shared_group_reshares_unacked_messages_of_a_member_that_leaves():
     assert moved[0][4] >= wire.ROUTER_PIDS_FROM and moved[0][4] not in {pid for *_, pid in to_b}
     wb.ack(2, moved[0][4])
     h.turn()
-    assert not h.router.sessions["b"].unacked.keys() - {pid for *_, pid in to_b}
+    assert not h.router.default.sessions["b"].unacked.keys() - {pid for *_, pid in to_b}
 
 
 def test_shared_group_keeps_what_a_member_received_with_pubrec():
     """A QoS 2 message the leaving member acknowledged with PUBREC is the client's: not re-shared."""
     h = RouterHarness()
     wa, wb, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, wa, 1, "a", subs=[("$share/g/t", 2)])
     connected(h, wb, 2, "b", subs=[("$share/g/t", 2)])
     pub.pub(9, "t", b"x", qos=2, pid=1)
@@ -251,6 +258,7 @@ def test_publishers_ack_leaves_after_the_commit_that_keeps_the_message(tmp_path)
     store has the message."""
     h = RouterHarness(tmp_path)
     w0, pub = h.worker("w0"), h.worker("w1")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
     assert h.commits and not h.sent[-1].uncommitted  # the SUBACK of a persistent session, after its commit
     pub.pub(9, "t", b"kept", qos=1, pid=7)
@@ -270,6 +278,7 @@ def test_qos2_delivery_waits_for_the_commit(tmp_path):
     again): after the commit."""
     h = RouterHarness(tmp_path)
     w0, pub = h.worker("w0"), h.worker("w1")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 2)])
     pub.pub(9, "t", b"once", qos=2, pid=7)
     sent = h.turn()
@@ -283,6 +292,7 @@ def test_every_acknowledgement_leaves_after_the_commit(tmp_path):
     SUBACK, UNSUBACK or ROUTED leaves while the store has changes not committed."""
     h = RouterHarness(tmp_path, max_inflight=1)
     w0, w1, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     connected(h, w0, 1, "dev", clean=False, subs=[("t", 1), ("u", 2)])
     for n in range(3):
         pub.pub(9, "t", b"%d" % n, qos=1, pid=n + 1)

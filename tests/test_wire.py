@@ -246,7 +246,7 @@ def test_the_router_refuses_a_worker_of_another_version_and_reads_nothing_after_
     assert router.links.accept(worker, wire.LINK.pack(1, 0))
     with caplog.at_level(logging.WARNING, "plexmq.router"):
         router.handle_frame(worker, batch.take())
-    assert not router.sessions and worker not in router.links.alive()
+    assert not router.default.sessions and worker not in router.links.alive()
     frames = router.take_frames(split=False)
     assert [(w, list(wire.records(now))) for w, now, _later in frames] == \
         [(worker, [(wire.REFUSED, wire.Refused(wire.PROTOCOL).encode(), b"")])]
