@@ -73,15 +73,15 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     writers = {w: ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in traffic}
     for w, records in traffic.items():
         for r in records:
-            writers[w].append(r.run())
+            writers[w].append("", r.run())
             writers[w].flush()
     kept = [Record(at(30 + i), "sensors/e/temp", 1, False, b"e" * i, "dev-e", None) for i in range(3)]
     torn = [Record(at(34), "sensors/e/temp", 1, False, b"lost", "dev-e", None)]
     for r in kept:
-        writers[2].append(r.run())
+        writers[2].append("", r.run())
     writers[2].flush()  # its first chunk goes out at once; the next waits for close()
     for r in torn:
-        writers[2].append(r.run())
+        writers[2].append("", r.run())
     for writer in writers.values():
         writer.close()
     (segment,) = root.glob("date=*/hour=*/w2-*.seg")

@@ -88,7 +88,7 @@ def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, 
     for worker in range(2):  # one 600 MB segment each
         writer = ArchiveWriter(str(tmp_path / "archive"), worker, ["#"], 1 << 40, 3600.0)
         for i in range(600):
-            writer.append(Record(at(i / 60), f"big/{i % 3}", 0, False, payload, f"dev-{worker}", None).run())
+            writer.append("", Record(at(i / 60), f"big/{i % 3}", 0, False, payload, f"dev-{worker}", None).run())
             writer.flush()
         writer.close()
     out = tmp_path / "out"

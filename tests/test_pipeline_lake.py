@@ -123,7 +123,7 @@ def test_traffic_over_one_hour_of_the_lake_reads_only_that_hour(
     assert compact(archive_dir, lake) == 0
     assert "damaged segment " in capsys.readouterr().err
     late = ArchiveWriter(str(archive_dir), 5, ["#"], 4096, 60.0)
-    late.append(Record(at(50), "sensors/late/temp", 1, False, b"late", "dev-late", None).run())
+    late.append("", Record(at(50), "sensors/late/temp", 1, False, b"late", "dev-late", None).run())
     late.close()
     assert compact(archive_dir, lake) == 0
     first, second = batches(lake)
