@@ -4,6 +4,7 @@ benchmark samples (see deploy/spark.md for a cluster)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,6 +33,13 @@ def topic_filter(text: str) -> str:
     """A valid MQTT topic filter."""
     if not valid_filter(text):
         raise argparse.ArgumentTypeError(f"not a topic filter: {text!r} (e.g. sensors/+/telemetry)")
+    return text
+
+
+def tenant_name(text: str) -> str:
+    """A tenant's name (`[A-Za-z0-9_.-]{1,64}`), or "" for the default tenant."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", text):
+        raise argparse.ArgumentTypeError(f"not a tenant name: {text!r} (letters, digits, _ . -; at most 64)")
     return text
 
 
@@ -72,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--lake", help="a lake that `compact` keeps: reads only the hours in the window")
     traffic.add_argument("--since", type=moment, help="first receive time to include (UTC by default)")
     traffic.add_argument("--until", type=moment, help="receive time to stop before; the end of the window")
+    traffic.add_argument("--tenant", type=tenant_name, metavar="NAME",
+                         help="report this tenant's traffic only ('' for the default tenant); "
+                              "default: every tenant's, with a tenant column")
     traffic.add_argument("--silence", type=duration, default=600.0, help="silent devices: idle longer than this (10m)")
     traffic.add_argument("--top", type=int, default=10, help="how many topics and clients the report ranks (10)")
     fields = jobs.add_parser("fields", parents=[output], help="roll up the numeric fields of JSON payloads")
@@ -106,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         with spark_session(args.master, args.verbose, conf) as spark:
             if args.job == "traffic":
                 source, write = (args.lake, lake.write_lake) if args.lake else (args.archive, write_archive)
-                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress, write)
+                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress,
+                            args.tenant, write)
             elif args.job == "compact":
                 lake.compact(spark, args.archive, args.lake, progress)
             elif args.job == "fields":

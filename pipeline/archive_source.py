@@ -2,6 +2,9 @@
 (`write_archive`), or, for the topics a job asks for, a Spark DataFrame of the payloads themselves
 (`read_payloads`).
 
+`tenant` is the publisher's tenant ("" for the default tenant), from the segment's directory
+(`tenant=NAME/`, see `archive_format.tenant_dir`): a job reads one tenant's tree alone, or every tree.
+
 `protocol_level` is the publisher's (3: MQTT 3.1, 4: 3.1.1, 5: 5.0; null for segments of format
 version 2, which did not record it). `content_type` and `user_properties` (the pairs in the order sent,
 repeated names kept: an array, not a map) are the 5.0 message's; `user_properties` is null for 3.1/3.1.1
@@ -14,10 +17,9 @@ size, and leaving it out keeps the records small.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import BinaryIO
 
@@ -26,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from plexmq.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion
+from plexmq.archive_format import SEGMENT_SUFFIX, Chunk, SegmentReader, UnknownVersion, placed, tenant_dir
 from plexmq.mqtt.topics import matches
 from plexmq.pipeline.inputs import BadInput, Decoded, FileAccount, decode, decode_to_parquet, filesystem, input_files
 
@@ -43,6 +45,7 @@ SCHEMA = pa.schema(
         ("protocol_level", pa.int8()),
         ("content_type", pa.string()),
         ("user_properties", pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))),
+        ("tenant", pa.string()),
     ]
 )
 
@@ -57,13 +60,13 @@ PAYLOADS = pa.schema(
 
 
 def write_archive(
-    spark: SparkSession, archive: str, since: datetime | None, until: datetime | None, out: str
+    spark: SparkSession, archive: str, since: datetime | None, until: datetime | None, tenant: str | None, out: str
 ) -> list[FileAccount]:
-    """Write the records received in [since, until) as Parquet under `out` (`SCHEMA`, a file per segment)
-    and return the account of the segments read. Only the `date=/hour=` partitions that overlap the
-    window are read."""
+    """Write the records of `tenant` (None: of every tenant) received in [since, until) as Parquet under
+    `out` (`SCHEMA`, a file per segment) and return the account of the segments read. Only that
+    tenant's tree and the `date=/hour=` partitions that overlap the window are read."""
     decoder = partial(_decode, since, until)
-    return decode_to_parquet(spark, archive, _segments(archive, since, until), decoder, SCHEMA, out)
+    return decode_to_parquet(spark, archive, _segments(archive, since, until, tenant), decoder, SCHEMA, out)
 
 
 @contextmanager
@@ -74,7 +77,7 @@ def read_payloads(
     disk while the context lasts) and an account of the segments read. The topics are matched as the
     chunks are decoded, so other topics' payloads (binary, large) never become rows."""
     decoder = partial(_decode_payloads, filters)
-    with decode(spark, archive, _segments(archive, None, None), decoder, PAYLOADS) as found:
+    with decode(spark, archive, _segments(archive, None, None, None), decoder, PAYLOADS) as found:
         yield found
 
 
@@ -89,18 +92,22 @@ def read_segments(
         yield found
 
 
-def sealed_segments(archive: str, since: datetime | None = None, until: datetime | None = None) -> list[tuple[str, int]]:
-    """The sealed segments (path relative to `archive`, bytes) whose partitions overlap [since, until),
-    sorted; never the broker's `_writing/`."""
-    return [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if overlaps(path, since, until)]
+def sealed_segments(
+    archive: str, since: datetime | None = None, until: datetime | None = None, tenant: str | None = None
+) -> list[tuple[str, int]]:
+    """The sealed segments (path relative to `archive`, bytes) of `tenant` (None: of every tenant) whose
+    partitions overlap [since, until), sorted; never the broker's `_writing/` directories."""
+    return [(path, size) for path, size in input_files(archive, SEGMENT_SUFFIX) if selected(path, since, until, tenant)]
 
 
-def _segments(archive: str, since: datetime | None, until: datetime | None) -> list[tuple[str, int]]:
-    """The segments whose partitions overlap [since, until); BadInput when there are none or one has a
-    version this plexmq cannot read."""
-    files = sealed_segments(archive, since, until)
+def _segments(archive: str, since: datetime | None, until: datetime | None, tenant: str | None) -> list[tuple[str, int]]:
+    """The segments of `tenant` whose partitions overlap [since, until); BadInput when there are none
+    or one has a version this plexmq cannot read."""
+    files = sealed_segments(archive, since, until, tenant)
     if not files:
-        raise BadInput(f"no segments under {archive}{window(since, until)} (in date=YYYY-MM-DD/hour=HH directories)")
+        where = "date=YYYY-MM-DD/hour=HH"
+        where = f"{tenant_dir('NAME')}/{where}, or {where}" if tenant is None else f"{tenant_dir(tenant)}/{where}".lstrip("/")
+        raise BadInput(f"no segments{of_tenant(tenant)} under {archive}{window(since, until)} (in {where} directories)")
     _check_versions(archive, files)
     return files
 
@@ -117,15 +124,13 @@ def _check_versions(archive: str, files: list[tuple[str, int]]) -> None:
                 raise BadInput(f"{archive.rstrip('/')}/{path}: {e}") from e
 
 
-_PARTITION = re.compile(r"date=(\d{4}-\d\d-\d\d)/hour=(\d\d)/[^/]+$")
-
-
-def overlaps(path: str, since: datetime | None, until: datetime | None) -> bool:
-    """Whether a segment's `date=/hour=` partition overlaps [since, until); False outside the layout."""
-    found = _PARTITION.search(path)
-    if found is None:
+def selected(path: str, since: datetime | None, until: datetime | None, tenant: str | None) -> bool:
+    """Whether a segment is in the tree of `tenant` (None: of any tenant) and its `date=/hour=`
+    partition overlaps [since, until); False outside the layout."""
+    found = placed(path)
+    if found is None or tenant is not None and found[0] != tenant:
         return False
-    hour_start = datetime.fromisoformat(found[1]).replace(tzinfo=UTC) + timedelta(hours=int(found[2]))
+    hour_start = found[1]
     return (since is None or hour_start + timedelta(hours=1) > since) and (until is None or hour_start < until)
 
 
@@ -135,13 +140,23 @@ def window(since: datetime | None, until: datetime | None) -> str:
     return start + (f" until {until:%Y-%m-%d %H:%M:%S}" if until else "")
 
 
+def of_tenant(tenant: str | None) -> str:
+    """` of tenant NAME` (` of the default tenant`) for messages, or nothing for every tenant."""
+    if tenant is None:
+        return ""
+    return f" of tenant {tenant}" if tenant else " of the default tenant"
+
+
 def _decode(
-    since: datetime | None, until: datetime | None, file: BinaryIO, size: int
+    since: datetime | None, until: datetime | None, path: str, file: BinaryIO, size: int
 ) -> Generator[pa.RecordBatch, None, Decoded]:
     """The segment's records received in [since, until); the account counts them all."""
     reader = SegmentReader(file, size)
+    found = placed(path)
+    assert found is not None  # the jobs read the segments that sealed_segments lists
+    tenant = found[0]
     for chunk in reader.chunks():
-        batch = _batch(chunk, reader.worker_id or 0)
+        batch = _batch(chunk, reader.worker_id or 0, tenant)
         yield batch if since is None and until is None else batch.filter(_within(batch.column(0), since, until))
     return Decoded(reader.records, reader.damage, reader.skipped_bytes)
 
@@ -156,7 +171,7 @@ def _within(times: pa.Array, since: datetime | None, until: datetime | None) -> 
     return pc.and_(after, before)
 
 
-def _decode_payloads(filters: list[str], file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+def _decode_payloads(filters: list[str], path: str, file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
     reader = SegmentReader(file, size)
     for c in reader.chunks():
         topics = _text(c.topic_len, c.topic)
@@ -171,7 +186,7 @@ def _decode_payloads(filters: list[str], file: BinaryIO, size: int) -> Generator
     return Decoded(reader.records, reader.damage, reader.skipped_bytes)
 
 
-def _batch(c: Chunk, worker_id: int) -> pa.RecordBatch:
+def _batch(c: Chunk, worker_id: int, tenant: str) -> pa.RecordBatch:
     columns = [
         pa.array(_numbers(c.recv_us, "<i8"), pa.timestamp("us", tz="UTC")),
         _text(c.topic_len, c.topic),
@@ -184,6 +199,7 @@ def _batch(c: Chunk, worker_id: int) -> pa.RecordBatch:
         _level(c.level),
         _text(c.content_type_len, c.content_type),
         _user_properties(c),
+        pa.repeat(pa.scalar(tenant, pa.string()), c.count),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
 

@@ -44,9 +44,11 @@ class Decoded:
     skipped_bytes: int
 
 
-# Decodes one open file of the given size: yields its records as batches (in the decoder's record
-# schema), a bounded piece of the file at a time, and returns the file's account.
-Decoder = Callable[[BinaryIO, int], Generator[pa.RecordBatch, None, Decoded]]
+# Decodes one open file given its path under the input's root (whose directories may name what all its
+# records share, as Spark's partition directories do: an archive segment's tenant) and its size: yields
+# its records as batches (in the decoder's record schema), a bounded piece of the file at a time, and
+# returns the file's account.
+Decoder = Callable[[str, BinaryIO, int], Generator[pa.RecordBatch, None, Decoded]]
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,7 @@ def decode(
         for batch in inputs:
             for path, size in zip(batch.column("path").to_pylist(), batch.column("size").to_pylist()):
                 with fs.open_input_stream(f"{base}/{path}") as file:
-                    decoded = yield from _with_account_columns(decoder(file, size), combined)
+                    decoded = yield from _with_account_columns(decoder(path, file, size), combined)
                 account = [f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage, decoded.skipped_bytes]
                 yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, account))], schema=combined)
 
@@ -148,7 +150,7 @@ def decode_to_parquet(
                 partial = f"{sink_base}/.{name}.partial"
                 with (fs.open_input_stream(f"{base}/{path}") as file, sink_fs.open_output_stream(partial) as sink,
                       pq.ParquetWriter(sink, schema) as writer):
-                    decoded = _write_row_groups(decoder(file, size), writer)
+                    decoded = _write_row_groups(decoder(path, file, size), writer)
                 sink_fs.move(partial, f"{sink_base}/{name}")
                 account = [f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage, decoded.skipped_bytes]
                 yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, account))], schema=_ACCOUNT)

@@ -4,9 +4,11 @@ reads that hour or day, not everything archived since the beginning. Run it as o
 (cron, a systemd timer): each run reads only the segments sealed since the last one.
 
 Tables (Parquet, under LAKE, each partitioned `date=YYYY-MM-DD/hour=H` by receive time, UTC):
-- messages/: traffic's messages/ columns, one row per message.
-- minutes/, topics/, clients/: traffic's roll-ups per hour (clients/ without `silent_s`, which belongs
-  to a report's window). Distinct counts and percentiles are the hour's own: not additive over hours.
+- messages/: traffic's messages/ columns, one row per message, every tenant's (`tenant`; "" for the
+  default tenant, also in rows compacted before the archive had tenants).
+- minutes/, topics/, clients/: traffic's roll-ups per hour and tenant (clients/ without `silent_s`,
+  which belongs to a report's window). Distinct counts and percentiles are the hour's own: not additive
+  over hours.
 
 Bookkeeping, beside them:
 - _commits/BATCH.json: the commit log, one entry per run that found new segments: the archive, each
@@ -43,7 +45,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import DateType, IntegerType
 
 from plexmq.pipeline import traffic
-from plexmq.pipeline.archive_source import SCHEMA, overlaps, read_segments, sealed_segments
+from plexmq.pipeline.archive_source import SCHEMA, read_segments, sealed_segments, selected
 from plexmq.pipeline.inputs import BadInput, FileAccount
 
 HOUR = ("date", "hour")
@@ -122,26 +124,32 @@ def compact(spark: SparkSession, archive: str, lake: str, progress: Callable[[st
 
 @contextmanager
 def read_lake(
-    spark: SparkSession, lake: str, since: datetime | None, until: datetime | None
+    spark: SparkSession, lake: str, since: datetime | None, until: datetime | None, tenant: str | None
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """A lake's messages received in [since, until), in traffic's messages/ columns, read from the hour
-    partitions that overlap the window only, and the accounts of the segments compacted into them."""
+    """A lake's messages of `tenant` (None: of every tenant) received in [since, until), in traffic's
+    messages/ columns, read from the hour partitions that overlap the window only, and the accounts of
+    that tenant's segments compacted into them."""
     if not (Path(lake) / "messages").is_dir():
         raise BadInput(f"no compacted messages in {lake} (plexmq pipeline compact --archive ... --lake {lake})")
-    messages = spark.read.schema(MESSAGES).parquet(f"{lake}/messages").where(_hours_between(since, until))
+    messages = _messages(spark, Path(lake)).where(_hours_between(since, until))
+    if tenant is not None:
+        messages = messages.where(F.col("tenant") == tenant)
     if since is not None:
         messages = messages.where(F.col("recv_time") >= since)
     if until is not None:
         messages = messages.where(F.col("recv_time") < until)
     accounts = [a for batch in batches(Path(lake)) for s, a in zip(batch.segments, batch.accounts())
-                if overlaps(s.path, since, until)]
+                if selected(s.path, since, until, tenant)]
     yield messages.drop(*HOUR), sorted(accounts, key=lambda a: a.path)
 
 
-def write_lake(spark: SparkSession, lake: str, since: datetime | None, until: datetime | None, out: str) -> list[FileAccount]:
-    """traffic's source from a lake: the window's messages copied to `out` (messages/ of its report, as
-    from an archive) from the hour partitions that overlap it; the accounts of their segments."""
-    with read_lake(spark, lake, since, until) as (messages, accounts):
+def write_lake(
+    spark: SparkSession, lake: str, since: datetime | None, until: datetime | None, tenant: str | None, out: str
+) -> list[FileAccount]:
+    """traffic's source from a lake: the window's messages of `tenant` (None: of every tenant) copied to
+    `out` (messages/ of its report, as from an archive) from the hour partitions that overlap it; the
+    accounts of their segments."""
+    with read_lake(spark, lake, since, until, tenant) as (messages, accounts):
         messages.write.mode("overwrite").parquet(out)
     return accounts
 
@@ -194,13 +202,19 @@ def _finish(spark: SparkSession, root: Path, batch: Batch, progress: Callable[[s
         shutil.rmtree(staging)
     if batch.hours:
         progress(f"rolling up {len(batch.hours)} hours: {', '.join(f'{d} {h:02d}h' for d, h in batch.hours)}")
-        messages = spark.read.schema(MESSAGES).parquet(str(root / "messages")).where(_hours_in(batch.hours))
+        messages = _messages(spark, root).where(_hours_in(batch.hours))
         for name, rollup in ROLLUPS.items():
-            (rollup(messages, *HOUR).write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
+            (rollup(messages, *HOUR, "tenant").write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
              .partitionBy(*HOUR).parquet(str(root / name)))
     _write_entry(root, Batch(batch.id, batch.archive, batch.segments, batch.hours, rolled_up=True))
     progress(f"committed batch {batch.id}: {len(batch.segments)} segments, "
              f"{sum(s.records for s in batch.segments):,} records")
+
+
+def _messages(spark: SparkSession, root: Path) -> DataFrame:
+    """The lake's messages/, whose rows compacted before the archive had tenants are the default tenant's."""
+    messages = spark.read.schema(MESSAGES).parquet(str(root / "messages"))
+    return messages.withColumn("tenant", F.coalesce("tenant", F.lit("")))
 
 
 def _write_entry(root: Path, batch: Batch) -> None:

@@ -38,6 +38,11 @@ def text_time(column: str) -> Column:
     return F.date_format(column, "yyyy-MM-dd HH:mm:ss").alias(column)
 
 
+def tenant(name: str) -> str:
+    """A tenant as a report shows it: its name, or "(default)" for the default tenant ("")."""
+    return name or "(default)"
+
+
 def figure(width: float = 10, height: float = 3.6) -> Figure:
     """A new figure (no pyplot: no global state, no display needed)."""
     return Figure(figsize=(width, height), layout="constrained")

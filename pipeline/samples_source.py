@@ -54,7 +54,8 @@ class _Decoder:
             [(n, "S" + c[:-1] if c.endswith("s") else "<" + c) for n, c in kind.fields]
         )
 
-    def __call__(self, file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+    def __call__(self, path: str, file: BinaryIO, size: int) -> Generator[pa.RecordBatch, None, Decoded]:
+        """A samples file's records (its path names nothing they share)."""
         count, damage, skipped = records_in(file.read(HEADER.size), size, self.kind)
         for start in range(0, count, PIECE_RECORDS):
             rows = np.frombuffer(file.read(min(PIECE_RECORDS, count - start) * self.kind.record.size), self.dtype)

@@ -30,6 +30,7 @@ layout, 5.0 properties dropped) are still read; their records have level 0, "not
 from __future__ import annotations
 
 import io
+import re
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
@@ -108,6 +109,26 @@ def partition(recv_us: int) -> str:
     """The `date=YYYY-MM-DD/hour=HH` directory of a receive time (UTC), Spark's partition layout."""
     t = _EPOCH + timedelta(microseconds=recv_us)
     return f"date={t:%Y-%m-%d}/hour={t:%H}"
+
+
+def tenant_dir(tenant: str) -> str:
+    """The directory, under the archive, of a tenant's own tree (its segments and its `.part` files, so
+    that it can be handed to that tenant alone): `tenant=NAME`, or "" for the default tenant, whose
+    segments stay where a broker without tenants writes them. A tenant name never holds a `/`."""
+    return f"tenant={tenant}" if tenant else ""
+
+
+# A sealed segment's path: [tenant=NAME/]date=YYYY-MM-DD/hour=HH/FILE, below the archive's directory.
+_LAYOUT = re.compile(r"(?:^|/)(?:tenant=([^/]+)/)?date=(\d{4}-\d\d-\d\d)/hour=(\d\d)/[^/]+$")
+
+
+def placed(path: str) -> tuple[str, datetime] | None:
+    """The tenant ("" for the default) and the start of the hour (UTC) of a segment at `path`, from its
+    directories; None for a path outside the layout."""
+    found = _LAYOUT.search(path)
+    if found is None:
+        return None
+    return found[1] or "", datetime.fromisoformat(found[2]).replace(tzinfo=UTC) + timedelta(hours=int(found[3]))
 
 
 def segment_header(worker_id: int) -> bytes:

@@ -73,15 +73,15 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     writers = {w: ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in traffic}
     for w, records in traffic.items():
         for r in records:
-            writers[w].append(r.run())
+            writers[w].append("", r.run())
             writers[w].flush()
     kept = [Record(at(30 + i), "sensors/e/temp", 1, False, b"e" * i, "dev-e", None) for i in range(3)]
     torn = [Record(at(34), "sensors/e/temp", 1, False, b"lost", "dev-e", None)]
     for r in kept:
-        writers[2].append(r.run())
+        writers[2].append("", r.run())
     writers[2].flush()  # its first chunk goes out at once; the next waits for close()
     for r in torn:
-        writers[2].append(r.run())
+        writers[2].append("", r.run())
     for writer in writers.values():
         writer.close()
     (segment,) = root.glob("date=*/hour=*/w2-*.seg")
@@ -90,3 +90,18 @@ def archive(root: Path) -> list[tuple[int, Record]]:
     traffic[3] = [Record(at(80), "sensors/old/temp", 0, False, b"old", "dev-old", None, level=0)]
     (root / "date=2024-05-01/hour=01/w3-old.seg").write_bytes(version_2_segment(3, traffic[3][0]))
     return [(w, r) for w, records in traffic.items() for r in records]
+
+
+def tenants_archive(root: Path) -> list[tuple[str, Record]]:
+    """Traffic of the default tenant ("") and of tenants acme and beta, written by two workers: the same
+    topic and the same client id in two tenants. Returns the (tenant, record) pairs."""
+    sent = [(tenant, Record(at(m), topic, 1, False, b"x" * size, client, None))
+            for m in range(10)
+            for tenant, topic, client, size in (("", "s/temp", "dev-1", 1), ("acme", "s/temp", "dev-1", 10),
+                                                ("acme", "s/hum", "dev-2", 20), ("beta", "b/only", "dev-9", 5))]
+    writers = [ArchiveWriter(str(root), w, ["#"], 4096, 60.0) for w in range(2)]
+    for i, (tenant, r) in enumerate(sent):
+        writers[i % 2].append(tenant, r.run())
+    for writer in writers:
+        writer.close()
+    return sent

@@ -52,7 +52,7 @@ def chunk(records: list[Record]) -> bytes:
 
 
 def append(w: ArchiveWriter, r: Record) -> None:
-    w.append(r.run())
+    w.append("", r.run())
 
 
 def writer(root: Path, worker_id: int = 0, roll_bytes: int = 1 << 20, roll_seconds: float = 60.0) -> ArchiveWriter:
@@ -81,7 +81,7 @@ def test_segments_are_partitioned_by_utc_date_and_hour(tmp_path: Path) -> None:
     times = [T0 - 1, T0, T0 + HOUR_US - 1, T0 + HOUR_US, T0 + 25 * HOUR_US]
     w = writer(tmp_path)
     for t in times:  # all in one chunk: the writer splits it at the hour boundaries
-        w.append(run(t, b"x"))
+        w.append("", run(t, b"x"))
     w.close()
     found = {}
     for path in sealed(tmp_path):
@@ -113,7 +113,7 @@ def test_segments_roll_by_bytes_between_chunks(tmp_path: Path, monkeypatch: pyte
 
 def test_segments_roll_by_age_even_when_idle(tmp_path: Path) -> None:
     w = writer(tmp_path, roll_seconds=0.05)
-    w.append(run(T0, b"x"))
+    w.append("", run(T0, b"x"))
     w.flush()  # the first write goes out at once
     assert sealed(tmp_path) == [] and len(parts(tmp_path)) == 1
     time.sleep(0.06)
@@ -123,16 +123,16 @@ def test_segments_roll_by_age_even_when_idle(tmp_path: Path) -> None:
 
 def test_records_wait_for_a_full_chunk_under_load(tmp_path: Path) -> None:
     w = writer(tmp_path)
-    w.append(run(T0, b"x"))
+    w.append("", run(T0, b"x"))
     w.flush()
     (part,) = parts(tmp_path)
     size = part.stat().st_size
     big = run(T0, bytes(1000))
     for _ in range(archive.CHUNK_BYTES // len(big[2])):
-        w.append(big)
+        w.append("", big)
         w.flush()
     assert part.stat().st_size == size  # within WRITE_SECONDS of the last write: kept in memory
-    w.append(big)
+    w.append("", big)
     w.flush()
     assert part.stat().st_size > size
 
@@ -179,11 +179,11 @@ def test_a_segment_of_an_unknown_version_stops_the_reader() -> None:
 
 def test_a_restarted_worker_seals_what_its_crashed_predecessor_left(tmp_path: Path) -> None:
     crashed = writer(tmp_path, worker_id=3)
-    crashed.append(run(T0, b"kept"))
+    crashed.append("", run(T0, b"kept"))
     crashed.flush()
-    crashed.append(run(T0, b"lost with the process"))
+    crashed.append("", run(T0, b"lost with the process"))
     other = writer(tmp_path, worker_id=4)  # alive: its segment is left alone
-    other.append(run(T0, b"x"))
+    other.append("", run(T0, b"x"))
     other.flush()
     assert sealed(tmp_path) == []
     writer(tmp_path, worker_id=3)
@@ -200,10 +200,10 @@ def test_write_errors_drop_records_but_not_the_worker(tmp_path: Path, monkeypatc
 
     with monkeypatch.context() as m:
         m.setattr(archive.os, "writev", full)
-        w.append(run(T0, b"x"))
+        w.append("", run(T0, b"x"))
         w.flush()
     assert w.dropped_bytes == len(run(T0, b"x")[2])
-    w.append(run(T0 + 1, b"y"))
+    w.append("", run(T0 + 1, b"y"))
     w.close()
     assert [r.payload for r in read_all(tmp_path)] == [b"y"]
 
@@ -281,3 +281,63 @@ def test_a_broker_archives_what_paho_clients_publish_with_their_properties(
         Record(0, "sensors/old/temp", 0, False, b"raw", "dev-3", None, 3, None, None),
         Record(0, "sensors/old/hum", 1, True, b"decoded", "dev-3", None, 3, None, None),
     ])
+
+
+def tenant_records(root: Path) -> dict[str, list[bytes]]:
+    """The payloads of each tree's sealed segments: "" for the default tenant's, else the tenant's name."""
+    found: dict[str, list[bytes]] = {}
+    for path in sorted(root.rglob("*.seg")):
+        relative = path.relative_to(root).parts
+        tenant = relative[0].removeprefix("tenant=") if relative[0].startswith("tenant=") else ""
+        found.setdefault(tenant, []).extend(r.payload for r in records(decode_segment(path.read_bytes())))
+    return found
+
+
+def test_each_tenant_has_its_own_tree_and_the_default_tenant_the_archive_itself(tmp_path: Path) -> None:
+    """One chunk's worth of runs of three tenants, interleaved, comes out as one segment per tenant:
+    the default tenant's where a broker without tenants writes them, the others' under tenant=NAME/."""
+    w = writer(tmp_path)
+    for i, tenant in enumerate(["", "acme", "", "beta", "acme"]):
+        w.append(tenant, run(T0 + i, b"%s %d" % (tenant.encode(), i)))
+    w.close()
+    assert tenant_records(tmp_path) == {"": [b" 0", b" 2"], "acme": [b"acme 1", b"acme 4"], "beta": [b"beta 3"]}
+    assert [str(p.relative_to(tmp_path).parent) for p in sorted(tmp_path.rglob("*.seg"))] == [
+        "date=2024-05-01/hour=00", "tenant=acme/date=2024-05-01/hour=00", "tenant=beta/date=2024-05-01/hour=00"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["_writing", "date=2024-05-01", "tenant=acme", "tenant=beta"]
+
+
+def test_a_tenant_writes_its_parts_in_its_own_tree_and_they_roll_by_age_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(archive.time, "monotonic", lambda: now[0])
+    w = writer(tmp_path, roll_seconds=10.0)
+    w.append("acme", run(T0, b"a"))
+    w.flush()  # the first write goes out at once
+    (part,) = (tmp_path / "tenant=acme" / archive.STAGING).glob("*" + archive.PART_SUFFIX)
+    assert parts(tmp_path) == []
+    now[0] += 0.5
+    w.append("", run(T0, b"d"))
+    w.flush()  # within WRITE_SECONDS of acme's write: pending
+    now[0] += 9.5
+    w.flush()  # acme's segment is roll_seconds old: sealed; the default tenant's run is written
+    assert not part.exists() and tenant_records(tmp_path) == {"acme": [b"a"]} and len(parts(tmp_path)) == 1
+    now[0] += 9.9
+    w.flush()  # the default tenant's segment is not old yet
+    assert len(parts(tmp_path)) == 1
+    now[0] += 0.1
+    w.flush()
+    assert parts(tmp_path) == [] and tenant_records(tmp_path) == {"": [b"d"], "acme": [b"a"]}
+
+
+def test_a_restarted_worker_seals_its_parts_in_every_tenants_tree(tmp_path: Path) -> None:
+    crashed = writer(tmp_path, worker_id=3)
+    for tenant in ("", "acme", "beta"):
+        crashed.append(tenant, run(T0, tenant.encode() or b"default"))
+    crashed.flush()
+    other = writer(tmp_path, worker_id=4)  # alive: its segment is left alone
+    other.append("acme", run(T0, b"other"))
+    other.flush()
+    assert list(tmp_path.rglob("*.seg")) == []
+    writer(tmp_path, worker_id=3)
+    assert tenant_records(tmp_path) == {"": [b"default"], "acme": [b"acme"], "beta": [b"beta"]}
+    assert [p.name[:3] for p in (tmp_path / "tenant=acme" / archive.STAGING).iterdir()] == ["w4-"]

@@ -71,7 +71,7 @@ def test_a_data_dir_open_to_others_is_closed_and_said(tmp_path: Path, start_brok
 def test_the_archive_may_be_shared_with_one_group(tmp_path: Path, loose_umask: None) -> None:
     group = other_group()
     w = ArchiveWriter(str(tmp_path / "archive"), 0, ["#"], 1 << 20, 60.0, Access(group.gr_name))
-    w.append(run(T0, b"x"))
+    w.append("", run(T0, b"x"))
     w.close()
     (segment,) = (tmp_path / "archive").rglob("*.seg")
     assert mode(segment) == 0o640 and segment.stat().st_gid == group.gr_gid

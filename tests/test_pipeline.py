@@ -23,7 +23,7 @@ from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
 from plexmq.workers.archive import ArchiveWriter
-from tests.archives import START, archive, at, publish_properties, us
+from tests.archives import START, archive, at, publish_properties, tenants_archive, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
 
@@ -88,7 +88,7 @@ def test_traffic_runs_in_a_driver_smaller_than_the_archive(spark: SparkSession, 
     for worker in range(2):  # one 600 MB segment each
         writer = ArchiveWriter(str(tmp_path / "archive"), worker, ["#"], 1 << 40, 3600.0)
         for i in range(600):
-            writer.append(Record(at(i / 60), f"big/{i % 3}", 0, False, payload, f"dev-{worker}", None).run())
+            writer.append("", Record(at(i / 60), f"big/{i % 3}", 0, False, payload, f"dev-{worker}", None).run())
             writer.flush()
         writer.close()
     out = tmp_path / "out"
@@ -293,3 +293,47 @@ def test_plexmq_run_by_its_path_uses_its_own_python_for_spark(spark: SparkSessio
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "report.html").exists()
     assert {r.topic for r in spark.read.parquet(str(out / "topics")).collect()} == topics
+
+
+def test_traffic_reports_one_tenant_or_every_tenant_with_a_tenant_column(
+        spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tenant NAME reads that tenant's tree alone; '' is the default tenant; without --tenant every
+    tenant's messages carry their tenant, and a topic or client id in two tenants is two rows."""
+    sent = tenants_archive(tmp_path / "archive")
+
+    def traffic(name: str, *tenant: str) -> Path:
+        out = tmp_path / name
+        assert main(["traffic", "--archive", str(tmp_path / "archive"), "--out", str(out), *tenant]) == 0
+        return out
+
+    def messages(out: Path) -> list[tuple[str, str, str, int]]:
+        rows = spark.read.parquet(str(out / "messages")).collect()
+        return sorted((m.tenant, m.topic, m.client_id, m.payload_size) for m in rows)
+
+    def expected(*tenants: str) -> list[tuple[str, str, str, int]]:
+        return sorted((t, r.topic, r.client_id, len(r.payload)) for t, r in sent if t in tenants)
+
+    acme = traffic("acme", "--tenant", "acme")
+    assert messages(acme) == expected("acme")
+    assert {(r.tenant, r.topic, r.messages) for r in spark.read.parquet(str(acme / "topics")).collect()} == {
+        ("acme", "s/temp", 10), ("acme", "s/hum", 10)}
+    assert "plexmq traffic report of tenant acme</h1>" in (acme / "report.html").read_text()
+
+    default = traffic("default", "--tenant", "")
+    assert messages(default) == expected("")
+
+    every = traffic("every")
+    assert messages(every) == expected("", "acme", "beta")
+    topics = {(r.tenant, r.topic): r.bytes for r in spark.read.parquet(str(every / "topics")).collect()}
+    assert topics == {("", "s/temp"): 10, ("acme", "s/temp"): 100, ("acme", "s/hum"): 200, ("beta", "b/only"): 50}
+    clients = {(r.tenant, r.client_id): r.messages for r in spark.read.parquet(str(every / "clients")).collect()}
+    assert clients == {("", "dev-1"): 10, ("acme", "dev-1"): 10, ("acme", "dev-2"): 10, ("beta", "dev-9"): 10}
+    minutes = spark.read.parquet(str(every / "minutes")).where("client_id = 'dev-1'").collect()
+    assert Counter(r.tenant for r in minutes) == {"": 10, "acme": 10}
+    page = (every / "report.html").read_text()
+    assert "<h2>Tenants</h2>" in page and "<td>(default)</td><td>10</td><td>10</td><td>1</td><td>1</td>" in page
+    assert "<td>acme</td><td>20</td><td>300</td><td>2</td><td>2</td>" in page
+
+    capsys.readouterr()
+    assert main(["traffic", "--archive", str(tmp_path / "archive"), "--out", str(tmp_path / "x"), "--tenant", "gamma"]) == 2
+    assert "no segments of tenant gamma under " in capsys.readouterr().err

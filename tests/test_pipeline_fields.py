@@ -46,7 +46,7 @@ def write(root: Path, workers: list[list[Record]]) -> None:
     for worker, records in enumerate(workers):
         writer = ArchiveWriter(str(root), worker, ["#"], 4096, 60.0)
         for r in records:
-            writer.append(r.run())
+            writer.append("", r.run())
             writer.flush()
         writer.close()
 

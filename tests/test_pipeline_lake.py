@@ -22,7 +22,7 @@ from plexmq.pipeline.__main__ import main
 from plexmq.pipeline.archive_source import sealed_segments
 from plexmq.pipeline.lake import CRASH_AFTER, ROLLUPS, STAGING, batches
 from plexmq.workers.archive import ArchiveWriter
-from tests.archives import START, archive, at, us
+from tests.archives import START, archive, at, tenants_archive, us
 from tests.conftest import ROOT, Broker
 from tests.mqtt import Client
 
@@ -123,7 +123,7 @@ def test_traffic_over_one_hour_of_the_lake_reads_only_that_hour(
     assert compact(archive_dir, lake) == 0
     assert "damaged segment " in capsys.readouterr().err
     late = ArchiveWriter(str(archive_dir), 5, ["#"], 4096, 60.0)
-    late.append(Record(at(50), "sensors/late/temp", 1, False, b"late", "dev-late", None).run())
+    late.append("", Record(at(50), "sensors/late/temp", 1, False, b"late", "dev-late", None).run())
     late.close()
     assert compact(archive_dir, lake) == 0
     first, second = batches(lake)
@@ -195,3 +195,26 @@ def test_a_second_compact_on_the_same_lake_stops_with_one_line(
         assert compact(tmp_path / "archive", lake) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[")]
     assert errors == [f"plexmq pipeline compact: another compact holds {lake / '_lock'}"]
+
+
+def test_the_lake_keeps_each_tenant_apart_and_traffic_reads_one_tenant_of_it(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """Compacted from a two-tenant archive, the lake's messages and roll-ups carry the tenant, and
+    `traffic --lake --tenant acme` gives what `traffic --archive --tenant acme` does."""
+    archive_dir, lake = tmp_path / "archive", tmp_path / "lake"
+    sent = tenants_archive(archive_dir)
+    assert compact(archive_dir, lake) == 0
+    stored = spark.read.parquet(str(lake / "messages")).collect()
+    assert sorted((m.tenant, m.topic, m.client_id) for m in stored) == sorted((t, r.topic, r.client_id) for t, r in sent)
+    topics = {(r.tenant, r.topic): r.messages for r in spark.read.parquet(str(lake / "topics")).collect()}
+    assert topics == {("", "s/temp"): 10, ("acme", "s/temp"): 10, ("acme", "s/hum"): 10, ("beta", "b/only"): 10}
+
+    for source in (["--lake", str(lake)], ["--archive", str(archive_dir)]):
+        assert main(["traffic", *source, "--out", str(tmp_path / source[0]), "--tenant", "acme"]) == 0
+    for table in ("messages", "minutes", "topics", "clients", "silent"):
+        from_lake, from_archive = (spark.read.parquet(str(tmp_path / out / table)).collect()
+                                   for out in ("--lake", "--archive"))
+        assert sorted(map(repr, from_lake)) == sorted(map(repr, from_archive)), table
+    assert {m.tenant for m in spark.read.parquet(str(tmp_path / "--lake" / "messages")).collect()} == {"acme"}
+    inputs = [(tmp_path / out / "report.html").read_text().split("<h2>Input</h2>")[1] for out in ("--lake", "--archive")]
+    assert inputs[0] == inputs[1] and "<td>2</td>" in inputs[0] and "<td>20</td><td>0</td><td>0</td>" in inputs[0]

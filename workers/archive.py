@@ -6,9 +6,14 @@ chunk once `CHUNK_BYTES` are pending (or whatever arrived in `WRITE_SECONDS` at 
 archive costs one list append per read and one `write` per chunk, nothing per message. Each worker writes its own files,
 so there are no locks between processes.
 
-Files: a segment being written lives in `dir/_writing/` as `.part` (Spark skips `_`-prefixed
-directories and the pipeline reads only `.seg`), and sealing renames it into
-`dir/date=YYYY-MM-DD/hour=HH/`. A segment holds one UTC hour (of its records' receive times) and is
+Tenants: each tenant's segments go to its own tree, `dir/tenant=NAME/` (`tenant_dir`), so that a
+tenant's archive can be handed to that tenant alone; the default tenant's stay in `dir` itself, where a
+broker without tenants writes them. The caller names the tenant per run; a chunk and a segment hold
+one tenant's runs only. Choosing a tenant's pending list is one dict lookup per read.
+
+Files: a segment being written lives in its tree's `_writing/` as `.part` (Spark skips `_`-prefixed
+directories and the pipeline reads only `.seg`), and sealing renames it into the tree's
+`date=YYYY-MM-DD/hour=HH/`. A segment holds one UTC hour (of its records' receive times) and is
 sealed when it reaches `roll_bytes`, is `roll_seconds` old, at the hour boundary and on `close`. There
 is no fsync (it would stall the event loop): after a crash a segment may end in a torn chunk, which
 readers skip and count, and a restarted worker seals the `.part` files its predecessor left behind.
@@ -31,6 +36,7 @@ from plexmq.archive_format import (
     encode_chunk,
     partition,
     segment_header,
+    tenant_dir,
 )
 from plexmq.files import Access
 from plexmq.mqtt.topics import matches
@@ -55,8 +61,20 @@ class _Open:
     seal_at: float  # time.monotonic() at which roll_seconds is reached
 
 
+@dataclass
+class _Tree:
+    """One tenant's part of the archive: its directory and the segment it is writing, if any."""
+
+    root: Path
+    open: _Open | None = None
+
+    @property
+    def staging(self) -> Path:
+        return self.root / STAGING
+
+
 class ArchiveWriter:
-    """Appends one worker's archived PUBLISH records to its rolling segment files."""
+    """Appends one worker's archived PUBLISH records to its rolling segment files, a tree per tenant."""
 
     def __init__(
         self, directory: str, worker_id: int, filters: list[str], roll_bytes: int, roll_seconds: float,
@@ -64,17 +82,17 @@ class ArchiveWriter:
     ) -> None:
         """`access`: who else may read the files (default: nobody)."""
         self._root = Path(directory)
-        self._staging = self._root / STAGING
         self._access = access = access or Access()
-        access.make_dir(str(self._staging))
+        access.make_dir(str(self._root / STAGING))
         self._worker_id = worker_id
         self._filters = tuple(filters)
         self._roll_bytes = roll_bytes
         self._roll_seconds = roll_seconds
-        self._pending: list[Run] = []
+        self._pending: dict[str, list[Run]] = {}  # tenant -> its runs not yet written
         self._pending_bytes = 0
         self._written_at = -math.inf  # time.monotonic() of the last chunk written
-        self._open: _Open | None = None
+        self._trees: dict[str, _Tree] = {"": _Tree(self._root)}
+        self._seal_at = math.inf  # the earliest seal_at of the open segments
         self._opened = 0
         self._failing = False
         self.dropped_bytes = 0  # packet bytes lost to write errors (a full disk must not stop the broker)
@@ -89,83 +107,104 @@ class ArchiveWriter:
         name = topic.decode()
         return any(matches(f, name) for f in self._filters)
 
-    def append(self, run: Run) -> None:
-        """Queue a run of records; its payloads must be immutable bytes (kept until the chunk is written)."""
-        self._pending.append(run)
+    def append(self, tenant: str, run: Run) -> None:
+        """Queue a run of records of `tenant` ("": the default tenant); its payloads must be immutable
+        bytes (kept until the chunk is written)."""
+        runs = self._pending.get(tenant)
+        if runs is None:
+            runs = self._pending[tenant] = []
+        runs.append(run)
         self._pending_bytes += len(run[2])
 
     def flush(self) -> None:
-        """Write a chunk when enough is pending, and seal a segment that is old enough.
+        """Write a chunk per tenant when enough is pending, and seal the segments that are old enough.
 
         Call it once per event-loop turn, and also now and then when idle (e.g. from the keepalive
         sweep) so that idle segments get sealed; with nothing to do it reads the clock and returns.
         """
-        pending = self._pending
         if self._pending_bytes < CHUNK_BYTES:
             now = time.monotonic()
-            if not pending or now - self._written_at < WRITE_SECONDS:
-                if self._open is not None and now >= self._open.seal_at:
-                    self._seal()
+            if not self._pending or now - self._written_at < WRITE_SECONDS:
+                if now >= self._seal_at:
+                    self._seal_old(now)
                 return
-        self._pending = []
-        self._pending_bytes = 0
-        self._write(pending)
+        self._write_pending()
 
     def close(self) -> None:
-        """Write what is pending and seal the segment (worker shutdown)."""
-        pending, self._pending = self._pending, []
+        """Write what is pending and seal the segments (worker shutdown)."""
+        if self._pending:
+            self._write_pending()
+        for tree in self._trees.values():
+            if tree.open is not None:
+                self._seal(tree)
+
+    def _write_pending(self) -> None:
+        pending, self._pending = self._pending, {}
         self._pending_bytes = 0
-        if pending:
-            self._write(pending)
-        if self._open is not None:
-            self._seal()
-
-    def _write(self, runs: list[Run]) -> None:
         self._written_at = time.monotonic()
-        if runs[0][0] // HOUR_US == runs[-1][0] // HOUR_US:
-            self._write_hour(runs[0][0] // HOUR_US, runs)
-        else:  # the chunk spans an hour boundary
-            for hour, group in groupby(runs, key=lambda run: run[0] // HOUR_US):
-                self._write_hour(hour, list(group))
+        for tenant, runs in pending.items():
+            tree = self._trees.get(tenant) or self._tree(tenant)
+            if runs[0][0] // HOUR_US == runs[-1][0] // HOUR_US:
+                self._write_hour(tree, runs[0][0] // HOUR_US, runs)
+            else:  # the chunk spans an hour boundary
+                for hour, group in groupby(runs, key=lambda run: run[0] // HOUR_US):
+                    self._write_hour(tree, hour, list(group))
+        if self._written_at >= self._seal_at:
+            self._seal_old(self._written_at)
 
-    def _write_hour(self, hour: int, runs: list[Run]) -> None:
-        if self._open is not None and self._open.hour != hour:
-            self._seal()
+    def _tree(self, tenant: str) -> _Tree:
+        """A named tenant's tree, the first time this writer writes for it."""
+        tree = self._trees[tenant] = _Tree(self._root / tenant_dir(tenant))
         try:
-            segment = self._open or self._start(hour, runs[0][0])
+            self._access.make_dir(str(tree.root))
+            self._access.make_dir(str(tree.staging))
+        except OSError as e:  # its first segment's open fails too, and counts the dropped bytes
+            self._error(e)
+        return tree
+
+    def _write_hour(self, tree: _Tree, hour: int, runs: list[Run]) -> None:
+        if tree.open is not None and tree.open.hour != hour:
+            self._seal(tree)
+        try:
+            segment = tree.open or self._start(tree, hour, runs[0][0])
             chunk = encode_chunk(runs)
             os.writev(segment.fd, chunk)
         except OSError as e:
             self.dropped_bytes += sum(len(run[2]) for run in runs)
             self._error(e)
-            if self._open is not None:  # a failed write may have left a torn chunk: end the segment there
-                self._seal()
+            if tree.open is not None:  # a failed write may have left a torn chunk: end the segment there
+                self._seal(tree)
             return
         self._failing = False
         segment.size += len(chunk[0]) + len(chunk[1])
-        if segment.size >= self._roll_bytes or self._written_at >= segment.seal_at:
-            self._seal()
+        if segment.size >= self._roll_bytes:
+            self._seal(tree)
 
-    def _start(self, hour: int, first_us: int) -> _Open:
+    def _start(self, tree: _Tree, hour: int, first_us: int) -> _Open:
         self._opened += 1
         name = f"w{self._worker_id}-{first_us}-{os.getpid()}-{self._opened}"
-        part = self._staging / (name + PART_SUFFIX)
+        part = tree.staging / (name + PART_SUFFIX)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self._access.file_mode)
         self._access.own(fd)
-        self._open = _Open(
-            fd,
-            part,
-            self._root / partition(first_us) / (name + SEGMENT_SUFFIX),
-            hour,
-            0,
-            time.monotonic() + self._roll_seconds,
-        )
+        seal_at = time.monotonic() + self._roll_seconds
+        tree.open = _Open(fd, part, tree.root / partition(first_us) / (name + SEGMENT_SUFFIX), hour, 0, seal_at)
+        self._seal_at = min(self._seal_at, seal_at)
         os.write(fd, segment_header(self._worker_id))
-        return self._open
+        return tree.open
 
-    def _seal(self) -> None:
-        assert self._open is not None
-        segment, self._open = self._open, None
+    def _seal_old(self, now: float) -> None:
+        """Seal the segments that are `roll_seconds` old, and note when the next one will be."""
+        self._seal_at = math.inf
+        for tree in self._trees.values():
+            if tree.open is not None:
+                if now >= tree.open.seal_at:
+                    self._seal(tree)
+                else:
+                    self._seal_at = min(self._seal_at, tree.open.seal_at)
+
+    def _seal(self, tree: _Tree) -> None:
+        assert tree.open is not None
+        segment, tree.open = tree.open, None
         try:
             os.close(segment.fd)
             if segment.size == 0:  # its first chunk could not be written
@@ -189,12 +228,15 @@ class ArchiveWriter:
         self._failing = True
 
     def _seal_leftovers(self) -> None:
-        """Seal the `.part` files a crashed writer with this worker id left (one live writer per id)."""
-        for part in self._staging.glob(f"w{self._worker_id}-*{PART_SUFFIX}"):
-            if part.stat().st_size <= len(segment_header(self._worker_id)):
+        """Seal the `.part` files a crashed writer with this worker id left, in every tenant's tree
+        (one live writer per id)."""
+        header = len(segment_header(self._worker_id))
+        pattern = f"w{self._worker_id}-*{PART_SUFFIX}"
+        for part in [*self._root.glob(f"{STAGING}/{pattern}"), *self._root.glob(f"{tenant_dir('*')}/{STAGING}/{pattern}")]:
+            if part.stat().st_size <= header:
                 part.unlink()
                 continue
             first_us = int(part.name.split("-")[1])
-            final = self._root / partition(first_us) / (part.stem + SEGMENT_SUFFIX)
+            final = part.parent.parent / partition(first_us) / (part.stem + SEGMENT_SUFFIX)
             self._make_partition(final.parent)
             os.rename(part, final)
