@@ -40,7 +40,7 @@ from plexmq.workers.connection import Connection
 from plexmq.workers.counters import Counters
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
-from plexmq.workers.routes import LocalRoutes
+from plexmq.workers.routes import RouteTables
 from plexmq.workers.settings import Settings
 from plexmq.workers.worker import Worker
 
@@ -192,7 +192,7 @@ class HarnessWorker(Worker):
         self.queuing = set()
         self.flush_pending = False
         self.awaiting = deque()
-        self.routes = LocalRoutes(self.identity)
+        self.routes = RouteTables(self.identity)
         self.unanswered = 0
         self.local_received = self.local_sent = 0
         self.shedding = False
