@@ -350,6 +350,9 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     _check_exposure(config)
     if config["server_moved"] and not config["server_reference"]:
         raise ConfigError("server_moved: needs server_reference (where the clients go)")
+    if config["tenant_required"] and not config["tenants"]:
+        raise ConfigError("tenant_required: no tenant is declared ([tenants.NAME] or tenants_dir): every client "
+                          "would be refused")
     _check_auth_files(config)
     _check_listeners(config, origins)
     _check_tls(config)
@@ -564,9 +567,6 @@ def _text(path: str) -> str:
 def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
     """Tenant listeners (`origins`: where each tenant sets them): none on another listener's
     host:port, TLS ones only with a certificate, and few enough for a worker to tell them apart."""
-    if config["tenant_required"] and not config["tenants"]:
-        raise ConfigError("tenant_required: no tenant is declared ([tenants.NAME] or tenants_dir): every client "
-                          "would be refused")
     found = listeners(config)
     if len(found) > MAX_LISTENERS:
         raise ConfigError(f"{len(found)} listeners: at most {MAX_LISTENERS}")
