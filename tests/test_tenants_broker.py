@@ -20,7 +20,7 @@ CONFIG = """tenant_separator = "@"
 tenant_required = true
 
 [tenants.acme]
-listeners = ["mqtt://127.0.0.1:0"]
+listeners = ["mqtt://127.0.0.1:0", "ws://127.0.0.1:0"]
 
 [tenants.beta]
 
@@ -31,13 +31,13 @@ enabled = false
 
 def test_tenants_by_username_and_by_listener(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
     b = start_broker("--config", str(write(tmp_path, CONFIG)), "--workers", "1")
-    found = re.search(r"listening on 127\.0\.0\.1:(\d+) \(mqtt, tenant acme\)", b.output())
-    assert found, b.output()
-    acme_port = int(found.group(1))
+    acme_port, acme_ws = (int(re.findall(rf"listening on 127\.0\.0\.1:(\d+) \({scheme}, tenant acme\)", b.output())[0])
+                          for scheme in ("mqtt", "ws"))
 
     clients = [Client(b.port, "dev", username="dev@acme"), Client(b.port, "dev", username="dev@beta"),
                Client(b.port, "five", username="five@beta", protocol=paho.MQTTv5),
-               Client(acme_port, "own", username="own"), Client(acme_port, "two", username="two@acme")]  # each asserts CONNACK 0
+               Client(acme_port, "own", username="own"), Client(acme_port, "two", username="two@acme"),
+               Client(acme_ws, "web", username="web", transport="websockets")]  # each asserts its CONNACK 0
     for client in clients:
         client.disconnect()
 

@@ -10,6 +10,7 @@ import pytest
 
 from plexmq import tenants
 from plexmq.acceptor import config as cfg
+from plexmq.acceptor import reload
 from plexmq.tenants import DISABLED, NONE_FOUND, UNKNOWN, Found, Refused, Tenant, Tenants, resolve
 from tests.cli import names_line, write
 
@@ -176,3 +177,14 @@ REGISTRY = Tenants({"acme": Tenant("acme"), "beta": Tenant("beta"), "off": Tenan
 ])
 def test_resolution(registry: Tenants, owner: str, username: str | None, result: Found | Refused) -> None:
     assert resolve(registry, owner, username) == result
+
+
+def test_a_reload_keeps_the_tenants_and_says_they_need_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Until tenants reload live, SIGHUP keeps the running ones (`reload.reread`) and says so."""
+    path = write(tmp_path, "[tenants.acme]\n")
+    current = load(path)
+    path.write_text("[tenants.beta]\nenabled = false\n")
+    with caplog.at_level("INFO", logger="plexmq.acceptor"):
+        merged = reload.reread(current, lambda: load(path))
+    assert merged is not None and merged["tenants"] == {"acme": {"enabled": True, "listeners": []}}
+    assert "needs a restart: tenants" in caplog.text
