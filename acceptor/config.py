@@ -564,6 +564,10 @@ def _text(path: str) -> str:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
 
 
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
     """Tenant listeners (`origins`: where each tenant sets them): none on another listener's
     host:port, TLS ones only with a certificate, and few enough for a worker to tell them apart."""
@@ -573,13 +577,13 @@ def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
     for index, (scheme, host, port, name) in enumerate(found):
         if not name:
             continue
-        said = f"{origins[name]}: tenants.{name}.listeners: {scheme}://{host}:{port}"
+        said = f"{origins[name]}: tenants.{name}.listeners: {scheme}://{_address(host, port)}"
         if scheme in ("mqtts", "wss") and not config["tls"]["certfile"]:
             raise ConfigError(f"{said} needs the [tls] certfile (and keyfile)")
         for other_scheme, other_host, other_port, other in found[:index]:
             if port and port == other_port and (host == other_host or {host, other_host} & {"0.0.0.0", "::"}):
                 owner = f"tenant {other}'s" if other else "the broker's"
-                raise ConfigError(f"{said} clashes with {owner} {other_scheme} listener on {other_host}:{other_port}")
+                raise ConfigError(f"{said} clashes with {owner} {other_scheme} listener on {_address(other_host, other_port)}")
 
 
 def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, text: str,

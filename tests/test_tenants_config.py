@@ -76,6 +76,8 @@ ERRORS = [
     ('[tenants.a]\nlisteners = ["mqtt://127.0.0.1:1999"]\n[tenants.b]\n\nlisteners = ["ws://127.0.0.1:1999"]\n',
      "clashes with tenant a's mqtt listener on 127.0.0.1:1999", 5),
     ('[tenants.acme]\nlisteners = ["mqtts://127.0.0.1:1999"]\n', "needs the [tls] certfile", 2),
+    ('[websocket]\nenabled = true\nhost = "::1"\nport = 9001\n[tenants.acme]\nlisteners = ["ws://[::1]:9001"]\n',
+     "ws://[::1]:9001 clashes with the broker's ws listener on [::1]:9001", 6),
     ('[tenants.acme]\n\nlisteners = ["wss://127.0.0.1:1999"]\n', "needs the [tls] certfile", 3),
 ]
 
