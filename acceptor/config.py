@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 import zmq.auth
 
+from plexmq import tenants
 from plexmq.files import Access, others_may_read
 from plexmq.router.shared import STRATEGIES
 from plexmq.units import parse_duration
@@ -133,7 +134,24 @@ def _node_name(value: Any) -> str | None:
     return "must be empty or up to 63 letters, digits, '.', '_' or '-' (a letter or digit first)"
 
 
+def _separator(value: Any) -> str | None:
+    """Empty, or characters that no tenant name holds (else `a.b` could be a user or a tenant)."""
+    if any(tenants.NAME.fullmatch(char) for char in value):
+        return "must be empty or characters that no tenant name holds (not letters, digits, '_', '.' or '-')"
+    return _mqtt_string(value)
+
+
+def _tenant_listeners(value: Any) -> str | None:
+    for url in value:
+        try:
+            tenants.listener(url)
+        except (TypeError, ValueError):
+            return f'must be a list of "mqtt://HOST:PORT", "mqtts://...", "ws://..." or "wss://..."; {url!r} is not one'
+    return None
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_LISTENERS = 256  # a listener is named by one byte when its sockets are handed to a worker (workers/handoff.py)
 
 SCHEMA: dict[str, dict[str, Option]] = {
     "": {
@@ -214,6 +232,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "jwt_disconnect_on_expiry": Option(bool, False, doc="close a token's connection when the token expires"),
         "allow_anonymous": Option(bool, False, doc="accept clients without a username; needed to listen beyond "
                                                    "loopback without authentication"),
+        "tenant_separator": Option(str, "", _separator, "a username `device@acme` names tenant acme (split at the "
+                                   "last separator); empty: usernames never name a tenant"),
+        "tenant_required": Option(bool, False, doc="refuse a client whose tenant cannot be found (else it is in "
+                                  "the default tenant)"),
+        "tenants_dir": Option(str, "", doc="a directory of NAME.toml files, each the keys of one [tenants.NAME] "
+                              "table (empty: none)"),
     },
     "tls": {
         "enabled": Option(bool, False, doc="also listen for MQTT over TLS"),
@@ -246,13 +270,32 @@ SCHEMA: dict[str, dict[str, Option]] = {
 }
 
 
+# the keys of a [tenants.NAME] table (or a NAME.toml file in tenants_dir); `config["tenants"]` maps
+# each name to them (plexmq/tenants.py makes the registry)
+TENANT: dict[str, Option] = {
+    "enabled": Option(bool, True, doc="false: its clients are refused (CONNACK 0x03, 5.0: 0x88)"),
+    "listeners": Option(list, [], _tenant_listeners, "listeners the tenant owns: a client there is in this "
+                        "tenant; mqtts and wss use the [tls] certificate"),
+}
+
+
+def _defaults(options: dict[str, Option]) -> dict[str, Any]:
+    return {key: list(option.default) if isinstance(option.default, list) else option.default
+            for key, option in options.items()}
+
+
 def defaults() -> dict[str, Any]:
-    config: dict[str, Any] = {}
+    config: dict[str, Any] = _defaults(SCHEMA[""])
     for section, options in SCHEMA.items():
-        target = config if not section else config.setdefault(section, {})
-        for key, option in options.items():
-            target[key] = list(option.default) if isinstance(option.default, list) else option.default
+        if section:
+            config[section] = _defaults(options)
+    config["tenants"] = {}
     return config
+
+
+def _options(section: str) -> dict[str, Option]:
+    """The options of a section: a `tenants.NAME` one has a tenant's."""
+    return TENANT if section.startswith("tenants.") else SCHEMA[section]
 
 
 def _coerce(option: Option, value: Any) -> Any:
@@ -277,7 +320,7 @@ def _line_of(text: str, section: str, key: str) -> int:
     for number, line in enumerate(text.splitlines(), 1):
         header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
         if header:
-            current = header.group(1)
+            current = re.sub(r'\s*\.\s*', ".", header.group(1).replace('"', ""))  # [tenants."a.b"] is tenants.a.b
             if not section and current == key:
                 return number
         elif current == section and assignment.match(line) or current == "" and top_level.match(line):
@@ -288,18 +331,17 @@ def _line_of(text: str, section: str, key: str) -> int:
 def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """Defaults, then the file at `path`, then `overrides` (top-level keys from the command line)."""
     config = defaults()
+    text = ""
+    origins: dict[str, str] = {}  # tenant name -> file:line of its listeners
     if path:
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
-        text = raw.decode("utf-8", "replace")
+        text = _text(path)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-        _merge(config, data, path, text)
+        _merge(config, data, path, text, origins)
+    if config["tenants_dir"]:
+        _load_tenants_dir(config, config["tenants_dir"], path or "", text, origins)
     for key, value in overrides.items():
         try:
             config[key] = _coerce(SCHEMA[""][key], value)
@@ -308,7 +350,11 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     _check_exposure(config)
     if config["server_moved"] and not config["server_reference"]:
         raise ConfigError("server_moved: needs server_reference (where the clients go)")
+    if config["tenant_required"] and not config["tenants"]:
+        raise ConfigError("tenant_required: no tenant is declared ([tenants.NAME] or tenants_dir): every client "
+                          "would be refused")
     _check_auth_files(config)
+    _check_listeners(config, origins)
     _check_tls(config)
     _check_router_link(config)
     return config
@@ -401,15 +447,18 @@ def curve_keys(key_dir: str) -> dict[str, str]:
             "client_public": client_public.decode(), "client_secret": client_secret.decode()}
 
 
-def listeners(config: dict[str, Any]) -> list[tuple[str, str, int]]:
-    """(scheme, host, port) of every enabled listener, the plain MQTT one first; the scheme is one of
-    mqtt, mqtts, ws, wss."""
-    found = [("mqtt", config["host"], config["port"])]
+def listeners(config: dict[str, Any]) -> list[tuple[str, str, int, str]]:
+    """(scheme, host, port, owning tenant) of every enabled listener: the broker's own (tenant "", the
+    plain MQTT one first), then each tenant's in its table's order, the tenants by name; the scheme is
+    one of mqtt, mqtts, ws, wss. A listener's place in this list names it to the workers (handoff.py)."""
+    found = [("mqtt", config["host"], config["port"], "")]
     secure, websocket = config["tls"], config["websocket"]
     if secure["enabled"]:
-        found.append(("mqtts", secure["host"] or config["host"], secure["port"]))
+        found.append(("mqtts", secure["host"] or config["host"], secure["port"], ""))
     if websocket["enabled"]:
-        found.append(("wss" if websocket["tls"] else "ws", websocket["host"] or config["host"], websocket["port"]))
+        found.append(("wss" if websocket["tls"] else "ws", websocket["host"] or config["host"], websocket["port"], ""))
+    for name, table in sorted(config["tenants"].items()):
+        found.extend((*tenants.listener(url), name) for url in table["listeners"])
     return found
 
 
@@ -449,25 +498,101 @@ def _check_exposure(config: dict[str, Any]) -> None:
     """Safe default: without authentication the broker stays on loopback unless told otherwise."""
     if logins(config) or config["allow_anonymous"] or config["role"] == "router":  # a router has no listeners
         return
-    for _scheme, host, _port in listeners(config):
+    for _scheme, host, _port, _tenant in listeners(config):
         if not is_loopback(host):
             raise ConfigError(f"host {host!r}: listening beyond loopback needs authentication "
                               "(password_file or auth_database) or allow_anonymous = true")
 
 
-def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str) -> None:
+def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str, origins: dict[str, str]) -> None:
     for key, value in data.items():
-        if isinstance(value, dict) and key in SCHEMA and key:
+        if key == "tenants":
+            _merge_tenants(config["tenants"], value, path, text, origins)
+        elif isinstance(value, dict) and key in SCHEMA and key:
             for sub, sub_value in value.items():
                 _set(config[key], key, sub, sub_value, path, text)
         else:
             _set(config, "", key, value, path, text)
 
 
-def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, text: str) -> None:
+def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origins: dict[str, str]) -> None:
+    """The [tenants.NAME] tables of the config file."""
+    if not isinstance(data, dict) or not all(isinstance(table, dict) for table in data.values()):
+        raise ConfigError(f"{path}:{_line_of(text, '', 'tenants')}: key 'tenants' must hold [tenants.NAME] tables")
+    for name, table in data.items():
+        _add_tenant(found, name, table, path, text, f"tenants.{name}", origins)
+
+
+def _add_tenant(found: dict[str, Any], name: str, table: dict[str, Any], path: str, text: str, section: str,
+                origins: dict[str, str]) -> None:
+    """Check a tenant's name and keys into `found`, and where its listeners are set into `origins`;
+    `section`: where its keys are in `text` ("": a tenants_dir file, at its top)."""
+    unfit = tenants.unfit_name(name)
+    if unfit:
+        raise ConfigError(f"{path}:{_line_of(text, '', section) if section else 1}: {unfit}")
+    found[name] = _defaults(TENANT)
+    for key, value in table.items():
+        _set(found[name], f"tenants.{name}", key, value, path, text, section)
+    origins[name] = f"{path}:{_line_of(text, section, 'listeners')}"
+
+
+def _load_tenants_dir(config: dict[str, Any], directory: str, path: str, text: str, origins: dict[str, str]) -> None:
+    """Each NAME.toml of tenants_dir: one tenant; a name the config file declares too is an error that
+    names both places."""
+    try:
+        files = sorted(entry for entry in os.listdir(directory) if entry.endswith(".toml"))
+    except OSError as exc:
+        raise ConfigError(f"tenants_dir: cannot read {directory}: {exc.strerror}") from None
+    for file in files:
+        name, file_path = file[:-len(".toml")], os.path.join(directory, file)
+        if name in config["tenants"]:
+            raise ConfigError(f"tenant {name!r}: declared twice, in {path}:{_line_of(text, '', f'tenants.{name}')} "
+                              f"and in {file_path}")
+        file_text = _text(file_path)
+        try:
+            table = tomllib.loads(file_text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file_path}: invalid TOML: {exc}") from None
+        _add_tenant(config["tenants"], name, table, file_path, file_text, "", origins)
+
+
+def _text(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror}") from None
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
+    """Tenant listeners (`origins`: where each tenant sets them): none on another listener's
+    host:port, TLS ones only with a certificate, and few enough for a worker to tell them apart."""
+    found = listeners(config)
+    if len(found) > MAX_LISTENERS:
+        raise ConfigError(f"{len(found)} listeners: at most {MAX_LISTENERS}")
+    for index, (scheme, host, port, name) in enumerate(found):
+        if not name:
+            continue
+        said = f"{origins[name]}: tenants.{name}.listeners: {scheme}://{_address(host, port)}"
+        if scheme in ("mqtts", "wss") and not config["tls"]["certfile"]:
+            raise ConfigError(f"{said} needs the [tls] certfile (and keyfile)")
+        for other_scheme, other_host, other_port, other in found[:index]:
+            if port and port == other_port and (host == other_host or {host, other_host} & {"0.0.0.0", "::"}):
+                owner = f"tenant {other}'s" if other else "the broker's"
+                raise ConfigError(f"{said} clashes with {owner} {other_scheme} listener on {_address(other_host, other_port)}")
+
+
+def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, text: str,
+         found_in: str | None = None) -> None:
+    """Check `key` of `section` into `target`; `found_in`: the section `text` sets it in, when not
+    `section` (a tenants_dir file sets a tenant's keys at its top)."""
     name = f"{section}.{key}" if section else key
-    where = f"{path}:{_line_of(text, section, key)}"
-    option = SCHEMA[section].get(key)
+    where = f"{path}:{_line_of(text, section if found_in is None else found_in, key)}"
+    option = _options(section).get(key)
     if option is None:
         raise ConfigError(f"{where}: unknown key '{name}'")
     try:

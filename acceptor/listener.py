@@ -1,4 +1,4 @@
-"""Accepting connections and handing each socket to the least-loaded worker, with the kind of its listener.
+"""Accepting connections and handing each socket to the least-loaded worker, with its listener's index.
 
 Accepts are taken in bursts; the sockets of one burst bound for the same worker travel in one
 sendmsg (SCM_RIGHTS). The acceptor keeps a socket only for the moment it takes to pass it on.
@@ -24,12 +24,12 @@ OUT_OF_FDS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Listener:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, kind: bytes, workers: list[Child],
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, index: bytes, workers: list[Child],
                  admission: Admission) -> None:
         self.loop = loop
         self.admission = admission
         self.sock = sock
-        self.kind = kind  # handoff.LISTENER_*: how the worker speaks on the sockets of this listener
+        self.index = index  # one byte: its place in config["listening"], which tells the worker how to serve its sockets
         self.workers = workers
         self.refused = 0
         self.refused_logged_at = 0.0
@@ -68,7 +68,7 @@ class Listener:
         try:
             for start in range(0, len(fds), handoff.MAX_FDS_PER_MESSAGE):
                 chunk = fds[start:start + handoff.MAX_FDS_PER_MESSAGE]
-                handoff.send_fds(worker.channel, chunk, self.kind * len(chunk))  # type: ignore[arg-type]  # a live worker has its channel
+                handoff.send_fds(worker.channel, chunk, self.index * len(chunk))  # type: ignore[arg-type]  # a live worker has its channel
                 sent += len(chunk)
         except OSError as exc:
             worker.handed -= len(fds) - sent  # never arrive: they must not count as load

@@ -43,6 +43,7 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
         source = config[section] if section else config
         for key in options:
             flat[f"{section}.{key}" if section else key] = source[key]
+    flat["tenants"] = config["tenants"]  # not yet reloadable: added, changed or removed, they need a restart
     return flat
 
 

@@ -21,14 +21,11 @@ from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, raise_fd_limit
 from plexmq.router.store import Store, StoreError
-from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
 
 LISTEN_BACKLOG = 4096
 LOCK_FILE = "plexmq.lock"  # in the data dir: holds the pid of the broker that claimed it
-KINDS = {"mqtt": handoff.LISTENER_TCP, "mqtts": handoff.LISTENER_TLS, "ws": handoff.LISTENER_WS,
-         "wss": handoff.LISTENER_WSS}  # what the worker speaks on the sockets of each listener
 
 
 def default_workers(max_connections: int, per_worker: int, role: str) -> int:
@@ -104,10 +101,10 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["workers"] = default_workers(config["max_connections"], per_worker, role)
     if role == "node" and not config["node_name"]:
         config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
-    socks: list[tuple[str, socket.socket]] = []
-    for scheme, host, port in listeners(config) if role != "router" else []:
+    socks: list[tuple[str, str, socket.socket]] = []
+    for scheme, host, port, tenant in listeners(config) if role != "router" else []:
         try:
-            socks.append((scheme, bind(host, port)))
+            socks.append((scheme, tenant, bind(host, port)))
         except OSError as exc:
             print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
             return 1
@@ -145,14 +142,15 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["router_curve"] = curve_keys(config["router_curve_dir"])
     else:
         config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
+    config["listening"] = [[scheme, tenant] for scheme, tenant, _sock in socks]  # handoff.py: a socket's listener byte
     config["config_path"] = os.path.join(run_dir, "config.json")
     reload.write(config["config_path"], config)
-    for scheme, sock in socks:  # the plain listener first, in the line tests and scripts read
+    for index, (scheme, tenant, sock) in enumerate(socks):  # the plain listener first, in the line tests and scripts read
         host, port = sock.getsockname()[:2]
-        if scheme == "mqtt":
+        if not index:
             log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
         else:
-            log.info("plexmq listening on %s:%d (%s)", host, port, scheme)
+            log.info("plexmq listening on %s:%d (%s%s)", host, port, scheme, f", tenant {tenant}" if tenant else "")
     if role == "router":
         log.info("plexmq router on %s: nodes join it there", config["router_bind"])
     else:
@@ -178,7 +176,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     supervisor = Supervisor(config, loop, give_up)
     supervisor.start()
     admission = Admission(config)
-    accepting = [Listener(loop, sock, KINDS[scheme], supervisor.workers, admission) for scheme, sock in socks]
+    accepting = [Listener(loop, sock, bytes([index]), supervisor.workers, admission)
+                 for index, (_scheme, _tenant, sock) in enumerate(socks)]
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)

@@ -40,7 +40,7 @@ from plexmq.workers.connection import Connection
 from plexmq.workers.counters import Counters
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
-from plexmq.workers.routes import LocalRoutes
+from plexmq.workers.routes import RouteTables
 from plexmq.workers.settings import Settings
 from plexmq.workers.worker import Worker
 
@@ -192,7 +192,7 @@ class HarnessWorker(Worker):
         self.queuing = set()
         self.flush_pending = False
         self.awaiting = deque()
-        self.routes = LocalRoutes(self.identity)
+        self.routes = RouteTables(self.identity)
         self.unanswered = 0
         self.local_received = self.local_sent = 0
         self.shedding = False
@@ -346,6 +346,11 @@ def kick(conn: int) -> FromRouter:
     return lambda out: out.kick(conn)
 
 
+def routes(gen: int, whole: bool, entries: list[list]) -> FromRouter:
+    """ROUTES: [tenant, filter, [places]] entries, as router/routes.py sends them."""
+    return lambda out: out.add(wire.ROUTES, wire.Routes(gen, whole, entries).encode())
+
+
 # -- the harness ---------------------------------------------------------------------------------------------
 
 
@@ -393,12 +398,14 @@ class ConnectionHarness:
         self.link: FakeLink = link
         self.taken: int = 0  # frames of the link already read by `records`
 
-    def open(self) -> Client:
-        """A new connection, as `Worker.adopt` makes one (its socket accepted, nothing read yet)."""
+    def open(self, listener_tenant: str = "") -> Client:
+        """A new connection, as `Worker.adopt` makes one (its socket accepted on a listener of
+        `listener_tenant`, "": one of the broker's own; nothing read yet)."""
         worker = self.worker
         conn_id = worker.next_conn
         worker.next_conn += 1
         conn = Connection(worker, conn_id, self.loop.time() + worker.settings.connect_timeout)
+        conn.tenant = listener_tenant
         worker.conns[conn_id] = conn
         worker.wheel.add(conn)
         transport = FakeTransport(("127.0.0.1", 50000 + conn_id))
@@ -406,16 +413,16 @@ class ConnectionHarness:
         return Client(self, conn, transport)
 
     def client(self, client_id: str, clean: bool = True, *, version: int = 4, present: bool = False,
-               properties: dict | None = None) -> Client:
+               properties: dict | None = None, username: str | None = None, listener_tenant: str = "") -> Client:
         """A connected client: CONNECT read; for a session the router must answer (persistent, or 5.0
         with a session expiry), its SESSION is sent (session present: `present`); the CONNACK is read
         and the link's records taken."""
-        client = self.open()
+        client = self.open(listener_tenant)
         client.v5 = version == 5
         if version == 5:
-            client.send(v5.encode_connect(client_id, clean, 60, protocol_level=5, properties=properties))
+            client.send(v5.encode_connect(client_id, clean, 60, username=username, protocol_level=5, properties=properties))
         else:
-            client.send(p.encode_connect(client_id, clean, 60, protocol_level=version))
+            client.send(p.encode_connect(client_id, clean, 60, username=username, protocol_level=version))
         if not client.packets():
             self.from_router(session(client.conn_id, present))
             [connack] = client.packets()

@@ -233,6 +233,21 @@ def test_every_listener_has_its_log_line(open_broker: Broker, wss_broker: Broker
     assert "(mqtts)" not in wss_broker.output() and "(ws)" not in wss_broker.output()
 
 
+def test_a_tenants_tls_listener_uses_the_tls_certificate_and_places_its_clients(pki: Pki, tmp_path: Path) -> None:
+    """A tenant's mqtts listener speaks TLS with the [tls] certificate (its own listener off), and a
+    client there is in that tenant: tenant_required refuses the same client on the plain listener."""
+    b = start(tmp_path, 'tenant_required = true\n[tenants.acme]\nlisteners = ["mqtts://127.0.0.1:0"]\n'
+              + tls_section(pki, enabled=False), "--workers", "1")
+    try:
+        found = re.search(r"listening on [^ ]+:(\d+) \(mqtts, tenant acme\)", b.output())
+        assert found, b.output()
+        assert answer_with(int(found.group(1)), pki, None) == CONNACK_OK
+        with socket.create_connection(("127.0.0.1", b.port), timeout=WAIT) as plain:
+            assert mqtt_answer(plain) == b"\x20\x02\x00\x05"  # no tenant found
+    finally:
+        b.stop()
+
+
 # -- paho across transports -------------------------------------------------------------------------
 
 

@@ -52,7 +52,7 @@ class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
-                 "v5")
+                 "v5", "tenant", "local_name", "routes")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -69,6 +69,10 @@ class Connection(Outbound, asyncio.Protocol):
         self.keepalive = 0
         self.level = 4  # the CONNECT's protocol level: 3 is MQTT 3.1, 5 is MQTT 5.0
         self.v5: Negotiated | None = None  # what a 5.0 client agreed on at CONNECT
+        # its tenant (plexmq/tenants.py): until CONNECT, the owner of the listener it came on ("": none)
+        self.tenant = ""
+        self.local_name: str | None = None  # its username within its tenant (a suffix naming the tenant taken off)
+        self.routes = worker.routes.default  # its tenant's table of local routes
         self.deadline = deadline
         self.wheel_slot = -1
         self.persistent = False
@@ -307,7 +311,7 @@ class Connection(Outbound, asyncio.Protocol):
         link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
                                   max(self.inflight, default=0) + 1 if connack_sent else 0, fresh,
-                                  self.v5.session_expiry if self.v5 is not None else -1, will_extra),
+                                  self.v5.session_expiry if self.v5 is not None else -1, will_extra, self.tenant),
                      will.payload if will else b"")
         if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])

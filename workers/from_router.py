@@ -110,9 +110,9 @@ def suback(worker: Worker, header: bytes, payload: bytes) -> None:
     asked = conn.subs or {}
     for topic_filter, qos in placed:
         if qos < 0 or topic_filter not in asked:
-            worker.routes.unsubscribe(conn_id, topic_filter)
+            conn.routes.unsubscribe(conn_id, topic_filter)
         else:
-            worker.routes.subscribe(conn_id, topic_filter, qos)
+            conn.routes.subscribe(conn_id, topic_filter, qos)
     if conn.v5 is None:
         conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
     else:

@@ -1,7 +1,10 @@
 """The acceptor <-> worker channel: accepted sockets passed with SCM_RIGHTS over a SEQPACKET pair.
 
 Messages (one datagram each):
-  acceptor -> worker  b"F" + one listener-kind byte per fd (LISTENER_*: how to speak on it), with the fds;
+  acceptor -> worker  b"F" + one listener byte per fd, with the fds: the listener's index in
+                      `config["listening"]` (written by the acceptor, acceptor/config.py `listeners` order:
+                      the broker's own first, then the tenants'), a [scheme, owning tenant] pair that says
+                      how to speak on the socket (mqtt, mqtts, ws, wss) and whose it is ("": nobody's);
   worker -> acceptor  b"L" + <II: connections held, sockets received since the worker started
                       (the acceptor adds the sockets it handed that the worker has not yet seen)
 """
@@ -17,10 +20,6 @@ LOAD = ord("L")
 
 MAX_FDS_PER_MESSAGE = 64  # well under the kernel's SCM_MAX_FD (253)
 LOAD_REPORT = struct.Struct("<II")
-LISTENER_TCP = b"t"  # MQTT
-LISTENER_TLS = b"s"  # MQTT over TLS
-LISTENER_WS = b"w"  # MQTT over WebSocket
-LISTENER_WSS = b"W"  # MQTT over WebSocket over TLS
 
 
 def channel_pair() -> tuple[socket.socket, socket.socket]:
@@ -28,9 +27,9 @@ def channel_pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
-def send_fds(chan: socket.socket, fds: list[int], kinds: bytes) -> None:
+def send_fds(chan: socket.socket, fds: list[int], listeners: bytes) -> None:
     """Pass up to MAX_FDS_PER_MESSAGE sockets in one sendmsg."""
-    chan.sendmsg([b"F" + kinds], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    chan.sendmsg([b"F" + listeners], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
 
 
 def recv_message(chan: socket.socket) -> tuple[bytes, list[int], int]:

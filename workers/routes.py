@@ -6,6 +6,10 @@ else serves (ROUTES). A message goes straight to the local subscribers only when
 its topic is served elsewhere; the caller also waits until the router has taken every PUB the worker
 sent it before (`RouterLink.unrouted`), so that a topic that stops needing the router does not
 overtake its own messages still on their way through it.
+
+Each tenant has its own table (`RouteTables`): a filter served elsewhere in one tenant says nothing
+about the same filter in another, and a connection matches its messages against its tenant's only
+(`Connection.routes`, bound at CONNECT: the QoS 0 path pays no lookup for it).
 """
 
 from __future__ import annotations
@@ -81,3 +85,46 @@ class LocalRoutes:
         removed = [topic_filter for topic_filter in filters if self.local.remove(topic_filter, conn_id)]
         if removed:
             self.cache.clear()
+
+
+class RouteTables:
+    """A `LocalRoutes` per tenant this worker has seen, in a CONNECT or in a ROUTES record; the
+    default tenant's always."""
+
+    __slots__ = ("identity", "tables", "known", "default")
+
+    def __init__(self, identity: bytes) -> None:
+        self.identity = identity
+        self.tables: dict[str, LocalRoutes] = {}
+        self.known = False  # as each table's `known`: whether the whole table came since the last HELLO
+        self.default = self.of("")
+
+    def of(self, tenant: str) -> LocalRoutes:
+        """The table of `tenant`, made at its first sight (then as much known as the others)."""
+        table = self.tables.get(tenant)
+        if table is None:
+            table = self.tables[tenant] = LocalRoutes(self.identity)
+            table.known = self.known
+        return table
+
+    def apply(self, whole: bool, entries: list[list]) -> None:
+        """A ROUTES record: each [tenant, filter, places] entry to its tenant's table (`whole`: every
+        table is replaced, those the record names no filter of emptied)."""
+        by_tenant: dict[str, list[list]] = {}
+        for entry in entries:
+            by_tenant.setdefault(entry[0], []).append(entry)
+        if whole:
+            self.known = True
+            for tenant in by_tenant:
+                self.of(tenant)
+            for tenant, table in self.tables.items():
+                table.apply(True, by_tenant.get(tenant, []))
+        else:
+            for tenant, part in by_tenant.items():
+                self.of(tenant).apply(False, part)
+
+    def forget_table(self) -> None:
+        """A new router: until its table comes, every message of every tenant goes to it."""
+        self.known = False
+        for table in self.tables.values():
+            table.forget_table()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plexmq.mqtt import properties as props
+from plexmq.tenants import Tenants
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ class Settings:
     byte_rate: float
     rate_limited: bool
     rate_disconnects: bool  # rate_limit_action = disconnect (else throttle)
+    tenants: Tenants  # the declared tenants and how a CONNECT names one
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -66,4 +68,5 @@ class Settings:
             byte_rate=byte_rate,
             rate_limited=bool(message_rate or byte_rate),
             rate_disconnects=action == "disconnect",
+            tenants=Tenants.from_config(config),
         )

@@ -15,9 +15,11 @@ VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 
 
 def wanted(config: dict[str, Any]) -> bool:
-    """Whether a listener speaks TLS: `[tls]` itself, or WebSocket over TLS, which uses its certificate."""
+    """Whether a listener speaks TLS: `[tls]` itself, or WebSocket over TLS or a tenant's mqtts/wss
+    listener, which use its certificate."""
     websocket = config["websocket"]
-    return config["tls"]["enabled"] or websocket["enabled"] and websocket["tls"]
+    return (config["tls"]["enabled"] or websocket["enabled"] and websocket["tls"]
+            or any(url.startswith(("mqtts:", "wss:")) for table in config["tenants"].values() for url in table["listeners"]))
 
 
 def server_context(tls: dict[str, Any]) -> ssl.SSLContext:

@@ -39,7 +39,7 @@ from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.outbound import Extra, Forms, Outbound
-from plexmq.workers.routes import LocalRoutes, Subscriber
+from plexmq.workers.routes import RouteTables, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
@@ -73,7 +73,8 @@ class Worker:
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
         self.shed = 0  # deliveries dropped while shedding
         self.identity_as_username = False
-        self.listeners: dict[int, tuple[ssl.SSLContext | None, bool]] = {}  # listener kind -> (TLS, WebSocket)
+        # per listener byte (handoff.py): its TLS context, whether it speaks WebSocket, its tenant ("": none)
+        self.listeners: list[tuple[ssl.SSLContext | None, bool, str]] = []
         self._set_tls(config)
         self.max_conns = connections_per_worker(fd_limit)
         self.conns: dict[int, Connection] = {}
@@ -89,7 +90,7 @@ class Worker:
         self.identity = wire.identity(self.node, worker_id)
         self.address = local_address(config["router_endpoint"])
         self.label = wire.label(self.node, worker_id)
-        self.routes = LocalRoutes(self.identity)
+        self.routes = RouteTables(self.identity)
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
@@ -140,9 +141,9 @@ class Worker:
 
     # -- connections -------------------------------------------------------------------------------
 
-    def adopt(self, fd: int, kind: int) -> None:
-        """Serve a socket passed by the acceptor as its listener `kind` says, or refuse it when out of
-        descriptors."""
+    def adopt(self, fd: int, listener: int) -> None:
+        """Serve a socket passed by the acceptor as its listener (an index in `listeners`) says, or
+        refuse it when out of descriptors."""
         if len(self.conns) >= self.max_conns:
             os.close(fd)
             self._refuse(1)
@@ -154,7 +155,7 @@ class Worker:
         conn = Connection(self, conn_id, self.loop.time() + self.settings.connect_timeout)
         self.conns[conn_id] = conn
         self.wheel.add(conn)
-        context, websocket = self.listeners[kind]
+        context, websocket, conn.tenant = self.listeners[listener]
         protocol = WebSocket(conn) if websocket else conn
         if context is None:
             self.poller.serve(sock, protocol)
@@ -188,7 +189,7 @@ class Worker:
 
     def forget(self, conn: Connection, tell_router: bool, publish_will: bool) -> None:
         self.conns.pop(conn.conn_id, None)
-        self.routes.forget(conn.conn_id, conn.subs or ())
+        conn.routes.forget(conn.conn_id, conn.subs or ())
         self.unanswered -= conn.waiting  # their answers find no connection
         conn.waiting = 0
         self.flush_soon()  # which reports the new load (and sends GONE)
@@ -225,7 +226,7 @@ class Worker:
                 self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props),
                                      "")
         if qos < 2 and not retain and self.local_path(conn):
-            subs = self.routes.targets(name)
+            subs = conn.routes.targets(name)
             if subs is not None:
                 self.local_received += 1
                 if subs:
@@ -242,7 +243,7 @@ class Worker:
     def publish_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> None:
         """A run of `count` plain QoS 0 PUBLISH packets to `topic` of `conn`, as they are: written here
         to the local subscribers when only they want it (as `publish`), else to the router."""
-        subs = self.routes.targets(topic) if self.local_path(conn) else None
+        subs = conn.routes.targets(topic) if self.local_path(conn) else None
         if subs is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
             return
@@ -394,8 +395,8 @@ class Worker:
                 return
             if msg[0] == handoff.FDS:
                 self.received += len(fds) + lost
-                for fd, kind in zip(fds, msg[1:]):  # the kernel drops the last fds when we run out
-                    self.adopt(fd, kind)
+                for fd, listener in zip(fds, msg[1:]):  # the kernel drops the last fds when we run out
+                    self.adopt(fd, listener)
                 if lost:
                     self._refuse(lost)
         self._report_load()
@@ -539,8 +540,8 @@ class Worker:
         files) are read again: new handshakes use it; live connections stay as they were accepted."""
         context = tls.server_context(config["tls"]) if tls.wanted(config) else None
         self.identity_as_username = context is not None and config["tls"]["use_identity_as_username"]
-        self.listeners = {handoff.LISTENER_TCP[0]: (None, False), handoff.LISTENER_TLS[0]: (context, False),
-                          handoff.LISTENER_WS[0]: (None, True), handoff.LISTENER_WSS[0]: (context, True)}
+        self.listeners = [(context if scheme in ("mqtts", "wss") else None, scheme in ("ws", "wss"), tenant)
+                          for scheme, tenant in config["listening"]]
 
     def stop(self) -> None:
         if self.stopped:

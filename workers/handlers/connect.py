@@ -2,7 +2,8 @@
 check or a database, or run an enhanced authentication exchange), the will against the ACL; then the
 session is claimed from the router, whose answer (`Connection.session_ready`) sends the CONNACK. A
 5.0 client also agrees its limits here (`workers.negotiated`) and hears every refusal's reason code
-and reason string; with `server_reference` set every client is sent there instead."""
+and reason string; with `server_reference` set every client is sent there instead. Its tenant is
+found (plexmq/tenants.py) before its login is checked: one that cannot be found is refused."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
 from plexmq.mqtt.framing import PROTOCOL_ERROR
+from plexmq.tenants import DISABLED, NONE_FOUND, UNKNOWN, Refused, resolve
 from plexmq.workers import scram
 from plexmq.workers.acl import may_publish
 from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
@@ -35,6 +37,9 @@ IDENTIFIER_REJECTED = 0x02  # 3.1.1 CONNACK return codes; the others come from w
 _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reasons.CLIENT_IDENTIFIER_NOT_VALID,
           SERVER_UNAVAILABLE: reasons.SERVER_UNAVAILABLE, BAD_CREDENTIALS: reasons.BAD_USER_NAME_OR_PASSWORD,
           NOT_AUTHORIZED: reasons.NOT_AUTHORIZED}
+# a connection without a tenant: its CONNACK code (3.1.1; 5.0 through _AS_V5) and reason string
+_NO_TENANT = {UNKNOWN: (BAD_CREDENTIALS, "unknown tenant {!r}"), NONE_FOUND: (NOT_AUTHORIZED, "no tenant found"),
+              DISABLED: (SERVER_UNAVAILABLE, "tenant {!r} is disabled")}
 # CONNACK properties a client can do without, left out (after the reason string) of a CONNACK larger
 # than its Maximum Packet Size: without them it sends no topic aliases, and takes what the broker
 # offers as available (it offers all of it). Its limits, its client id, its keep alive and the end of
@@ -85,6 +90,12 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         if conn.v5 is None:  # 3.1.1 cannot be told another keepalive
             return refuse(conn, IDENTIFIER_REJECTED, f"keepalive {connect.keepalive} s, max_keepalive is {most} s")
         conn.v5.server_keepalive = most
+    found = resolve(settings.tenants, conn.tenant, connect.username if conn.cert_username is None else conn.cert_username)
+    if isinstance(found, Refused):
+        code, reason = _NO_TENANT[found.kind]
+        return refuse(conn, code, reason.format(found.tenant))
+    conn.tenant, conn.local_name = found
+    conn.routes = worker.routes.of(found.tenant)
     conn.client_id = client_id
     if method is not None:
         conn.v5.auth_method = method  # type: ignore[union-attr]  # a 5.0 CONNECT

@@ -57,6 +57,6 @@ def handle_unsubscribe(conn: Connection, flags: int, body: bytes) -> None:
         for f in filters:
             conn.subs.pop(f, None)
     for f in filters:  # no longer served here, at once: until UNSUBACK the router may still send some
-        conn.worker.routes.unsubscribe(conn.conn_id, f)
+        conn.routes.unsubscribe(conn.conn_id, f)
     conn.ask()
     conn.worker.link.unsubscribe(conn.conn_id, packet_id, filters)

@@ -1,0 +1,105 @@
+"""The declared tenants (issue 23) and the rule that finds a connection's tenant.
+
+The config holds them as plain data (`config["tenants"]`: name -> its table's keys, checked by
+acceptor/config.py); `Tenants.from_config` makes the frozen registry that the acceptor and each worker
+read. The default tenant `""` is never declared: it always exists and is always enabled. `resolve` is
+the rule of issue 23 (listener owner, then the username suffix, then the default or a refusal), kept
+pure so that it can be tested as a table; the worker turns a refusal into a CONNACK.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+DEFAULT = ""  # the default tenant's name
+NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+NAME_RULE = "up to 64 letters, digits, '_', '.' or '-'"
+# the scheme, host and port of a tenant's listener, as `listeners` writes them
+LISTENER = re.compile(r"(?P<scheme>mqtts?|wss?)://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})")
+
+# why a connection has no tenant
+UNKNOWN = "unknown"  # its username names a tenant that is not declared (or, on a tenant's listener, another one)
+NONE_FOUND = "none found"  # nothing names a tenant and tenant_required is set
+DISABLED = "disabled"  # its tenant is declared with enabled = false
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """One declared tenant's config; later increments add its logins, ACL and limits here."""
+    name: str
+    enabled: bool = True
+    listeners: tuple[str, ...] = ()  # "mqtt://HOST:PORT" ...: connections on them are this tenant's
+
+
+class Found(NamedTuple):
+    tenant: str
+    username: str | None  # the tenant-local username (without the suffix that named the tenant)
+
+
+class Refused(NamedTuple):
+    kind: str  # UNKNOWN, NONE_FOUND or DISABLED
+    tenant: str  # the name that was asked for ("" for NONE_FOUND)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenants:
+    """The registry: the declared tenants and how a connection names one."""
+    declared: Mapping[str, Tenant] = field(default_factory=dict)
+    separator: str = ""  # tenant_separator: "" means usernames never name a tenant
+    required: bool = False  # tenant_required
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Tenants:
+        return cls({name: tenant(name, table) for name, table in config["tenants"].items()},
+                   config["tenant_separator"], config["tenant_required"])
+
+
+def tenant(name: str, table: dict[str, Any]) -> Tenant:
+    """The `Tenant` of a checked `[tenants.NAME]` table."""
+    return Tenant(name, table["enabled"], tuple(table["listeners"]))
+
+
+def unfit_name(name: str) -> str | None:
+    """Why `name` cannot name a tenant, or None."""
+    return None if NAME.fullmatch(name) else f"a tenant name is {NAME_RULE}, not {name!r}"
+
+
+def listener(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a tenant listener's URL; ValueError when it is not one."""
+    found = LISTENER.fullmatch(url)
+    if found is None or int(found["port"]) > 65535:
+        raise ValueError(url)
+    return found["scheme"], found["v6"] or found["host"], int(found["port"])
+
+
+def diff(old: Mapping[str, Tenant], new: Mapping[str, Tenant]) -> tuple[set[str], set[str], set[str]]:
+    """(added, changed, removed) tenant names from `old` to `new`: what a reload must apply."""
+    added = new.keys() - old.keys()
+    removed = old.keys() - new.keys()
+    changed = {name for name in new.keys() & old.keys() if new[name] != old[name]}
+    return set(added), changed, set(removed)
+
+
+def resolve(tenants: Tenants, owner: str, username: str | None) -> Found | Refused:
+    """The tenant of a connection on a listener of tenant `owner` ("": one of the broker's own) that
+    logs in as `username`. On an owned listener a username suffix naming the owner is taken off, one
+    naming another declared tenant is refused, any other is part of the username."""
+    declared = tenants.declared
+    named, local = None, username
+    if tenants.separator and username is not None and tenants.separator in username:
+        prefix, _, suffix = username.rpartition(tenants.separator)
+        if not owner or suffix in declared:
+            named, local = suffix, prefix
+    if owner:
+        if named is not None and named != owner:
+            return Refused(UNKNOWN, named)
+        named = owner
+    if named is None:
+        return Refused(NONE_FOUND, DEFAULT) if tenants.required else Found(DEFAULT, username)
+    found = declared.get(named)
+    if found is None:
+        return Refused(UNKNOWN, named)
+    return Found(named, local) if found.enabled else Refused(DISABLED, named)
