@@ -4,12 +4,12 @@ benchmark samples (see deploy/spark.md for a cluster)."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from datetime import UTC, datetime
 
 from plexmq.mqtt.topics import valid_filter
+from plexmq.tenants import unfit_name
 from plexmq.units import parse_duration
 
 
@@ -37,9 +37,10 @@ def topic_filter(text: str) -> str:
 
 
 def tenant_name(text: str) -> str:
-    """A tenant's name (`[A-Za-z0-9_.-]{1,64}`), or "" for the default tenant."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", text):
-        raise argparse.ArgumentTypeError(f"not a tenant name: {text!r} (letters, digits, _ . -; at most 64)")
+    """A tenant's name (plexmq/tenants.py), or "" for the default tenant."""
+    reason = unfit_name(text) if text else None
+    if reason:
+        raise argparse.ArgumentTypeError(reason)
     return text
 
 

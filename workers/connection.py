@@ -278,7 +278,7 @@ class Connection(Outbound, asyncio.Protocol):
                 skipped.clear()
                 packets = b"".join(kept)
             if packets:
-                worker.archive_packets(self, packets, "")
+                worker.archive_packets(self, packets)
 
     # -- packets from the client: workers/handlers/, one module per packet ------------------------
 

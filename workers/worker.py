@@ -204,14 +204,13 @@ class Worker:
         archived = known[topic] = self.archive is not None and self.archive.wants(topic)
         return archived
 
-    def archive_packets(self, conn: Connection, packets: bytes, tenant: str) -> None:
-        """Archive PUBLISH packets of `conn` that one read brought, as they are, in the tree of `tenant`
-        (the connection's; "": the default tenant)."""
+    def archive_packets(self, conn: Connection, packets: bytes) -> None:
+        """Archive PUBLISH packets of `conn` that one read brought, as they are, in its tenant's tree."""
         if conn.sender is None:
             conn.sender = sender(conn.client_id, conn.username, conn.level)
         if not self.turn_us:
             self.turn_us = time.time_ns() // 1000  # the reads of one loop turn arrived together
-        self.archive.append(tenant, (self.turn_us, conn.sender, packets))  # type: ignore[union-attr]  # called only with an archive
+        self.archive.append(conn.tenant, (self.turn_us, conn.sender, packets))  # type: ignore[union-attr]  # called only with an archive
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
@@ -223,8 +222,7 @@ class Worker:
             if to_archive is None:
                 to_archive = self.remember_topic(name)
             if to_archive:
-                self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props),
-                                     "")
+                self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
         if qos < 2 and not retain and self.local_path(conn):
             subs = conn.routes.targets(name)
             if subs is not None:
