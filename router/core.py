@@ -29,7 +29,8 @@ from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
-from plexmq.router.tenants import DEFAULT, Tenant
+from plexmq.router.tenants import Tenant
+from plexmq.tenants import DEFAULT
 
 log = logging.getLogger("plexmq.router")
 

@@ -7,6 +7,7 @@ the store names them.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from plexmq.router.retain import RetainedStore
@@ -17,11 +18,8 @@ if TYPE_CHECKING:
     from plexmq.router.sessions import Session
     from plexmq.router.shared import SharedGroup
 
-DEFAULT = ""  # the default tenant's name: the one of every connection that names no tenant
-
-
 class Tenant:
-    __slots__ = ("name", "sessions", "trie", "retained", "groups", "cache")
+    __slots__ = ("name", "sessions", "trie", "retained", "groups", "cache", "limit_hits")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -30,3 +28,4 @@ class Tenant:
         self.retained = RetainedStore()
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
         self.cache: dict[bytes, Targets] = {}  # topic -> its cached match (Router._match)
+        self.limit_hits: Counter[str] = Counter()  # limit name -> times the router refused or dropped for it
