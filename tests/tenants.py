@@ -9,15 +9,16 @@ QoS 1 of its own: `fence`), a subscriber's `sync` returns everything that messag
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import NamedTuple
 
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.connect import Will
-from tests.conftest import Broker
+from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
-from tests.steps import BARRIER_PID, raw_on, uid, worker_of
+from tests.steps import BARRIER_PID, uid
 
 SEPARATOR = "@"
 DEFAULT = ""  # the default tenant
@@ -34,6 +35,9 @@ def shown(tenant: str) -> str:
     return tenant or "default"
 
 
+OPEN: list[Peer] = []  # every Peer made, for the test module to close after each test
+
+
 class Msg(NamedTuple):
     topic: str
     payload: bytes
@@ -47,6 +51,7 @@ class Peer:
     def __init__(self, raw: RawClient, level: int, tenant: str, client_id: str, present: bool) -> None:
         self.raw, self.level, self.tenant, self.client_id, self.present = raw, level, tenant, client_id, present
         self.v5 = level == 5
+        OPEN.append(self)
 
     def send(self, data: bytes) -> None:
         self.raw.send(data)
@@ -170,20 +175,57 @@ def join(raw: RawClient, tenant: str, level: int, client_id: str | None = None, 
          properties: dict | None = None, will: Will | None = None) -> Peer:
     """`raw` CONNECTed in `tenant` (by its username), which the broker must accept."""
     client_id = client_id or f"t-{uid()}"
+    raw.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # the barriers' small packets go at once
     present, code = connack(raw, level, client_id, user(tenant), clean, properties, will)
     assert code == 0, f"CONNACK {code:#x} for {user(tenant)!r}"
     return Peer(raw, level, tenant, client_id, present)
 
 
-def peer(broker: Broker, tenant: str, level: int, want: int | None = None, avoid: int | None = None,
-         **kw: object) -> Peer:
-    """A client of `tenant` on worker `want` (or on any worker but `avoid`; anywhere when neither)."""
-    raw = raw_on(broker, want, avoid) if want is not None or avoid is not None else RawClient(broker.port)
+def owners(broker: Broker) -> dict[int, int]:
+    """client port -> the id of the worker holding that connection, for every connection now held."""
+    found = {}
+    for worker_id, proc in broker.workers().items():
+        for c in proc.net_connections(kind="tcp"):
+            if c.raddr:
+                found[c.raddr.port] = worker_id
+    return found
+
+
+def socket_on(broker: Broker, want: int) -> RawClient:
+    """A raw socket (not yet CONNECTed) held by worker `want`. The sockets that land elsewhere stay
+    open meanwhile, so that the balancer (least loaded first) sends the next ones to the other worker;
+    one look at the workers' connections per round (tests/steps.py `raw_on` looks once per socket)."""
+    opened = [RawClient(broker.port)]
+    chosen: list[RawClient] = []
+
+    def look() -> bool:
+        held = owners(broker)
+        for c in opened:
+            if held.get(c.local_port) == want:
+                chosen.append(c)
+                return True
+        if all(c.local_port in held for c in opened):  # each handed over, none to `want`: one more
+            opened.append(RawClient(broker.port))
+        return False
+
+    try:
+        wait_for(look, 10, f"a socket on worker {want}")
+    finally:
+        for c in opened:
+            if c not in chosen:
+                c.close()
+    return chosen[0]
+
+
+def peer(broker: Broker, tenant: str, level: int, on: int | None = None, **kw: object) -> Peer:
+    """A client of `tenant`, on worker `on` (any when None)."""
+    raw = RawClient(broker.port) if on is None else socket_on(broker, on)
     return join(raw, tenant, level, **kw)  # type: ignore[arg-type]  # join's keyword arguments
 
 
 def worker(broker: Broker, c: Peer) -> int:
-    return worker_of(broker, c.raw)
+    """The id of the worker holding `c`."""
+    return wait_for(lambda: owners(broker).get(c.raw.local_port, -1) + 1, 10, "the socket to reach a worker") - 1
 
 
 def close_all(*peers: Peer) -> None:

@@ -14,6 +14,7 @@ module: every test leaves it as it found it (no retained message, no session lef
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from tests.cli import write
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import disconnect_of, from_address, uid
-from tests.tenants import DEFAULT, LEVELS, SEPARATOR, Msg, Peer, close_all, connack, join, peer, shown, user, worker
+from tests.tenants import DEFAULT, LEVELS, OPEN, SEPARATOR, Msg, Peer, close_all, connack, join, peer, shown, user, worker
 
 TENANTS = ["a", "b", DEFAULT]
 PROTOCOL_ERROR, SESSION_TAKEN_OVER = 0x82, 0x8E
@@ -38,6 +39,7 @@ sys_interval = 0.2  # $SYS (the default tenant's) often, for the test that no te
 [tenants.a]
 
 [tenants.b]
+listeners = ["mqtt://127.0.0.1:0"]  # its port is read from the log
 
 [tenants.off]
 enabled = false
@@ -78,8 +80,26 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     b.stop()
 
 
+@pytest.fixture(autouse=True)
+def closed() -> Iterator[None]:
+    """Every client a test made is closed after it, passed or failed."""
+    yield
+    close_all(*OPEN)
+    OPEN.clear()
+
+
+def listener_port(broker: Broker, tenant: str) -> int:
+    found = re.search(rf"listening on [^ ]+:(\d+) \(mqtt, tenant {tenant}\)", broker.output())
+    assert found, f"no listener of tenant {tenant} in the log:\n{broker.output()}"
+    return int(found.group(1))
+
+
 level_ids = pytest.mark.parametrize("level", [4, 5], ids=LEVELS.get)
 each_tenant = pytest.mark.parametrize("src", TENANTS, ids=shown)
+
+
+def worker_ids(broker: Broker) -> list[int]:
+    return sorted(broker.workers())
 
 
 def forget(broker: Broker, tenant: str, level: int, client_id: str) -> None:
@@ -109,21 +129,19 @@ def test_a_message_reaches_its_own_tenant_only(tb: Broker, src: str, level: int,
     gets it. Same-worker: every subscriber shares the publisher's worker, where QoS 0 and 1 go by the
     worker's own local routes (which must be per tenant too); cross-worker: all go through the router."""
     topic = f"a/b/{uid()}"
-    pub = peer(tb, src, level)
-    where = {"want": worker(tb, pub)} if placement == "same-worker" else {"avoid": worker(tb, pub)}
-    own = peer(tb, src, level, **where)
+    home, away = worker_ids(tb)
+    there = home if placement == "same-worker" else away
+    pub = peer(tb, src, level, on=home)
+    own = peer(tb, src, level, on=there)
     assert own.subscribe([(topic, 2)]) == [2]
-    strangers = {}
-    for tenant in others(src):
-        for topic_filter in (topic, "#"):
-            c = peer(tb, tenant, level, **where)
-            assert c.subscribe([(topic_filter, 2)]) == [2]
-            strangers[f"{shown(tenant)} on {topic_filter}"] = c
+    strangers = {t: peer(tb, t, level, on=there) for t in others(src)}
+    for c in strangers.values():
+        assert c.subscribe([(topic, 2), ("#", 2)]) == [2, 2]
     pub.publish(topic, b"own", qos)
     if qos == 0:
         pub.fence()
     assert own.sync() == [Msg(topic, b"own", qos, False)]
-    assert {name: c.sync() for name, c in strangers.items()} == {name: [] for name in strangers}
+    assert {t: c.sync() for t, c in strangers.items()} == {t: [] for t in strangers}
     close_all(pub, own, *strangers.values())
 
 
@@ -190,11 +208,11 @@ def test_a_retained_message_stays_in_its_tenant(tb: Broker, src: str, level: int
 @each_tenant
 def test_a_will_reaches_its_own_tenant_only(tb: Broker, src: str, level: int) -> None:
     topic = f"will/{uid()}"
-    dying = peer(tb, src, level, will=Will(topic, b"gone", 1, False))
-    w = worker(tb, dying)
-    own = peer(tb, src, level, avoid=w)
+    home, away = worker_ids(tb)
+    dying = peer(tb, src, level, on=home, will=Will(topic, b"gone", 1, False))
+    own = peer(tb, src, level, on=away)
     assert own.subscribe([(topic, 1)]) == [1]
-    strangers = {t: peer(tb, t, level, avoid=w) for t in others(src)}
+    strangers = {t: peer(tb, t, level, on=away) for t in others(src)}
     for c in strangers.values():
         assert c.subscribe([(topic, 1), ("#", 1)]) == [1, 1]
     dying.close()  # no DISCONNECT: the will goes
@@ -239,9 +257,10 @@ def test_the_same_client_id_in_another_tenant_is_another_session(tb: Broker, src
     """A live persistent session in `src`; the same id connecting (persistent too, from the other
     worker) in each other tenant finds no session there and takes nothing over."""
     cid, topic = f"same-{uid()}", f"sess/{uid()}"
-    first = peer(tb, src, level, client_id=cid, **persistent(level))
+    home, away = worker_ids(tb)
+    first = peer(tb, src, level, on=home, client_id=cid, **persistent(level))
     assert first.subscribe([(topic, 1)]) == [1]
-    seconds = {t: peer(tb, t, level, client_id=cid, avoid=worker(tb, first), **persistent(level)) for t in others(src)}
+    seconds = {t: peer(tb, t, level, on=away, client_id=cid, **persistent(level)) for t in others(src)}
     assert {t: c.present for t, c in seconds.items()} == {t: False for t in seconds}
     pub = peer(tb, src, level)
     pub.publish(topic, b"still here", 1)
@@ -280,9 +299,10 @@ def test_a_queued_session_outlives_its_client_id_connecting_clean_in_another_ten
 @pytest.mark.parametrize("tenant", TENANTS, ids=shown)
 def test_takeover_still_works_within_a_tenant(tb: Broker, tenant: str, level: int) -> None:
     cid, topic = f"take-{uid()}", f"sess/take/{uid()}"
-    old = peer(tb, tenant, level, client_id=cid, **persistent(level))
+    home, away = worker_ids(tb)
+    old = peer(tb, tenant, level, on=home, client_id=cid, **persistent(level))
     assert old.subscribe([(topic, 1)]) == [1]
-    new = peer(tb, tenant, level, client_id=cid, avoid=worker(tb, old), **persistent(level))
+    new = peer(tb, tenant, level, on=away, client_id=cid, **persistent(level))
     assert new.present
     if level == 5:
         assert disconnect_of(old.raw)[0] == SESSION_TAKEN_OVER
@@ -307,8 +327,8 @@ def test_shared_groups_are_per_tenant(tb: Broker, src: str, level: int) -> None:
     messages would be spread over all three members."""
     base = f"shared/{uid()}"
     share = f"$share/g/{base}"
-    workers = sorted(tb.workers())
-    members = {t: peer(tb, t, level, want=workers[n % 2]) for n, t in enumerate(TENANTS)}
+    ids = worker_ids(tb)
+    members = {t: peer(tb, t, level, on=ids[n % 2]) for n, t in enumerate(TENANTS)}
     for c in members.values():
         assert c.subscribe([(share, 1)]) == [1]
     pub = peer(tb, src, level)
@@ -333,7 +353,7 @@ def test_a_topic_alias_set_in_one_tenant_means_nothing_in_another(tb: Broker) ->
     setter.publish(topic, b"named", 1, properties={P.TOPIC_ALIAS: 1})
     setter.publish("", b"by alias", 1, packet_id=2, properties={P.TOPIC_ALIAS: 1})
     assert subs["a"].sync() == [Msg(topic, b"named", 1, False), Msg(topic, b"by alias", 1, False)]
-    other = peer(tb, "b", 5, want=worker(tb, setter))
+    other = peer(tb, "b", 5, on=worker(tb, setter))
     other.send(v5.encode_publish(b"", b"stolen", 1, packet_id=3, properties={P.TOPIC_ALIAS: 1}))
     assert disconnect_of(other.raw)[0] == PROTOCOL_ERROR
     assert {t: subs[t].sync() for t in ("b", DEFAULT)} == {"b": [], DEFAULT: []}
@@ -398,3 +418,37 @@ def test_users_without_a_suffix_are_in_the_default_tenant(tb: Broker) -> None:
     close_all(sub)
     anonymous.close()
 
+
+
+# ------------------------------------------------------------------------------ a tenant's listener
+
+
+@level_ids
+@pytest.mark.parametrize("username", [None, "x", "x@b"], ids=["no-username", "no-suffix", "own-suffix"])
+def test_a_client_on_a_tenants_listener_is_in_that_tenant(tb: Broker, username: str | None, level: int) -> None:
+    """Tenant b owns a listener: a client there is in b whatever (else) its username says; it meets
+    b's clients of the broker's own port, and neither a's nor the default tenant's."""
+    topic = f"listener/{uid()}"
+    subs = {t: peer(tb, t, level) for t in TENANTS}
+    for t, c in subs.items():
+        assert c.subscribe([(topic, 1), *([("#", 1)] if t != "b" else [])]) == [1] * (1 if t == "b" else 2)
+    raw = RawClient(listener_port(tb, "b"))
+    cid = f"listener-{uid()}"
+    present, code = connack(raw, level, cid, username)
+    assert code == 0
+    there = Peer(raw, level, "b", cid, present)
+    there.publish(topic, b"via the listener", 1)
+    assert subs["b"].sync() == [Msg(topic, b"via the listener", 1, False)]
+    assert {t: subs[t].sync() for t in ("a", DEFAULT)} == {"a": [], DEFAULT: []}
+    assert there.subscribe([(topic, 1)]) == [1]
+    for t in TENANTS:
+        peer(tb, t, level).publish(topic, f"from {shown(t)}".encode(), 1)
+    assert there.sync() == [Msg(topic, b"from b", 1, False)]
+
+
+@level_ids
+def test_a_suffix_naming_another_tenant_on_a_tenants_listener_is_refused(tb: Broker, level: int) -> None:
+    raw = from_address(listener_port(tb, "b"), f"127.0.0.{next(SOURCES)}")
+    assert connack(raw, level, f"listener-{uid()}", "x@a") == (False, 0x86 if level == 5 else 0x04)
+    raw.read_until_closed()
+    raw.close()
