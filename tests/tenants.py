@@ -69,6 +69,14 @@ class Peer:
         assert got == packet_id
         return codes
 
+    def unsubscribe(self, filters: list[str], packet_id: int = 2) -> None:
+        """UNSUBSCRIBE, answered by an UNSUBACK (nothing may come before it)."""
+        self.send((v5 if self.v5 else v4).encode_unsubscribe(packet_id, filters))
+        first, body = self.raw.recv()
+        assert first == 0xB0 and body[:2] == packet_id.to_bytes(2, "big"), f"expected UNSUBACK, got {first:#x} {body!r}"
+        if self.v5:
+            assert set(body[3:]) <= {0}, f"UNSUBACK reasons {body[3:]!r}"  # past the (empty) properties
+
     def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, packet_id: int = 1,
                 properties: dict | None = None) -> None:
         """PUBLISH from a client that is not subscribed to it, its QoS flow completed."""
