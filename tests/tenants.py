@@ -9,6 +9,7 @@ QoS 1 of its own: `fence`), a subscriber's `sync` returns everything that messag
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from typing import NamedTuple
@@ -189,46 +190,73 @@ def join(raw: RawClient, tenant: str, level: int, client_id: str | None = None, 
     return Peer(raw, level, tenant, client_id, present)
 
 
+_WORKERS: dict[int, dict[int, int]] = {}  # broker pid -> worker id -> pid
+
+
 def owners(broker: Broker) -> dict[int, int]:
-    """client port -> the id of the worker holding that connection, for every connection now held."""
+    """client port -> the id of the worker holding that connection, for every connection now held:
+    the workers' socket inodes, then one pass over the socket table (psutil makes one per worker, and
+    the table grows with every connection a test closes, as TIME_WAIT)."""
+    pids = _WORKERS.get(broker.proc.pid)
+    if pids is None:
+        pids = _WORKERS[broker.proc.pid] = {w: proc.pid for w, proc in broker.workers().items()}
+    inodes = {}
+    for worker_id, pid in pids.items():
+        fds = f"/proc/{pid}/fd"
+        for fd in os.listdir(fds):
+            try:
+                link = os.readlink(f"{fds}/{fd}")
+            except OSError:  # closed meanwhile
+                continue
+            if link.startswith("socket:["):
+                inodes[link[8:-1]] = worker_id
     found = {}
-    for worker_id, proc in broker.workers().items():
-        for c in proc.net_connections(kind="tcp"):
-            if c.raddr:
-                found[c.raddr.port] = worker_id
+    with open("/proc/net/tcp") as table:  # the clients connect to 127.0.0.1
+        next(table)
+        for line in table:
+            fields = line.split()
+            holder = inodes.get(fields[9])
+            if holder is not None:
+                found[int(fields[2].rsplit(":", 1)[1], 16)] = holder  # the remote address: the client's port
     return found
 
 
-def socket_on(broker: Broker, want: int) -> RawClient:
-    """A raw socket (not yet CONNECTed) held by worker `want`. The sockets that land elsewhere stay
-    open meanwhile, so that the balancer (least loaded first) sends the next ones to the other worker;
-    one look at the workers' connections per round (tests/steps.py `raw_on` looks once per socket)."""
-    opened = [RawClient(broker.port)]
+def sockets_on(broker: Broker, want: int, count: int) -> list[RawClient]:
+    """`count` raw sockets (not yet CONNECTed) held by worker `want`. The sockets that land elsewhere
+    stay open meanwhile, so that the balancer (least loaded first) sends the next ones to the other
+    worker; one look at the workers' sockets per round (tests/steps.py `raw_on` looks once per socket)."""
+    opened = [RawClient(broker.port) for _ in range(count)]
     chosen: list[RawClient] = []
 
     def look() -> bool:
         held = owners(broker)
         for c in opened:
-            if held.get(c.local_port) == want:
+            if len(chosen) < count and c not in chosen and held.get(c.local_port) == want:
                 chosen.append(c)
-                return True
-        if all(c.local_port in held for c in opened):  # each handed over, none to `want`: one more
-            opened.append(RawClient(broker.port))
+        if len(chosen) == count:
+            return True
+        if all(c.local_port in held for c in opened):  # each handed over, too few to `want`: more
+            opened.extend(RawClient(broker.port) for _ in range(count - len(chosen)))
         return False
 
     try:
-        wait_for(look, 10, f"a socket on worker {want}")
+        wait_for(look, 10, f"{count} sockets on worker {want}")
     finally:
         for c in opened:
             if c not in chosen:
                 c.close()
-    return chosen[0]
+    return chosen
 
 
 def peer(broker: Broker, tenant: str, level: int, on: int | None = None, **kw: object) -> Peer:
     """A client of `tenant`, on worker `on` (any when None)."""
-    raw = RawClient(broker.port) if on is None else socket_on(broker, on)
+    raw = RawClient(broker.port) if on is None else sockets_on(broker, on, 1)[0]
     return join(raw, tenant, level, **kw)  # type: ignore[arg-type]  # join's keyword arguments
+
+
+def peers(broker: Broker, tenants: list[str], level: int, on: int) -> dict[str, Peer]:
+    """A client of each of `tenants`, all on worker `on`."""
+    return {t: join(raw, t, level) for t, raw in zip(tenants, sockets_on(broker, on, len(tenants)))}
 
 
 def worker(broker: Broker, c: Peer) -> int:

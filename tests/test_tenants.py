@@ -27,7 +27,7 @@ from tests.cli import write
 from tests.conftest import Broker
 from tests.mqtt import RawClient
 from tests.steps import disconnect_of, from_address, uid
-from tests.tenants import DEFAULT, LEVELS, OPEN, SEPARATOR, Msg, Peer, close_all, connack, join, peer, shown, worker
+from tests.tenants import DEFAULT, LEVELS, OPEN, SEPARATOR, Msg, Peer, close_all, connack, join, peer, peers, shown, worker
 
 TENANTS = ["a", "b", DEFAULT]
 PROTOCOL_ERROR, SESSION_TAKEN_OVER = 0x82, 0x8E
@@ -132,9 +132,9 @@ def test_a_message_reaches_its_own_tenant_only(tb: Broker, src: str, level: int,
     home, away = worker_ids(tb)
     there = home if placement == "same-worker" else away
     pub = peer(tb, src, level, on=home)
-    own = peer(tb, src, level, on=there)
+    strangers = peers(tb, TENANTS, level, on=there)
+    own = strangers.pop(src)
     assert own.subscribe([(topic, 2)]) == [2]
-    strangers = {t: peer(tb, t, level, on=there) for t in others(src)}
     for c in strangers.values():
         assert c.subscribe([(topic, 2), ("#", 2)]) == [2, 2]
     pub.publish(topic, b"own", qos)
@@ -155,13 +155,13 @@ def test_an_unsubscribe_in_other_tenants_leaves_the_subscription_of_one(tb: Brok
     topic = f"unsub/{uid()}"
     home, away = worker_ids(tb)
     there = home if placement == "same-worker" else away
-    subs = {t: peer(tb, t, level, on=there) for t in TENANTS}
+    subs = peers(tb, TENANTS, level, on=there)
     for c in subs.values():
         assert c.subscribe([(topic, 1)]) == [1]
     for t in others(src):
         subs[t].unsubscribe([topic])
-    for t in TENANTS:
-        peer(tb, t, level, on=home).publish(topic, f"of {shown(t)}".encode(), 1)
+    for t, c in peers(tb, TENANTS, level, on=home).items():
+        c.publish(topic, f"of {shown(t)}".encode(), 1)
     assert {t: c.sync() for t, c in subs.items()} == {
         t: [Msg(topic, f"of {shown(src)}".encode(), 1, False)] if t == src else [] for t in TENANTS}
 
@@ -231,9 +231,9 @@ def test_a_will_reaches_its_own_tenant_only(tb: Broker, src: str, level: int) ->
     topic = f"will/{uid()}"
     home, away = worker_ids(tb)
     dying = peer(tb, src, level, on=home, will=Will(topic, b"gone", 1, False))
-    own = peer(tb, src, level, on=away)
+    strangers = peers(tb, TENANTS, level, on=away)
+    own = strangers.pop(src)
     assert own.subscribe([(topic, 1)]) == [1]
-    strangers = {t: peer(tb, t, level, on=away) for t in others(src)}
     for c in strangers.values():
         assert c.subscribe([(topic, 1), ("#", 1)]) == [1, 1]
     dying.close()  # no DISCONNECT: the will goes
