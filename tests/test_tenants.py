@@ -1,4 +1,4 @@
-"""End to end: the tenant isolation matrix of issue 23 (docs: /work/tenants-spec.md) on the real broker
+"""End to end: the tenant isolation matrix of issue 23 (`issues show 23`) on the real broker
 with two workers. Tenants `a` and `b` are declared, `off` is declared disabled; clients join one by
 their username (`x@a`, `x@b`; `x` is the default tenant). Each feature that carries a topic, an id or
 a count is checked from every tenant towards both others (so a->b, b->a, a->default, default->a ...),
@@ -52,7 +52,8 @@ tenant_required = true
 [tenants.a]
 """
 
-SOURCES = itertools.count(2)  # refused logins may be answered later with each refusal from one address
+SOURCES = itertools.count(2)  # 127.0.0.N: each refusal from an address of its own (a refused login may be
+# answered later with each refusal from one address: workers/auth.py `failed`)
 
 
 def others(tenant: str) -> list[str]:
@@ -242,6 +243,22 @@ def test_a_will_reaches_its_own_tenant_only(tb: Broker, src: str, level: int) ->
     close_all(own, *strangers.values())
 
 
+@level_ids
+@each_tenant
+def test_a_retained_will_is_retained_in_its_tenant_only(tb: Broker, src: str, level: int) -> None:
+    topic = f"will/retained/{uid()}"
+    dying = peer(tb, src, level, will=Will(topic, b"gone", 1, True))
+    watcher = peer(tb, src, level)
+    assert watcher.subscribe([(topic, 1)]) == [1]
+    dying.close()
+    assert watcher.next() == Msg(topic, b"gone", 1, False)
+    try:
+        assert {t: retained(tb, t, level, topic) for t in TENANTS} == {
+            t: [(topic, b"gone")] if t == src else [] for t in TENANTS}
+    finally:
+        peer(tb, src, level).publish(topic, b"", 1, retain=True)
+
+
 def test_delayed_wills_of_one_client_id_in_each_tenant_reach_their_own_tenant_only(tb: Broker) -> None:
     """5.0: the same client id with a delayed will (1 s) in each tenant, all connected at once (none
     takes another over), all dropped: each tenant's subscriber gets its own tenant's will, once."""
@@ -314,6 +331,27 @@ def test_a_queued_session_outlives_its_client_id_connecting_clean_in_another_ten
     assert back.sync() == [Msg(topic, b"queued", 1, False)]
     back.disconnect()
     forget(tb, src, level, cid)
+
+
+@level_ids
+@each_tenant
+def test_offline_sessions_of_one_client_id_queue_their_own_tenants_messages_only(tb: Broker, src: str,
+                                                                                 level: int) -> None:
+    """The same client id has an offline persistent session in every tenant, subscribed to one topic
+    (and `#` outside `src`); `src` publishes: only `src`'s session has it when each comes back."""
+    cid, topic = f"offline-{uid()}", f"sess/off/{uid()}"
+    for t in TENANTS:
+        c = peer(tb, t, level, client_id=cid, **persistent(level))
+        assert c.subscribe([(topic, 1), *([("#", 1)] if t != src else [])]) == [1] * (1 if t == src else 2)
+        c.disconnect()
+    peer(tb, src, level).publish(topic, b"while away", 1)
+    back = {t: peer(tb, t, level, client_id=cid, **persistent(level)) for t in TENANTS}
+    assert {t: c.present for t, c in back.items()} == {t: True for t in TENANTS}
+    assert {t: c.sync() for t, c in back.items()} == {
+        t: [Msg(topic, b"while away", 1, False)] if t == src else [] for t in TENANTS}
+    for t, c in back.items():
+        c.disconnect()
+        forget(tb, t, level, cid)
 
 
 @level_ids
