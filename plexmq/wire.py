@@ -29,7 +29,8 @@ import orjson
 # version would misread: a record's kind number, fields, their order or encoding, a struct, a new
 # record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
-PROTOCOL = 2  # 2: CONNECT names the connection's tenant, ROUTES entries theirs
+# 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse (a tenant's limit)
+PROTOCOL = 3
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -361,6 +362,7 @@ class Session(NamedTuple):
     conn_id: int
     present: bool  # session present
     subs: list  # [filter, grant] of a present session (its worker judges them against the ACL)
+    refused: str = ""  # the tenant's limit that refuses the connection (router/tenants.py), "": accepted
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))
@@ -564,8 +566,8 @@ class ToWorker(Batch):
 
     __slots__ = ()
 
-    def session(self, conn_id: int, present: bool, subs: list) -> None:
-        self.add(SESSION, Session(conn_id, present, subs).encode())
+    def session(self, conn_id: int, present: bool, subs: list, refused: str = "") -> None:
+        self.add(SESSION, Session(conn_id, present, subs, refused).encode())
 
     def suback(self, conn_id: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
         self.add(SUBACK, Suback(conn_id, packet_id, codes, placed).encode())

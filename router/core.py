@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from plexmq import grants, wire
+from plexmq import grants, tenants, wire
 from plexmq.grants import Matched
 from plexmq.mqtt import framing
 from plexmq.router.deadlines import Deadlines
@@ -136,6 +136,16 @@ class Router(Lifecycle, Subscribing):
             tenant = self.tenants[name] = Tenant(name)
         return tenant
 
+    def apply_limits(self, name: str, limits: tenants.Tenant) -> None:
+        """A declared tenant's limits (router/tenants.py), at start and at a reload; an undeclared
+        one's are `UNLIMITED`."""
+        tenant = self.tenant(name)
+        tenant.apply(limits)
+        if limits.max_queued_messages:
+            self.outbox.capped[name] = tenant
+        else:
+            self.outbox.capped.pop(name, None)
+
     def _restore(self, store: Store) -> None:
         """Start from what the store kept, per tenant: offline persistent sessions, their subscriptions
         and delayed wills, retained messages."""
@@ -152,7 +162,7 @@ class Router(Lifecycle, Subscribing):
                 if session.will_at:
                     self.deadlines.add(session.will_at, session)
         for name, retained in loaded.retained.items():
-            self.tenant(name).retained.messages = retained
+            self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants",
@@ -332,9 +342,16 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
-            message = Message(topic, payload, qos, True, props, expires_at)
-            tenant.retained.put(name, message)
-            self.journal.retained_set(tenant.name, name, message)
+            limit = None
+            if tenant.limits_retained:
+                limits = tenant.limits
+                limit = tenant.retained.refuses(name, payload, limits.max_retained_messages, limits.max_retained_bytes)
+            if limit is None:
+                message = Message(topic, payload, qos, True, props, expires_at)
+                tenant.retained.put(name, message)
+                self.journal.retained_set(tenant.name, name, message)
+            else:  # routed live, not kept
+                tenant.hit(limit)
         targets = tenant.cache.get(topic)
         if targets is None:
             targets = self._match(tenant, topic)

@@ -16,6 +16,8 @@ from plexmq import wire
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
+from plexmq.workers.auth import SERVER_UNAVAILABLE
+from plexmq.workers.handlers.connect import refuse
 from plexmq.workers.states import CLOSED, CONNECTED
 
 if TYPE_CHECKING:
@@ -92,11 +94,16 @@ def routes(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def session(worker: Worker, header: bytes, payload: bytes) -> None:
-    """SESSION: the router's answer to a CONNECT."""
-    conn_id, present, subs = wire.Session.decode(header)
+    """SESSION: the router's answer to a CONNECT: the session, or a refusal for one of the tenant's
+    limits (CONNACK 0x9F for the connection rate, 0x97 for the others; 3.1.1: 0x03)."""
+    conn_id, present, subs, refused = wire.Session.decode(header)
     conn = worker.conns.get(conn_id)
-    if conn is not None:
-        conn.session_ready(present, subs)
+    if conn is None:
+        return
+    if not refused:
+        return conn.session_ready(present, subs)
+    code = reasons.CONNECTION_RATE_EXCEEDED if refused == "max_connection_rate" else reasons.QUOTA_EXCEEDED
+    refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"tenant {conn.tenant!r}: {refused} reached")
 
 
 def suback(worker: Worker, header: bytes, payload: bytes) -> None:
