@@ -236,6 +236,15 @@ class Router(Lifecycle, Subscribing):
         if tenant is None:  # never into the default tenant: its tenant is not known
             self.unknown += 1
             return
+        if flags & 4 and flags & wire.MATCH_ASKED and tenant.limits_retained:
+            # a publisher that can be told (5.0, QoS 1/2) hears 0x97 and its message is not routed
+            # either; any other's is routed and only not kept (`route`)
+            topic = header[wire.read_extra(header, _pub_head_size)[2] if flags & wire.HAS_EXTRA else _pub_head_size:]
+            limit = tenant.retained_limit(topic.decode(), payload)
+            if limit is not None:
+                tenant.hit(limit)
+                counts.append((counts[0] - 1) | wire.REFUSED_AT)
+                return
         if qos == 2:
             session = self.by_conn_id.get((worker, conn_id))
             if session is not None:
@@ -342,10 +351,7 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
-            limit = None
-            if tenant.limits_retained:
-                limits = tenant.limits
-                limit = tenant.retained.refuses(name, payload, limits.max_retained_messages, limits.max_retained_bytes)
+            limit = tenant.retained_limit(name, payload) if tenant.limits_retained else None
             if limit is None:
                 message = Message(topic, payload, qos, True, props, expires_at)
                 tenant.retained.put(name, message)

@@ -60,6 +60,11 @@ class Tenant:
         self.tokens = max(limits.max_connection_rate, 1.0)
         self.filled_at = time.monotonic()
 
+    def retained_limit(self, topic: str, payload: bytes) -> str | None:
+        """The limit a new retained message on `topic` would pass (not kept), or None."""
+        limits = self.limits
+        return self.retained.refuses(topic, payload, limits.max_retained_messages, limits.max_retained_bytes)
+
     def take_token(self) -> bool:
         """A CONNECT may be accepted under max_connection_rate (a bucket of one second's worth, at
         least one): take its token; False when none is left."""

@@ -65,7 +65,8 @@ def deliver(worker: Worker, header: bytes, payload: bytes) -> None:
 def routed(worker: Worker, header: bytes, payload: bytes) -> None:
     """ROUTED: the router took this many QoS 1/2 PUBs (of so many PUB and PUB0 records): now the
     publishers get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never
-    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10.
+    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10;
+    those at a position with REFUSED_AT were refused for their tenant's limit: 0x97.
     A ROUTED of an earlier join is ignored: what it confirmed has been sent again since."""
     link = worker.link
     if not link.current:
@@ -79,7 +80,10 @@ def routed(worker: Worker, header: bytes, payload: bytes) -> None:
         if topic is None:
             code = reasons.NOT_AUTHORIZED
         else:
-            code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
+            code = 0
+            if unmatched:  # rare: only exceptions travel
+                code = reasons.NO_MATCHING_SUBSCRIBERS if position in unmatched else \
+                    reasons.QUOTA_EXCEEDED if position | wire.REFUSED_AT in unmatched else 0
             count -= 1
             position += 1
         if conn.state != CLOSED:
