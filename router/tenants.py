@@ -53,12 +53,14 @@ class Tenant:
         self.logged_at: dict[str, float] = {}  # limit name -> time.monotonic() of its last log line
 
     def apply(self, limits: tenants.Tenant) -> None:
-        """Take the tenant's declared limits (at start, and when a reload changes them)."""
+        """Take the tenant's declared limits (at start, and at a reload: a rate that did not change
+        keeps its bucket as it is)."""
+        if limits.max_connection_rate != self.limits.max_connection_rate:
+            self.tokens = max(limits.max_connection_rate, 1.0)
+            self.filled_at = time.monotonic()
         self.limits = limits
         self.limits_connects = limits.limits_connects
         self.limits_retained = bool(limits.max_retained_messages or limits.max_retained_bytes)
-        self.tokens = max(limits.max_connection_rate, 1.0)
-        self.filled_at = time.monotonic()
 
     def retained_limit(self, topic: str, payload: bytes) -> str | None:
         """The limit a new retained message on `topic` would pass (not kept), or None."""

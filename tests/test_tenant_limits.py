@@ -85,11 +85,13 @@ def test_max_connection_rate_is_a_bucket_of_one_seconds_worth() -> None:
     w0 = h.worker("w0")
     a = limited(h, max_connection_rate=2)
     assert [answer(h, w0, n, f"c{n}").refused for n in (1, 2, 3)] == ["", "", "max_connection_rate"]
+    h.router.apply_limits("a", a.limits)  # a reload that leaves the rate as it was: the bucket stays empty
+    assert answer(h, w0, 9, "c9").refused == "max_connection_rate"
     a.filled_at -= 0.5  # half a second later: one more
     assert [answer(h, w0, n, f"c{n}").refused for n in (4, 5)] == ["", "max_connection_rate"]
     a.filled_at -= 60.0  # long idle: still only one second's worth
     assert [answer(h, w0, n, f"c{n}").refused for n in (6, 7, 8)] == ["", "", "max_connection_rate"]
-    assert a.limit_hits["max_connection_rate"] == 3
+    assert a.limit_hits["max_connection_rate"] == 4
 
 
 def test_a_refusal_for_another_limit_takes_no_token() -> None:
