@@ -276,6 +276,16 @@ TENANT: dict[str, Option] = {
     "enabled": Option(bool, True, doc="false: its clients are refused (CONNACK 0x03, 5.0: 0x88)"),
     "listeners": Option(list, [], _tenant_listeners, "listeners the tenant owns: a client there is in this "
                         "tenant; mqtts and wss use the [tls] certificate"),
+    # limits the router judges (wave 2: limits-router); 0: no limit
+    "max_connections": Option(int, 0, _range(0), "live connections of the tenant (CONNACK 0x97, 3.1.1: 0x03)"),
+    "max_connection_rate": Option(float, 0.0, _range(0), "CONNECTs accepted per second, a burst of one second's "
+                                  "worth (CONNACK 0x9F, 3.1.1: 0x03)"),
+    "max_sessions": Option(int, 0, _range(0), "persistent sessions kept, online or offline (CONNACK 0x97, 3.1.1: 0x03)"),
+    "max_subscriptions": Option(int, 0, _range(0), "subscriptions of all its clients together (SUBACK 0x97, 3.1.1: 0x80)"),
+    "max_retained_messages": Option(int, 0, _range(0), "retained messages kept: a new one past it is not kept"),
+    "max_retained_bytes": Option(int, 0, _range(0), "payload bytes of its retained messages: a new one past it is not kept"),
+    "max_queued_messages": Option(int, 0, _range(0), "messages queued per persistent session beyond the inflight "
+                                  "window, instead of the broker's max_queued_messages"),
 }
 
 

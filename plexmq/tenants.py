@@ -20,6 +20,10 @@ NAME_RULE = "up to 64 letters, digits, '_', '.' or '-'"
 # the scheme, host and port of a tenant's listener, as `listeners` writes them
 LISTENER = re.compile(r"(?P<scheme>mqtts?|wss?)://(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})")
 
+# the limits the router judges (wave 2: limits-router): `Tenant` fields and [tenants.NAME] keys
+ROUTER_LIMITS = ("max_connections", "max_connection_rate", "max_sessions", "max_subscriptions", "max_retained_messages",
+                 "max_retained_bytes", "max_queued_messages")
+
 # why a connection has no tenant
 UNKNOWN = "unknown"  # its username names a tenant that is not declared (or, on a tenant's listener, another one)
 NONE_FOUND = "none found"  # nothing names a tenant and tenant_required is set
@@ -32,6 +36,19 @@ class Tenant:
     name: str
     enabled: bool = True
     listeners: tuple[str, ...] = ()  # "mqtt://HOST:PORT" ...: connections on them are this tenant's
+    # limits the router judges (wave 2: limits-router); 0: no limit
+    max_connections: int = 0  # live connections
+    max_connection_rate: float = 0.0  # CONNECTs accepted per second (a burst of one second's worth)
+    max_sessions: int = 0  # persistent sessions kept, online or offline
+    max_subscriptions: int = 0  # subscriptions of all its clients together
+    max_retained_messages: int = 0
+    max_retained_bytes: int = 0  # payload bytes
+    max_queued_messages: int = 0  # per session, instead of the broker's max_queued_messages
+
+    @property
+    def limits_connects(self) -> bool:
+        """Whether the router judges its CONNECTs (its clean sessions wait for the router's answer too)."""
+        return bool(self.max_connections or self.max_connection_rate or self.max_sessions)
 
 
 class Found(NamedTuple):
@@ -59,7 +76,7 @@ class Tenants:
 
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
-    return Tenant(name, table["enabled"], tuple(table["listeners"]))
+    return Tenant(name, table["enabled"], tuple(table["listeners"]), **{key: table[key] for key in ROUTER_LIMITS})
 
 
 def unfit_name(name: str) -> str | None:

@@ -29,7 +29,9 @@ import orjson
 # version would misread: a record's kind number, fields, their order or encoding, a struct, a new
 # record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
-PROTOCOL = 2  # 2: CONNECT names the connection's tenant, ROUTES entries theirs
+# 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
+# REFUSED_AT (a tenant's limit)
+PROTOCOL = 3
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -58,7 +60,7 @@ UNSUBACK = 22  # Unsuback
 # u32 counts (`pack_routed`, `read_routed`): this many of the worker's QoS>0 PUBs (in order) are routed,
 # acknowledge them; of its PUB and PUB0 records, this many (QoS 0 ones may be confirmed late: router/core.py
 # CONFIRM_INTERVAL); then the positions among those PUBs of the ones that asked (MATCH_ASKED) and matched
-# no subscription
+# no subscription, or, with REFUSED_AT added, were refused for a tenant's limit (not routed)
 ROUTED = 23
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # ResendRel: resend PUBREL for an outgoing QoS 2 message after a reconnect
@@ -89,6 +91,9 @@ HAS_EXTRA = 0x10  # in the flags of PUB and DELIVER
 # in the flags of a 5.0 publisher's QoS 1/2 PUB: ROUTED says when it matched no subscription (its
 # PUBACK or PUBREC says 0x10); only these exceptions travel
 MATCH_ASKED = 0x20
+# added to a position in ROUTED: that PUB was refused, not routed (a new retained message past its
+# tenant's max_retained_messages or max_retained_bytes): its PUBACK or PUBREC says 0x97
+REFUSED_AT = 1 << 31
 EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
 
 # -- structs, and the hot records' pack/unpack (the struct's own methods: no call added) -------------
@@ -361,6 +366,7 @@ class Session(NamedTuple):
     conn_id: int
     present: bool  # session present
     subs: list  # [filter, grant] of a present session (its worker judges them against the ACL)
+    refused: str = ""  # the tenant's limit that refuses the connection (router/tenants.py), "": accepted
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))
@@ -564,8 +570,8 @@ class ToWorker(Batch):
 
     __slots__ = ()
 
-    def session(self, conn_id: int, present: bool, subs: list) -> None:
-        self.add(SESSION, Session(conn_id, present, subs).encode())
+    def session(self, conn_id: int, present: bool, subs: list, refused: str = "") -> None:
+        self.add(SESSION, Session(conn_id, present, subs, refused).encode())
 
     def suback(self, conn_id: int, packet_id: int, codes: list[int], placed: list[list]) -> None:
         self.add(SUBACK, Suback(conn_id, packet_id, codes, placed).encode())

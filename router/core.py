@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from plexmq import grants, wire
+from plexmq import grants, tenants, wire
 from plexmq.grants import Matched
 from plexmq.mqtt import framing
 from plexmq.router.deadlines import Deadlines
@@ -136,6 +136,16 @@ class Router(Lifecycle, Subscribing):
             tenant = self.tenants[name] = Tenant(name)
         return tenant
 
+    def apply_limits(self, name: str, limits: tenants.Tenant) -> None:
+        """A declared tenant's limits (router/tenants.py), at start and at a reload; an undeclared
+        one's are `UNLIMITED`."""
+        tenant = self.tenant(name)
+        tenant.apply(limits)
+        if limits.max_queued_messages:
+            self.outbox.capped[name] = tenant
+        else:
+            self.outbox.capped.pop(name, None)
+
     def _restore(self, store: Store) -> None:
         """Start from what the store kept, per tenant: offline persistent sessions, their subscriptions
         and delayed wills, retained messages."""
@@ -152,7 +162,7 @@ class Router(Lifecycle, Subscribing):
                 if session.will_at:
                     self.deadlines.add(session.will_at, session)
         for name, retained in loaded.retained.items():
-            self.tenant(name).retained.messages = retained
+            self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants",
@@ -226,6 +236,15 @@ class Router(Lifecycle, Subscribing):
         if tenant is None:  # never into the default tenant: its tenant is not known
             self.unknown += 1
             return
+        if flags & 4 and flags & wire.MATCH_ASKED and tenant.limits_retained:
+            # a publisher that can be told (5.0, QoS 1/2) hears 0x97 and its message is not routed
+            # either; any other's is routed and only not kept (`route`)
+            topic = header[wire.read_extra(header, _pub_head_size)[2] if flags & wire.HAS_EXTRA else _pub_head_size:]
+            limit = tenant.retained_limit(topic.decode(), payload)
+            if limit is not None:
+                tenant.hit(limit)
+                counts.append((counts[0] - 1) | wire.REFUSED_AT)
+                return
         if qos == 2:
             session = self.by_conn_id.get((worker, conn_id))
             if session is not None:
@@ -332,9 +351,13 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
-            message = Message(topic, payload, qos, True, props, expires_at)
-            tenant.retained.put(name, message)
-            self.journal.retained_set(tenant.name, name, message)
+            limit = tenant.retained_limit(name, payload) if tenant.limits_retained else None
+            if limit is None:
+                message = Message(topic, payload, qos, True, props, expires_at)
+                tenant.retained.put(name, message)
+                self.journal.retained_set(tenant.name, name, message)
+            else:  # routed live, not kept
+                tenant.hit(limit)
         targets = tenant.cache.get(topic)
         if targets is None:
             targets = self._match(tenant, topic)

@@ -102,7 +102,13 @@ class Lifecycle:
     def _forget_tenants(self, worker: bytes, gone: Callable[[int], bool]) -> None:
         """Connections of `worker` that are `gone`: their records are not routed any more."""
         for key in [key for key in self.conn_tenants if key[0] == worker and gone(key[1])]:
-            del self.conn_tenants[key]
+            self._connection_ended(key)
+
+    def _connection_ended(self, key: tuple[bytes, int]) -> None:
+        """A connection the router knew ends: its tenant has one live connection less."""
+        tenant = self.conn_tenants.pop(key, None)
+        if tenant is not None:
+            tenant.connections -= 1
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
@@ -165,12 +171,22 @@ class Lifecycle:
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
          will_extra, tenant_name) = wire.Connect.decode(header)  # the fields are said there
-        tenant = self.conn_tenants[(worker, conn_id)] = self.tenant(tenant_name)
+        tenant = self.tenant(tenant_name)
         sessions = tenant.sessions
         old = sessions.get(client_id)
         if old is not None and old.worker is None:  # what fell due and was not yet seen to [MQTT-4.1.0-2]
             self._settle(old, time.time())
             old = sessions.get(client_id)
+        key = (worker, conn_id)
+        if key not in self.conn_tenants:  # else a takeover that waited, going on (judged when it came)
+            if not connack_sent and tenant.limits_connects:
+                limit = self._connect_limit(tenant, old, persistent)
+                if limit is not None:  # refused: the router forgets the connection (no session, no will)
+                    tenant.hit(limit)
+                    self.out(worker).session(conn_id, False, [], limit)
+                    return
+            self.conn_tenants[key] = tenant
+            tenant.connections += 1
         if connack_sent and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
@@ -218,6 +234,21 @@ class Lifecycle:
                 self.journal.incoming_cleared(session)
             self.outbox.resend(session, out)
 
+    def _connect_limit(self, tenant: Tenant, old: Session | None, persistent: bool) -> str | None:
+        """The limit of `tenant` a new connection (of a `persistent` session) would pass, or None:
+        max_connections (taking a live connection's session over adds none), max_sessions (a
+        persistent session that is not kept yet), then max_connection_rate, whose token only an
+        accepted CONNECT takes."""
+        limits = tenant.limits
+        if limits.max_connections and tenant.connections >= limits.max_connections and (old is None or old.worker is None):
+            return "max_connections"
+        if limits.max_sessions and persistent and (old is None or not old.persistent) and \
+                sum(session.persistent for session in tenant.sessions.values()) >= limits.max_sessions:
+            return "max_sessions"
+        if not tenant.take_token():
+            return "max_connection_rate"
+        return None
+
     def _take_over(self, old: Session, worker: bytes, conn_id: int, header: bytes, payload: bytes) -> None:
         """A connection on `worker` resumes a session that is live on another worker, which has been
         told to close it (KICK). Records of two workers are not ordered, so that connection's last
@@ -240,7 +271,7 @@ class Lifecycle:
 
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn_id, publish_will = wire.Gone.decode(header)
-        self.conn_tenants.pop((worker, conn_id), None)
+        self._connection_ended((worker, conn_id))
         session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)
@@ -251,7 +282,7 @@ class Lifecycle:
         """A connection the router kicked is closed: a takeover may go on (its will goes out, as at
         any takeover)."""
         key = (worker, wire.Kicked.decode(header).conn_id)
-        self.conn_tenants.pop(key, None)
+        self._connection_ended(key)
         session = self.by_conn_id.get(key)
         if session is not None:
             self._disconnect(session, publish_will=True)

@@ -21,6 +21,8 @@ from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
 from plexmq.router.stats import Stats
 from plexmq.router.store import Store, StoreError
+from plexmq.router.tenants import UNLIMITED
+from plexmq.tenants import Tenants
 from plexmq.units import parse_duration
 
 log = logging.getLogger("plexmq.router")
@@ -58,6 +60,7 @@ def serve(config: dict) -> None:
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
                     config["shared_subscription_strategy"], config["link_timeout"])
+    apply_tenants(router, config)
     links = router.links
     log.info("router listening on %s", config["router_endpoint"])
     expiry_interval = _expiry_interval(expiration)
@@ -208,8 +211,18 @@ def apply_reload(router: Router, path: str) -> float | None:
     router.outbox.limit = config["max_inflight"] + config["max_queued_messages"]
     router.outbox.max_bytes = config["max_queued_bytes"]
     router.expiration = parse_duration(config["persistent_client_expiration"] or "0")
+    apply_tenants(router, config)
     log.info("router reloaded its settings")
     return router.expiration
+
+
+def apply_tenants(router: Router, config: dict) -> None:
+    """The declared tenants' limits (`Router.apply_limits`); a tenant no longer declared has none."""
+    declared = Tenants.from_config(config).declared
+    for name in router.tenants.keys() - declared.keys():
+        router.apply_limits(name, UNLIMITED)
+    for name, limits in declared.items():
+        router.apply_limits(name, limits)
 
 
 def main() -> None:

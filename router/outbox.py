@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from plexmq.router.journal import Journal
     from plexmq.router.sessions import Session
     from plexmq.router.shared import SharedGroup
+    from plexmq.router.tenants import Tenant
 
 log = logging.getLogger("plexmq.router")
 
@@ -55,9 +56,10 @@ class Pending(Message):
 class Outbox:
     """Every session's outbox, under the broker's limits: `window` messages in flight to a client
     (max_inflight), `limit` kept in all (max_inflight + max_queued_messages), `max_bytes` of payload
-    (max_queued_bytes, 0: no limit); `dropped` counts what a full outbox refused."""
+    (max_queued_bytes, 0: no limit); `dropped` counts what a full outbox refused. A tenant with a
+    max_queued_messages of its own is in `capped`: its sessions keep `window` + that many."""
 
-    __slots__ = ("journal", "window", "limit", "max_bytes", "dropped")
+    __slots__ = ("journal", "window", "limit", "max_bytes", "dropped", "capped")
 
     def __init__(self, journal: Journal, window: int, limit: int, max_bytes: int) -> None:
         self.journal = journal
@@ -65,12 +67,18 @@ class Outbox:
         self.limit = limit
         self.max_bytes = max_bytes
         self.dropped = 0
+        self.capped: dict[str, Tenant] = {}  # tenant name -> the tenant, where it sets max_queued_messages
 
     def keep(self, session: Session, message: Pending) -> int:
         """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits for room in
         the client's window (or for the client), -1 when dropped (the outbox is full)."""
         unacked = session.unacked
-        if len(unacked) >= self.limit or self.max_bytes and session.bytes + len(message.payload) > self.max_bytes:
+        capped = self.capped
+        tenant = capped.get(session.tenant) if capped else None
+        limit = self.limit if tenant is None else self.window + tenant.limits.max_queued_messages
+        if len(unacked) >= limit or self.max_bytes and session.bytes + len(message.payload) > self.max_bytes:
+            if tenant is not None and len(unacked) >= limit:
+                tenant.hit("max_queued_messages")
             session.dropped += 1
             self.dropped += 1
             _log_drops(session)

@@ -10,17 +10,38 @@ from plexmq.router.message import Message
 
 
 class RetainedStore:
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "bytes")
 
     def __init__(self) -> None:
         self.messages: dict[str, Message] = {}
+        self.bytes = 0  # payload bytes of `messages` (a tenant's max_retained_bytes)
+
+    def load(self, messages: dict[str, Message]) -> None:
+        """The messages a restarted router's store kept."""
+        self.messages = messages
+        self.bytes = sum(len(message.payload) for message in messages.values())
 
     def put(self, topic: str, message: Message) -> None:
         """Replace the topic's retained message; an empty payload clears it (MQTT-3.3.1-10)."""
+        old = self.messages.get(topic)
+        if old is not None:
+            self.bytes -= len(old.payload)
         if message.payload:
             self.messages[topic] = message
-        else:
-            self.messages.pop(topic, None)
+            self.bytes += len(message.payload)
+        elif old is not None:
+            del self.messages[topic]
+
+    def refuses(self, topic: str, payload: bytes, most: int, most_bytes: int) -> str | None:
+        """The limit (max_retained_messages, max_retained_bytes; 0: none) a new retained message on
+        `topic` would pass, or None: replacing or clearing one always fits."""
+        if not payload or topic in self.messages:
+            return None
+        if most and len(self.messages) >= most:
+            return "max_retained_messages"
+        if most_bytes and self.bytes + len(payload) > most_bytes:
+            return "max_retained_bytes"
+        return None
 
     def matching(self, topic_filter: str, now: float) -> Iterator[tuple[str, Message]]:
         """The retained messages, not expired at `now`, a new subscription to `topic_filter` receives."""
@@ -37,7 +58,7 @@ class RetainedStore:
         """Remove the messages expired at `now`; their topics."""
         gone = [topic for topic, found in self.messages.items() if found.expires_at and found.expires_at <= now]
         for topic in gone:
-            del self.messages[topic]
+            self.bytes -= len(self.messages.pop(topic).payload)
         return gone
 
     def __len__(self) -> int:

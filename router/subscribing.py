@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from plexmq import grants, wire
-from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, TOPIC_FILTER_INVALID
+from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID
 from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router.journal import Journal
 from plexmq.router.message import Message
@@ -50,10 +50,16 @@ class Subscribing:
         local = []  # [filter, QoS, or -1 where the router serves it]: what its worker serves itself
         placed = False  # whether a filter got a new place: the SUBACK waits for the other workers
         retained: list[tuple[Message, int, bytes]] = []
+        most = tenant.limits.max_subscriptions
         for topic_filter, grant in filters:
-            codes.append(grants.suback_code(grant))
             if grants.refused(grant):  # by the worker: the reason code goes back as it is
+                codes.append(grants.suback_code(grant))
                 continue
+            if most and packet_id and tenant.subscriptions >= most and topic_filter not in session.subs:
+                tenant.hit("max_subscriptions")
+                codes.append(QUOTA_EXCEEDED)  # 3.1.1 hears 0x80 (workers/from_router.py)
+                continue
+            codes.append(grants.suback_code(grant))
             new, added = self._subscribe(session, topic_filter, grant)
             placed = placed or added
             local.append([topic_filter, grant & 3 if topic_filter in session.local else -1])
@@ -100,7 +106,9 @@ class Subscribing:
         tenant = self.tenants[session.tenant]
         name = tenant.name
         new = topic_filter not in session.subs
-        if not new:
+        if new:
+            tenant.subscriptions += 1
+        else:
             self._unplace(session, topic_filter)
         session.subs[topic_filter] = grant
         share = shared(topic_filter)
@@ -129,6 +137,7 @@ class Subscribing:
         tenant = self.tenants[session.tenant]
         self._unplace(session, topic_filter)
         del session.subs[topic_filter]
+        tenant.subscriptions -= 1
         group = tenant.groups.get(topic_filter)
         if group is None:
             tenant.trie.remove(topic_filter, session)

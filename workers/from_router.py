@@ -16,6 +16,8 @@ from plexmq import wire
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
+from plexmq.workers.auth import SERVER_UNAVAILABLE
+from plexmq.workers.handlers.connect import refuse
 from plexmq.workers.states import CLOSED, CONNECTED
 
 if TYPE_CHECKING:
@@ -63,7 +65,8 @@ def deliver(worker: Worker, header: bytes, payload: bytes) -> None:
 def routed(worker: Worker, header: bytes, payload: bytes) -> None:
     """ROUTED: the router took this many QoS 1/2 PUBs (of so many PUB and PUB0 records): now the
     publishers get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never
-    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10.
+    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10;
+    those at a position with REFUSED_AT were refused for their tenant's limit: 0x97.
     A ROUTED of an earlier join is ignored: what it confirmed has been sent again since."""
     link = worker.link
     if not link.current:
@@ -77,7 +80,10 @@ def routed(worker: Worker, header: bytes, payload: bytes) -> None:
         if topic is None:
             code = reasons.NOT_AUTHORIZED
         else:
-            code = reasons.NO_MATCHING_SUBSCRIBERS if unmatched and position in unmatched else 0
+            code = 0
+            if unmatched:  # rare: only exceptions travel
+                code = reasons.NO_MATCHING_SUBSCRIBERS if position in unmatched else \
+                    reasons.QUOTA_EXCEEDED if position | wire.REFUSED_AT in unmatched else 0
             count -= 1
             position += 1
         if conn.state != CLOSED:
@@ -92,11 +98,16 @@ def routes(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def session(worker: Worker, header: bytes, payload: bytes) -> None:
-    """SESSION: the router's answer to a CONNECT."""
-    conn_id, present, subs = wire.Session.decode(header)
+    """SESSION: the router's answer to a CONNECT: the session, or a refusal for one of the tenant's
+    limits (CONNACK 0x9F for the connection rate, 0x97 for the others; 3.1.1: 0x03)."""
+    conn_id, present, subs, refused = wire.Session.decode(header)
     conn = worker.conns.get(conn_id)
-    if conn is not None:
-        conn.session_ready(present, subs)
+    if conn is None:
+        return
+    if not refused:
+        return conn.session_ready(present, subs)
+    code = reasons.CONNECTION_RATE_EXCEEDED if refused == "max_connection_rate" else reasons.QUOTA_EXCEEDED
+    refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"tenant {conn.tenant!r}: {refused} reached")
 
 
 def suback(worker: Worker, header: bytes, payload: bytes) -> None:

@@ -227,9 +227,11 @@ def accept(conn: Connection, connect: Connect) -> None:
     worker.wheel.add(conn)  # the keepalive deadline may come before the CONNECT timeout
     conn.state = CONNECTING
     conn.will = connect.will
-    if connect.clean_session and not conn.persistent:
+    limits = worker.settings.tenants.declared.get(conn.tenant) if conn.tenant else None
+    if connect.clean_session and not conn.persistent and (limits is None or not limits.limits_connects):
         # a new session that ends with the connection: nothing to wait for from the router, which
-        # claims the client id (takes an earlier connection over) before any later record of ours
+        # claims the client id (takes an earlier connection over) before any later record of ours;
+        # unless the router judges its tenant's CONNECTs (router/tenants.py): then it answers
         conn.register(connack_sent=True, fresh=True)
         conn.session_ready(False, [])
     else:
