@@ -276,6 +276,9 @@ TENANT: dict[str, Option] = {
     "enabled": Option(bool, True, doc="false: its clients are refused (CONNACK 0x03, 5.0: 0x88)"),
     "listeners": Option(list, [], _tenant_listeners, "listeners the tenant owns: a client there is in this "
                         "tenant; mqtts and wss use the [tls] certificate"),
+    # reload (wave 2: reload)
+    "on_remove": Option(str, "keep", _one_of("keep", "drop"), "when a reload removes the tenant: keep its persistent "
+                        "sessions and retained messages for when it is declared again, or drop them"),
 }
 
 

@@ -32,6 +32,8 @@ class Tenant:
     name: str
     enabled: bool = True
     listeners: tuple[str, ...] = ()  # "mqtt://HOST:PORT" ...: connections on them are this tenant's
+    # reload (wave 2: reload)
+    on_remove: str = "keep"  # a reload that removes it keeps its sessions and retained messages, or drops them ("drop")
 
 
 class Found(NamedTuple):
@@ -59,7 +61,7 @@ class Tenants:
 
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
-    return Tenant(name, table["enabled"], tuple(table["listeners"]))
+    return Tenant(name, table["enabled"], tuple(table["listeners"]), on_remove=table["on_remove"])
 
 
 def unfit_name(name: str) -> str | None:
