@@ -3,7 +3,9 @@
 The acceptor re-reads the file (with the same command-line overrides), keeps the keys that only a
 restart can change (and says which of them differ), writes the result where every child finds it
 (`config_path`, also the config of children started later) and signals the children, which apply
-their part: log level, limits, authentication and ACL files, archive filters.
+their part: log level, limits, authentication and ACL files, archive filters, tenants (the acceptor
+binds and closes tenant listeners, acceptor/listening.py; the workers close the connections of a tenant
+removed or disabled; the router drops the state of a tenant removed with `on_remove = "drop"`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ RELOADABLE = {
     "jwt_jwks_file", "jwt_audience", "jwt_issuer", "jwt_disconnect_on_expiry", "auth_database", "auth_database_acl",
     "auth_database_cache",
     "auth_database_timeout",
+    "tenants", "tenant_separator", "tenant_required", "tenants_dir",
 }
 
 
@@ -43,7 +46,7 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
         source = config[section] if section else config
         for key in options:
             flat[f"{section}.{key}" if section else key] = source[key]
-    flat["tenants"] = config["tenants"]  # not yet reloadable: added, changed or removed, they need a restart
+    flat["tenants"] = config["tenants"]
     return flat
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
 from plexmq.acceptor.config import curve_keys, listeners, security_line
-from plexmq.acceptor.listener import Listener
+from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, raise_fd_limit
@@ -24,7 +24,6 @@ from plexmq.router.store import Store, StoreError
 
 log = logging.getLogger("plexmq.acceptor")
 
-LISTEN_BACKLOG = 4096
 LOCK_FILE = "plexmq.lock"  # in the data dir: holds the pid of the broker that claimed it
 
 
@@ -78,18 +77,6 @@ def check_router_bind(endpoint: str) -> None:
         sock.bind((host.strip("[]"), int(port)))
 
 
-def bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # writes are batched per turn already; accepted sockets inherit it (Linux), one call less each in the worker
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(LISTEN_BACKLOG)
-    sock.setblocking(False)
-    return sock
-
-
 def serve(config: dict, load: Callable[[], dict]) -> int:
     """Run this host's part of the broker (its `role`) until SIGTERM/SIGINT; the exit status. `load`
     reads the config again (SIGHUP)."""
@@ -101,10 +88,10 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["workers"] = default_workers(config["max_connections"], per_worker, role)
     if role == "node" and not config["node_name"]:
         config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
-    socks: list[tuple[str, str, socket.socket]] = []
+    socks: list[tuple[tuple[str, str, int, str], socket.socket]] = []
     for scheme, host, port, tenant in listeners(config) if role != "router" else []:
         try:
-            socks.append((scheme, tenant, bind(host, port)))
+            socks.append(((scheme, host, port, tenant), bind(host, port)))
         except OSError as exc:
             print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
             return 1
@@ -142,10 +129,12 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["router_curve"] = curve_keys(config["router_curve_dir"])
     else:
         config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
-    config["listening"] = [[scheme, tenant] for scheme, tenant, _sock in socks]  # handoff.py: a socket's listener byte
+    # handoff.py: a socket's listener byte (acceptor/listening.py keeps it as reloads change the tenants)
+    config["listening"] = [[scheme, tenant] for (scheme, _host, _port, tenant), _sock in socks]
     config["config_path"] = os.path.join(run_dir, "config.json")
     reload.write(config["config_path"], config)
-    for index, (scheme, tenant, sock) in enumerate(socks):  # the plain listener first, in the line tests and scripts read
+    # the plain listener first, in the line tests and scripts read
+    for index, ((scheme, _host, _port, tenant), sock) in enumerate(socks):
         host, port = sock.getsockname()[:2]
         if not index:
             log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
@@ -176,8 +165,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     supervisor = Supervisor(config, loop, give_up)
     supervisor.start()
     admission = Admission(config)
-    accepting = [Listener(loop, sock, bytes([index]), supervisor.workers, admission)
-                 for index, (_scheme, _tenant, sock) in enumerate(socks)]
+    listening = Listening(loop, supervisor.workers, admission, socks)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
@@ -186,6 +174,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         fresh = reload.reread(config, load)
         if fresh is not None:
             config = fresh
+            if role != "router":
+                listening.update(config)
             reload.write(config["config_path"], config)
             logging.getLogger().setLevel(config["log_level"].upper())
             admission.configure(config)
@@ -196,8 +186,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         loop.run_forever()
     finally:
         log.info("stopping")
-        for listener in accepting:
-            listener.close()
+        listening.close()
         supervisor.stop(config["stop_timeout"])
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)

@@ -44,6 +44,8 @@ class Tenant:
     max_retained_messages: int = 0
     max_retained_bytes: int = 0  # payload bytes
     max_queued_messages: int = 0  # per session, instead of the broker's max_queued_messages
+    # reload (wave 2: reload)
+    on_remove: str = "keep"  # a reload that removes it keeps its sessions and retained messages, or drops them ("drop")
 
     @property
     def limits_connects(self) -> bool:
@@ -76,7 +78,8 @@ class Tenants:
 
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
-    return Tenant(name, table["enabled"], tuple(table["listeners"]), **{key: table[key] for key in ROUTER_LIMITS})
+    return Tenant(name, table["enabled"], tuple(table["listeners"]), on_remove=table["on_remove"],
+                  **{key: table[key] for key in ROUTER_LIMITS})
 
 
 def unfit_name(name: str) -> str | None:

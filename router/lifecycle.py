@@ -378,11 +378,37 @@ class Lifecycle:
             self._end(session, now)
         return len(stale)
 
+    def drop_tenant(self, name: str) -> None:
+        """A reload removed tenant `name` with `on_remove = "drop"`: its sessions (their queued messages,
+        subscriptions and wills) and its retained messages go, from memory and the store; its live
+        connections are closed (5.0: 0x98), whichever of the router and their worker hears of it first.
+        A tenant of that name declared again starts empty."""
+        tenant = self.tenants.get(name)
+        if tenant is None:
+            return
+        sessions = list(tenant.sessions.values())
+        for session in sessions:
+            if session.worker is not None:
+                key = (session.worker, session.conn_id)
+                self.out(session.worker).close(session.conn_id)
+                del self.by_conn_id[key]
+                self._refuse_waiting(key)
+            self._take_will(session)
+            self._discard(session)
+        for topic in tenant.retained.messages:
+            self.journal.retained_cleared(name, topic)
+        for key in [key for key, of in self.conn_tenants.items() if of is tenant]:
+            del self.conn_tenants[key]
+        del self.tenants[name]
+        log.info("tenant %s removed: its %d sessions and %d retained messages dropped", name, len(sessions),
+                 len(tenant.retained))
+
     def due(self, now: float) -> None:
         """After every turn (router/main.py): publish the delayed wills that are due, and end the
-        sessions whose own expiry interval has passed."""
+        sessions whose own expiry interval has passed (not those of a dropped tenant)."""
         for session in self.deadlines.due(now):
-            if session.worker is None and self.tenants[session.tenant].sessions.get(session.client_id) is session:
+            tenant = self.tenants.get(session.tenant)
+            if session.worker is None and tenant is not None and tenant.sessions.get(session.client_id) is session:
                 self._settle(session, now)  # else back online, or gone: the reminder is stale
 
     def _settle(self, session: Session, now: float) -> None:

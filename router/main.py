@@ -133,7 +133,7 @@ def serve(config: dict) -> None:
                 del router.listings[done]
         if reload_wanted:
             reload_wanted = False
-            fresh = apply_reload(router, config["config_path"])
+            fresh = apply_reload(router, config)
             expiration = expiration if fresh is None else fresh
             expiry_interval = _expiry_interval(expiration)
         now = time.monotonic()
@@ -198,16 +198,21 @@ def _expiry_interval(expiration: float) -> float:
     return min(EXPIRY_INTERVAL, expiration / 2) if expiration else EXPIRY_INTERVAL
 
 
-def apply_reload(router: Router, path: str) -> float | None:
-    """SIGHUP: the limits and log level of the config the acceptor has just written; the new
-    session expiry in seconds, or None when the file cannot be read."""
+def apply_reload(router: Router, running: dict) -> float | None:
+    """SIGHUP: the limits, log level and tenants of the config the acceptor has just written (kept in
+    `running`, whose tenants say what a removed one wanted: `on_remove`); the new session expiry in
+    seconds, or None when the file cannot be read."""
     try:
-        with open(path, "rb") as f:
+        with open(running["config_path"], "rb") as f:
             config = orjson.loads(f.read())
     except (OSError, orjson.JSONDecodeError) as exc:
         log.error("router cannot reload its settings: %s", exc)
         return None
     logging.getLogger().setLevel(config["log_level"].upper())
+    for name, table in running["tenants"].items():
+        if name not in config["tenants"] and table["on_remove"] == "drop":
+            router.drop_tenant(name)
+    running["tenants"] = config["tenants"]
     router.outbox.limit = config["max_inflight"] + config["max_queued_messages"]
     router.outbox.max_bytes = config["max_queued_bytes"]
     router.expiration = parse_duration(config["persistent_client_expiration"] or "0")

@@ -481,6 +481,49 @@ def test_sigkill_of_the_router_keeps_clients_connected_and_traffic_resumes_withi
         disconnect(c)
 
 
+# -- 5b. two tenants' sessions with the same client id: each keeps its own queue through a SIGKILL ---------
+
+
+@pytest.mark.parametrize("victim", ["router", "worker"])
+def test_sigkill_keeps_each_tenants_queued_messages_to_itself(brokers: Brokers, tmp_path: Path, victim: str) -> None:
+    """Tenants a and b each hold an offline persistent session of the same client id with QoS 1
+    messages queued on the same topic; the router (restarted from the store), or the worker that held
+    their publishers, is SIGKILLed; each tenant's client then gets exactly its own messages."""
+    brokers.config.write_text(brokers.config.read_text() + 'tenant_separator = "@"\n[tenants.a]\n[tenants.b]\n')
+    b = brokers.start(tmp_path / "data")
+    cid, topic = f"dur-tenant-{uid()}", f"dur/tenant/{uid()}"
+    for tenant in ("a", "b"):
+        c = raw_on(b, want=0)
+        assert c.connect(cid, clean=False, username=f"s@{tenant}") == (False, 0)
+        assert subscribe(c, 1, [(topic, 1)]) == [1]
+        disconnect(c)
+    queued = {tenant: [b"%s-%d" % (tenant.encode(), i) for i in range(5)] for tenant in ("a", "b")}
+    for tenant, payloads in queued.items():
+        pub = raw_on(b, want=1)
+        assert pub.connect(f"dur-pub-{uid()}", username=f"p@{tenant}") == (False, 0)
+        for i, payload in enumerate(payloads, 1):
+            publish(pub, topic, payload, 1, packet_id=i)  # acknowledged: in the router's queue (and store)
+    old = b.router() if victim == "router" else b.workers()[1]
+    assert old is not None
+
+    os.kill(old.pid, signal.SIGKILL)
+
+    def replaced() -> bool:
+        fresh = b.router() if victim == "router" else b.workers().get(1)
+        return fresh is not None and fresh.pid != old.pid
+    wait_for(replaced, 10, f"a new {victim}")
+    # a CONNECT while a worker joins the new router again is closed: wait for both workers to have joined
+    joined = "joined the router again" if victim == "router" else "worker 1 ready"  # (a new worker: its second start)
+    wait_for(lambda: b.output().count(joined) >= 2, 10, "the workers to join the router")
+    for tenant, payloads in queued.items():
+        c = RawClient(b.port)
+        assert c.connect(cid, clean=False, username=f"s@{tenant}") == (True, 0), f"tenant {tenant}'s session was lost"
+        got = receive(c, payloads=payloads)
+        got += sync(c)
+        assert [m.payload for m in got] == payloads, f"tenant {tenant} got {got}"
+        disconnect(c)
+
+
 # -- 6. SIGTERM: a clean shutdown, and a restart with the same state ----------------------------------------
 
 

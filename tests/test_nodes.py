@@ -26,7 +26,7 @@ from plexmq.mqtt import v5
 from tests.conftest import ROOT, wait_for
 from tests.hosts import LINK_TIMEOUT, Net, make_keys, net, shared_net  # noqa: F401 (net, shared_net: fixtures)
 from tests.mqtt import RawClient
-from tests.steps import Pub, as_pub, ping, publish, receive, subscribe, sync, uid
+from tests.steps import Pub, as_pub, disconnect_of, ping, publish, receive, recv_publish, subscribe, subscribe5, sync, uid
 
 MARGIN = 3.0  # seconds beyond link_timeout for the router's notice: the last word may be a heartbeat period (1 s)
 # before the kill or cut, the router checks for silence once a second, and 1 s of slack
@@ -465,3 +465,44 @@ def test_a_node_with_other_keys_never_joins_and_routes_nothing(shared_net: Net, 
     finally:
         for s in strangers:
             s.stop()
+
+
+# -- 7. tenants across nodes -------------------------------------------------------------------------
+
+
+def test_two_tenants_on_two_nodes_stay_apart_and_take_over_within_their_own(shared_net: Net) -> None:
+    """Tenants a and b, the same topic and client id on both nodes: a's subscriber on t1 gets a's message
+    from t2 and never b's; b's client with that id takes nothing over; a's id moving to t2 takes a's
+    session over (DISCONNECT 0x8E on t1), and b's client lives on."""
+    tenants = 'tenant_separator = "@"\n[tenants.a]\n[tenants.b]\n'
+    t1, t2 = (shared_net.start_node(name, config=tenants) for name in ("t1", "t2"))
+    try:
+        cid, topic = f"nodes-tenant-{uid()}", f"nodes/tenant/{uid()}"
+        expiry = {P.SESSION_EXPIRY_INTERVAL: 600}
+        a_sub = t1.raw()
+        assert a_sub.connect5(cid, properties=expiry, username="s@a")[:2] == (False, 0)
+        assert subscribe5(a_sub, 1, [(topic, 1)]) == [1]
+        b_sub = t2.client(cid, username="s@b")  # the same id in b: a's session stays where it is
+        assert subscribe(b_sub, 1, [(topic, 1)]) == [1]
+        a_pub, b_pub = t2.client(username="p@a"), t1.client(username="p@b")
+        publish(b_pub, topic, b"for b", 1)
+        publish(a_pub, topic, b"for a", 1)
+        assert [m.payload for m in receive(b_sub, count=1)] == [b"for b"]
+        assert sync(b_sub) == []
+        _topic, packet_id, payload, _props, _first = recv_publish(a_sub)
+        assert payload == b"for a"
+        a_sub.send(v5.encode_ack(v5.PUBACK, packet_id))
+        assert subscribe5(a_sub, 2, [(f"barrier/{uid()}", 0)]) == [0], "b's message reached a"
+
+        new = t2.raw()
+        assert new.connect5(cid, clean_start=False, properties=expiry, username="s@a")[:2] == (True, 0)
+        assert disconnect_of(a_sub)[0] == 0x8E
+        publish(a_pub, topic, b"after", 1, packet_id=2)
+        assert recv_publish(new)[2] == b"after"
+        assert sync(b_sub) == [], "a's message reached b"
+        new.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))  # a's session ends with it
+        new.read_until_closed()
+        bye(b_sub, a_pub, b_pub)
+    finally:
+        t1.stop()
+        t2.stop()

@@ -79,6 +79,8 @@ ERRORS = [
     ('[websocket]\nenabled = true\nhost = "::1"\nport = 9001\n[tenants.acme]\nlisteners = ["ws://[::1]:9001"]\n',
      "ws://[::1]:9001 clashes with the broker's ws listener on [::1]:9001", 6),
     ('[tenants.acme]\n\nlisteners = ["wss://127.0.0.1:1999"]\n', "needs the [tls] certfile", 3),
+    # reload (wave 2: reload)
+    ('[tenants.acme]\non_remove = "delete"\n', "tenants.acme.on_remove", 2),
 ]
 
 
@@ -181,12 +183,13 @@ def test_resolution(registry: Tenants, owner: str, username: str | None, result:
     assert resolve(registry, owner, username) == result
 
 
-def test_a_reload_keeps_the_tenants_and_says_they_need_a_restart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Until tenants reload live, SIGHUP keeps the running ones (`reload.reread`) and says so."""
+def test_a_reload_takes_the_new_tenants(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGHUP applies the tenants live (`reload.reread`; tests/test_tenants_reload.py on the broker)."""
     path = write(tmp_path, "[tenants.acme]\n")
     current = load(path)
-    path.write_text("[tenants.beta]\nenabled = false\n")
+    path.write_text('tenant_separator = "@"\n[tenants.beta]\nenabled = false\non_remove = "drop"\n')
     with caplog.at_level("INFO", logger="plexmq.acceptor"):
         merged = reload.reread(current, lambda: load(path))
-    assert merged is not None and list(merged["tenants"]) == ["acme"] and merged["tenants"]["acme"]["enabled"]
-    assert "needs a restart: tenants" in caplog.text
+    assert merged is not None and list(merged["tenants"]) == ["beta"]
+    assert (merged["tenants"]["beta"]["enabled"], merged["tenants"]["beta"]["on_remove"]) == (False, "drop")
+    assert "changed: tenant_separator, tenants" in caplog.text and "needs a restart" not in caplog.text

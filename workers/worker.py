@@ -148,6 +148,8 @@ class Worker:
             os.close(fd)
             self._refuse(1)
             return
+        if listener >= len(self.listeners):  # a listener a reload added: its SIGHUP is still on its way
+            self.reload()
         sock = socket.socket(fileno=fd)
         sock.setblocking(False)
         conn_id = self.next_conn
@@ -518,10 +520,13 @@ class Worker:
             log.error("worker %d cannot reload its settings: %s", self.worker_id, exc)
             return
         logging.getLogger().setLevel(config["log_level"].upper())
+        declared = self.settings.tenants.declared
         try:
             self.settings = Settings.from_config(config)
         except (KeyError, TypeError, ValueError) as exc:  # the acceptor checked it: the file changed since
             log.error("worker %d keeps its settings: %s %s", self.worker_id, type(exc).__name__, exc)
+        if self.settings.tenants.declared != declared:
+            self._close_ended_tenants()
         try:
             self._set_tls(config)
         except ValueError as exc:  # the acceptor checked it: the file changed since
@@ -532,6 +537,17 @@ class Worker:
             self.archive.set_filters(config["archive"]["topics"])
             self.known_topics.clear()
         log.info("worker %d reloaded its settings", self.worker_id)
+
+    def _close_ended_tenants(self) -> None:
+        """A reload removed or disabled tenants: their connected clients go at once (5.0: DISCONNECT
+        0x98 with the reason), as new ones are refused; their sessions are the router's to keep or drop."""
+        declared = self.settings.tenants.declared
+        for conn in list(self.conns.values()):
+            if conn.tenant and conn.state == CONNECTED:
+                tenant = declared.get(conn.tenant)
+                if tenant is None or not tenant.enabled:
+                    conn.close("tenant removed" if tenant is None else "tenant disabled",
+                               code=reasons.ADMINISTRATIVE_ACTION)
 
     def _set_tls(self, config: dict) -> None:
         """The TLS context of the listeners, built again at a reload, so that the CRL (and the certificate
