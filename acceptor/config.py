@@ -277,7 +277,8 @@ TENANT: dict[str, Option] = {
     "listeners": Option(list, [], _tenant_listeners, "listeners the tenant owns: a client there is in this "
                         "tenant; mqtts and wss use the [tls] certificate"),
     # limits each worker judges alone (wave 2: limits-worker); 0: the broker's own setting, or no limit
-    "max_packet_size": Option(int, 0, lambda value: None if value == 0 else _range(2, 268_435_460)(value),
+    "max_packet_size": Option(int, 0, lambda value: None if value == 0 or 2 <= value <= 268_435_460 else
+                              "must be 0 (the broker's) or between 2 and 268435460",
                               "largest packet its clients may send, bytes, at most the broker's (more: DISCONNECT 0x95)"),
     "max_qos": Option(int, 2, _range(0, 2), "highest QoS its clients may publish with and are granted (a PUBLISH "
                       "above it: DISCONNECT 0x9B; 3.1.1: closed)"),

@@ -4,14 +4,20 @@ and 5.0; every hit counted for its tenant. Tenant "lim" sets limits, tenant "fre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from plexmq import wire
+from plexmq.acceptor import config as cfg
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt.connect import Will
 from plexmq.tenants import Tenant, Tenants
+from plexmq.workers.settings import Settings
+from plexmq.workers.tenant_limits import Limits, limited
+from tests.cli import write
 from tests.connection_harness import Client, ConnectionHarness
 
 BROKER_MAX_PACKET = 1 << 20
@@ -22,6 +28,18 @@ def harness(**limits: object) -> ConnectionHarness:
     overrides = {key: value for key, value in limits.items() if key in ("max_subscriptions", "rate_disconnects")}
     tenant = Tenant("lim", **{key: value for key, value in limits.items() if key not in overrides})  # type: ignore[arg-type]  # the test's fields
     return ConnectionHarness(tenants=Tenants({"lim": tenant, "free": Tenant("free")}, "@"), workers=2, **overrides)
+
+
+def test_a_tenants_table_sets_its_limits_and_each_worker_takes_its_share(tmp_path: Path) -> None:
+    config = cfg.load(str(write(tmp_path, "workers = 4\n[tenants.acme]\nmax_packet_size = 1000\nmax_qos = 1\n"
+                                          "max_session_expiry = 60\nmax_subscriptions_per_client = 5\n"
+                                          "message_rate = 100\nbyte_rate = 4000\n[tenants.free]\n")), {})
+    settings = Settings.from_config(config)
+    assert settings.tenants.declared["acme"] == Tenant("acme", True, (), 1000, 1, 60, 5, 100.0, 4000.0)
+    assert settings.tenants.declared["free"] == Tenant("free")
+    limits = Limits(settings.tenants.declared["acme"], settings)
+    assert (limits.message_rate, limits.byte_rate, limits.max_subscriptions) == (25.0, 1000.0, 5)
+    assert limited(settings.tenants.declared["acme"]) and not limited(settings.tenants.declared["free"])
 
 
 def read_connack(c: Client) -> tuple[bool, int, dict]:
@@ -171,6 +189,27 @@ def test_the_tenants_message_rate_is_shared_by_its_clients_on_a_worker() -> None
     assert h.worker.counters.limit_hits == {("lim", "message_rate"): 1}
     h.loop.advance(0.2)  # one more message's worth: two's last
     assert published(h) == 1 and not two.conn.buf
+
+
+def test_the_tenants_waiting_clients_take_turns_on_one_timer() -> None:
+    """Three clients wait for an empty bucket of 5 a second: one wake-up each 0.2 s (not one per client),
+    and each refill goes to the next in line."""
+    h = harness(message_rate=10.0)
+    first = h.client("first", username="f@lim")
+    clients = [h.client(f"dev{i}", username=f"d{i}@lim") for i in range(3)]
+    timers = len(h.loop.timers)
+    first.send(burst(5))  # empties it
+    assert published(h) == 5
+    for c in clients:
+        c.send(burst(2))
+    assert published(h) == 0 and len(h.loop.timers) == timers + 1
+    took = []
+    for _ in range(6):
+        h.loop.advance(0.2)
+        [record] = [r for r in h.records() if r.kind == "PUB0"]
+        took.append(record.fields[1])
+    ids = [c.conn_id for c in clients]
+    assert took == ids + ids
 
 
 def test_the_tenants_byte_rate_slows_its_clients() -> None:

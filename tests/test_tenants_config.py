@@ -79,6 +79,11 @@ ERRORS = [
     ('[websocket]\nenabled = true\nhost = "::1"\nport = 9001\n[tenants.acme]\nlisteners = ["ws://[::1]:9001"]\n',
      "ws://[::1]:9001 clashes with the broker's ws listener on [::1]:9001", 6),
     ('[tenants.acme]\n\nlisteners = ["wss://127.0.0.1:1999"]\n', "needs the [tls] certfile", 3),
+    # limits a worker judges (wave 2: limits-worker)
+    ('[tenants.acme]\nmax_packet_size = 1\n', "tenants.acme.max_packet_size", 2),
+    ('[tenants.acme]\nmax_qos = 3\n', "tenants.acme.max_qos", 2),
+    ('[tenants.acme]\nmax_session_expiry = -1\n', "tenants.acme.max_session_expiry", 2),
+    ('[tenants.acme]\n\nmessage_rate = "fast"\n', "tenants.acme.message_rate", 3),
 ]
 
 

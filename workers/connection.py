@@ -270,12 +270,15 @@ class Connection(Outbound, asyncio.Protocol):
                                       code=reasons.MESSAGE_RATE_TOO_HIGH)
                 return self.close("faster than its rate limit (rate_limit_action = disconnect)",
                                   code=reasons.QUOTA_EXCEEDED)
-            wait = max(wait, tenant_wait)
             self.throttled = True
             self.transport.pause_reading()
-            worker.loop.call_later(wait, self._refilled)
+            if tenant_wait > wait:
+                limits.hold(self, tenant_wait, worker.loop)  # type: ignore[union-attr]  # a tenant_wait: it has limits
+            else:
+                worker.loop.call_later(wait, self.refilled)
 
-    def _refilled(self) -> None:
+    def refilled(self) -> None:
+        """The buckets that held it have refilled (a call_later, or its tenant's turn: `Limits.hold`)."""
         self.throttled = False
         self.read_on()
 

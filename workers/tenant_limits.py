@@ -10,11 +10,17 @@ that one noisy client of the tenant slows its own tenant and no other.
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections import deque
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from plexmq.tenants import WORKER_LIMITS, Tenant
 from plexmq.workers.settings import Settings
+
+if TYPE_CHECKING:
+    from plexmq.workers.connection import Connection
 
 _NONE = {field.name: field.default for field in fields(Tenant) if field.name in WORKER_LIMITS}  # what sets no limit
 
@@ -22,11 +28,15 @@ _NONE = {field.name: field.default for field in fields(Tenant) if field.name in 
 class Limits:
     """The effective limits of one tenant on this worker, and what is left of its rate buckets."""
     __slots__ = ("tenant", "max_packet_size", "max_qos", "max_session_expiry", "max_subscriptions", "capped_subscriptions",
-                 "message_rate", "byte_rate", "rated", "credit_messages", "credit_bytes", "credit_at")
+                 "message_rate", "byte_rate", "rated", "credit_messages", "credit_bytes", "credit_at", "waiting", "timed")
 
     def __init__(self, tenant: Tenant, settings: Settings) -> None:
         self.tenant = tenant.name
         self.credit_messages = self.credit_bytes = self.credit_at = 0.0  # the first read finds them full
+        # its connections here that wait for the buckets, in turn, and whether the one timer that ends
+        # the wait is set: a thousand throttled clients cost one wake-up per refill, not a thousand
+        self.waiting: deque[Connection] = deque()
+        self.timed = False
         self.apply(tenant, settings)
 
     def apply(self, tenant: Tenant, settings: Settings) -> None:
@@ -73,6 +83,22 @@ class Limits:
             if byte_wait > wait:
                 wait, limit = byte_wait, "byte_rate"
         return (wait, limit) if wait > 0 else (0.0, "")
+
+
+    def hold(self, conn: Connection, wait: float, loop: asyncio.AbstractEventLoop) -> None:
+        """`conn` (not reading) waits its turn: the buckets can pay for the next packet in `wait` s."""
+        self.waiting.append(conn)
+        if not self.timed:
+            self.timed = True
+            loop.call_later(wait, self._release)
+
+    def _release(self) -> None:
+        """Read the waiting connections again, first in line first, until one of them empties the buckets
+        (it waits again, at the back) or none is left."""
+        self.timed = False
+        waiting = self.waiting
+        while waiting and not self.timed:
+            waiting.popleft().refilled()
 
 
 def limited(tenant: Tenant) -> bool:
