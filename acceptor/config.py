@@ -289,6 +289,20 @@ TENANT: dict[str, Option] = {
     # reload (wave 2: reload)
     "on_remove": Option(str, "keep", _one_of("keep", "drop"), "when a reload removes the tenant: keep its persistent "
                         "sessions and retained messages for when it is declared again, or drop them"),
+    # limits each worker judges alone (wave 2: limits-worker); 0: the broker's own setting, or no limit
+    "max_packet_size": Option(int, 0, lambda value: None if value == 0 or 2 <= value <= 268_435_460 else
+                              "must be 0 (the broker's) or between 2 and 268435460",
+                              "largest packet its clients may send, bytes, at most the broker's (more: DISCONNECT 0x95)"),
+    "max_qos": Option(int, 2, _range(0, 2), "highest QoS its clients may publish with and are granted (a PUBLISH "
+                      "above it: DISCONNECT 0x9B; 3.1.1: closed)"),
+    "max_session_expiry": Option(int, 0, _range(0, 0xFFFFFFFF), "seconds an MQTT 5 client's session may outlive "
+                                 "its connection at most (told in CONNACK)"),
+    "max_subscriptions_per_client": Option(int, 0, _range(0), "topic filters one of its clients may hold, in place "
+                                           "of max_subscriptions (more: 0x97; 3.1.1: 0x80)"),
+    "message_rate": Option(float, 0.0, _range(0), "PUBLISH packets per second all its clients together may send; "
+                           "each worker holds them to its equal share"),
+    "byte_rate": Option(float, 0.0, _range(0), "bytes per second all its clients together may send; each worker "
+                        "holds them to its equal share"),
 }
 
 

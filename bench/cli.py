@@ -59,6 +59,8 @@ def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
     parser.add_argument("--connect-timeout", type=float, default=10.0)
     parser.add_argument("-k", "--keepalive", type=int, default=30, help="keepalive s; PINGREQ every k/2 (30)")
     parser.add_argument("--client-prefix", default="plexbench-")
+    parser.add_argument("--username", default="", help="user name of every client, e.g. bench@acme for a tenant "
+                                                      "(default: none)")
     parser.add_argument("--persistent-subs", action="store_true",
                         help="subscribers connect with clean session 0 and stable ids <client-prefix>s<i> "
                              "(their sessions, and what is queued for them, outlive the run)")

@@ -226,7 +226,7 @@ class Connector:
         opts = self.agent.opts
         role = raw.client.role if raw.client is not None else "c"
         return wire.connect(self.level, opts.client_id(self.agent.run_id, role, raw.index), opts.clean_session(role),
-                            self._keepalive)
+                            self._keepalive, opts.username or None)
 
     async def run(self) -> None:
         self.t0 = self.loop.time()

@@ -37,6 +37,7 @@ class Options:
     connect_timeout: float = 10.0
     keepalive: int = 30
     client_prefix: str = "plexbench-"
+    username: str = ""  # every client logs in with it ("": none), e.g. "bench@acme" for a tenant
     persistent_subs: bool = False  # subscribers connect with clean session 0 and ids stable across runs
     topic_prefix: str = "bench"
     procs: int = 0  # 0: one per core (more when the fd limit needs more)

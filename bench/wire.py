@@ -19,10 +19,10 @@ KEEP_SESSION = 0xFFFFFFFF  # 5.0 session expiry of a persistent subscriber: neve
 FAILED = 0x80  # reason codes from here up refuse (a SUBACK's 0x80 in 3.1.1)
 
 
-def connect(level: int, client_id: str, clean: bool, keepalive: int) -> bytes:
+def connect(level: int, client_id: str, clean: bool, keepalive: int, username: str | None = None) -> bytes:
     """A CONNECT; a 5.0 session outlives the connection only with an expiry, so a kept one gets one."""
     properties = None if clean or level != 5 else {SESSION_EXPIRY_INTERVAL: KEEP_SESSION}
-    return v4.encode_connect(client_id, clean, keepalive, protocol_level=level, properties=properties)
+    return v4.encode_connect(client_id, clean, keepalive, username=username, protocol_level=level, properties=properties)
 
 
 def connack_code(level: int, flags: int, body: bytes) -> int:

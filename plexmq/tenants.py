@@ -29,6 +29,10 @@ UNKNOWN = "unknown"  # its username names a tenant that is not declared (or, on 
 NONE_FOUND = "none found"  # nothing names a tenant and tenant_required is set
 DISABLED = "disabled"  # its tenant is declared with enabled = false
 
+# the limits each worker judges alone (wave 2: limits-worker), as `Tenant` fields and `[tenants.NAME]` keys
+WORKER_LIMITS = ("max_packet_size", "max_qos", "max_session_expiry", "max_subscriptions_per_client", "message_rate",
+                 "byte_rate")
+
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
@@ -46,6 +50,13 @@ class Tenant:
     max_queued_messages: int = 0  # per session, instead of the broker's max_queued_messages
     # reload (wave 2: reload)
     on_remove: str = "keep"  # a reload that removes it keeps its sessions and retained messages, or drops them ("drop")
+    # limits each worker judges alone (wave 2: limits-worker; workers/tenant_limits.py); 0: the broker's own / none
+    max_packet_size: int = 0
+    max_qos: int = 2
+    max_session_expiry: int = 0
+    max_subscriptions_per_client: int = 0
+    message_rate: float = 0.0  # the whole tenant's, over all workers
+    byte_rate: float = 0.0
 
     @property
     def limits_connects(self) -> bool:
@@ -79,7 +90,7 @@ class Tenants:
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
     return Tenant(name, table["enabled"], tuple(table["listeners"]), on_remove=table["on_remove"],
-                  **{key: table[key] for key in ROUTER_LIMITS})
+                  **{key: table[key] for key in (*ROUTER_LIMITS, *WORKER_LIMITS)})
 
 
 def unfit_name(name: str) -> str | None:

@@ -177,6 +177,7 @@ class HarnessWorker(Worker):
     def __init__(self, **overrides: Any) -> None:  # not Worker's: it opens the channel, the link, the auth
         self.settings = settings(**overrides)
         self.counters = Counters()
+        self.limits = {}
         self.identity_as_username = False
         self.worker_id = 0
         loop = FakeLoop()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from plexmq.bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples
+from plexmq.bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples, tenants
 from plexmq.bench.plan import Options, assign, with_defaults
 from tests.conftest import ROOT
 from tests.mqtt import RawClient
@@ -242,6 +242,17 @@ def test_persistent_subscribers_keep_their_sessions(start_broker) -> None:
         assert client.connect("pbench-s1", clean=False) == (True, 0)
     finally:
         client.close()
+
+
+def test_noisy_neighbour_script_small(capsys) -> None:
+    """Tenant B's load alone and with tenant A flooding: B loses nothing, A is held near its limit."""
+    status = tenants.main(["-d", "1", "--lead", "0.5", "--b-pairs", "2", "--b-rate", "50", "--a-rate", "100",
+                           "--a-pubs", "2", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    for run in ("b_alone", "b_with_a"):
+        assert result[run]["msgs_per_s"] > 0 and result[run]["lost"] == 0 and result[run]["p99_ms"] > 0
+    assert 0 < result["a_achieved_per_s"] <= 2 * result["a_limit_per_s"] < result["a_sent_per_s"]
 
 
 def test_durability_script_small(capsys) -> None:

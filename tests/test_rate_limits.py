@@ -1,6 +1,7 @@
 """Per-client rate limits (client_message_rate, client_byte_rate): a client that sends faster is read
 more slowly (its data waits in its socket), so it is held to the rate and nothing it sent is lost;
-with rate_limit_action = "disconnect" it is closed instead (MQTT 5: 0x97)."""
+with rate_limit_action = "disconnect" it is closed instead (MQTT 5: 0x97). A tenant's message_rate slows
+all its clients together, and no other tenant's."""
 
 from __future__ import annotations
 
@@ -87,3 +88,27 @@ def test_rate_limit_action_disconnect_closes_a_client_over_its_rate_with_0x97(
     within.send(p.PINGREQ_PACKET)  # the other client is still served
     assert within.recv() == (0xD0, b"")
     within.close()
+
+
+def test_a_tenants_message_rate_slows_its_publisher_and_not_another_tenants_on_the_same_worker(
+        tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """Tenant `noisy` may publish 50 a second (its bucket holds 50); `quiet` has no limit. Both flood the
+    one worker with the same burst: by the time quiet's subscriber has all of it, noisy's has at most
+    what its rate let through."""
+    b = limited(tmp_path, start_broker, 'tenant_separator = "@"\n[tenants.noisy]\nmessage_rate = 50.0\n[tenants.quiet]\n')
+    count, topic = 2000, f"flood/{uid()}"
+    subs = {name: Client(b.port, f"sub-{uid()}", username=f"s@{name}") for name in ("noisy", "quiet")}
+    pubs = {name: RawClient(b.port) for name in subs}
+    for name in subs:
+        subs[name].subscribe(topic)
+        assert pubs[name].connect(f"pub-{uid()}", username=f"p@{name}") == (False, 0)
+    burst = b"".join(p.encode_publish(topic.encode(), b"%06d" % i) for i in range(count))
+    started = time.monotonic()
+    pubs["noisy"].send(burst)
+    pubs["quiet"].send(burst)
+    assert [subs["quiet"].get().payload for _ in range(count)] == [b"%06d" % i for i in range(count)]
+    elapsed = time.monotonic() - started
+    assert 0 < subs["noisy"].messages.qsize() <= 50 * elapsed + 50
+    for name in subs:
+        pubs[name].close()
+        subs[name].disconnect()

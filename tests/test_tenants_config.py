@@ -81,6 +81,11 @@ ERRORS = [
     ('[tenants.acme]\n\nlisteners = ["wss://127.0.0.1:1999"]\n', "needs the [tls] certfile", 3),
     # reload (wave 2: reload)
     ('[tenants.acme]\non_remove = "delete"\n', "tenants.acme.on_remove", 2),
+    # limits a worker judges (wave 2: limits-worker)
+    ('[tenants.acme]\nmax_packet_size = 1\n', "tenants.acme.max_packet_size", 2),
+    ('[tenants.acme]\nmax_qos = 3\n', "tenants.acme.max_qos", 2),
+    ('[tenants.acme]\nmax_session_expiry = -1\n', "tenants.acme.max_session_expiry", 2),
+    ('[tenants.acme]\n\nmessage_rate = "fast"\n', "tenants.acme.message_rate", 3),
 ]
 
 

@@ -26,6 +26,7 @@ from plexmq.workers.handlers import HANDLERS
 from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.workers.outbound import Outbound
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
+from plexmq.workers.tenant_limits import Limits, refill
 from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
-                 "v5", "tenant", "local_name", "routes")
+                 "v5", "tenant", "local_name", "routes", "limits")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -73,6 +74,7 @@ class Connection(Outbound, asyncio.Protocol):
         self.tenant = ""
         self.local_name: str | None = None  # its username within its tenant (a suffix naming the tenant taken off)
         self.routes = worker.routes.default  # its tenant's table of local routes
+        self.limits: Limits | None = None  # its tenant's limits on this worker, found at CONNECT (None: it sets none)
         self.deadline = deadline
         self.wheel_slot = -1
         self.persistent = False
@@ -129,14 +131,16 @@ class Connection(Outbound, asyncio.Protocol):
             buf = data
         pos = 0
         end = len(buf)
-        max_size = settings.max_packet_size
+        limits = self.limits
+        max_size = settings.max_packet_size if limits is None else limits.max_packet_size
         # a run: plain QoS 0 PUBLISH packets to one topic, forwarded to the router as they are and
         # matched there once (a device's read usually holds one topic)
         run = -1  # its start
         run_topic = b""
         count = 0
         published = 0  # PUBLISH packets of this read, for client_message_rate
-        limit, max_published = self._allowance(end) if settings.rate_limited else (end, end)
+        rated = settings.rate_limited or limits is not None and limits.rated
+        limit, max_published = self._allowance(end) if rated else (end, end)
         known_topics = worker.known_topics
         archiving = worker.archive is not None
         skipped: list[tuple[int, int]] = []  # packets of the run that the archive filters leave out
@@ -189,41 +193,54 @@ class Connection(Outbound, asyncio.Protocol):
         except p.MalformedPacket as exc:
             if run >= 0:
                 self._forward(buf, run, pos, run_topic, count, skipped)
+            if exc.code == reasons.PACKET_TOO_LARGE and limits is not None and max_size < settings.max_packet_size:
+                worker.counters.limit_hit(self.tenant, "max_packet_size")
             self.close(v5.refusal(exc), code=exc.code)
             return
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
         self.buf = bytearray(memoryview(buf)[pos:]) if pos < end else b""
         worker.flush_soon()
-        if settings.rate_limited:
+        if rated:
             self._charge(published, pos)
 
     def _partial(self) -> bool:
         """Whether `buf` holds less than its first packet; a header that breaks the format counts as
         whole, for the read loop to refuse it."""
         try:
-            return _frame(self.buf, 0, self.worker.settings.max_packet_size) is None
+            return _frame(self.buf, 0, self.max_size()) is None
         except p.MalformedPacket:
             return False
 
-    # -- per-client rate limits: buckets that hold one second's worth and refill at the rate ------
+    def max_size(self) -> int:
+        """The largest packet it may send: its tenant's max_packet_size, else the broker's."""
+        limits = self.limits
+        return self.worker.settings.max_packet_size if limits is None else limits.max_packet_size
+
+    # -- rate limits: per client, and its tenant's share on this worker (workers/tenant_limits.py); -----
+    # -- buckets that hold one second's worth and refill at the rate ------------------------------------
 
     def _allowance(self, end: int) -> tuple[int, int]:
         """How far into the buffer this read may go (bytes) and how many PUBLISH packets it may take."""
         worker = self.worker
         settings = worker.settings
         now = worker.now()
-        elapsed = now - self.credit_at if self.credit_at else math.inf  # the first read finds them full
-        self.credit_at = now
         limit = max_published = end
-        rate = settings.message_rate
-        if rate:
-            self.credit_messages = min(self.credit_messages + elapsed * rate, max(rate, 1.0))
-            max_published = int(self.credit_messages)
-        rate = settings.byte_rate
-        if rate:
-            self.credit_bytes = min(self.credit_bytes + elapsed * rate, max(rate, 1.0))
-            limit = min(end, int(self.credit_bytes))  # a packet that starts within it is read whole
+        if settings.rate_limited:
+            elapsed = now - self.credit_at if self.credit_at else math.inf  # the first read finds them full
+            self.credit_at = now
+            rate = settings.message_rate
+            if rate:
+                self.credit_messages = refill(self.credit_messages, elapsed, rate)
+                max_published = int(self.credit_messages)
+            rate = settings.byte_rate
+            if rate:
+                self.credit_bytes = refill(self.credit_bytes, elapsed, rate)
+                limit = min(end, int(self.credit_bytes))  # a packet that starts within it is read whole
+        limits = self.limits
+        if limits is not None and limits.rated:
+            tenant_limit, tenant_published = limits.allowance(now, end)
+            limit, max_published = min(limit, tenant_limit), min(max_published, tenant_published)
         return limit, max_published
 
     def _charge(self, published: int, consumed: int) -> None:
@@ -232,24 +249,36 @@ class Connection(Outbound, asyncio.Protocol):
         worker = self.worker
         settings = worker.settings
         wait = 0.0
-        rate = settings.message_rate
-        if rate:
-            self.credit_messages -= published
-            wait = (1.0 - self.credit_messages) / rate
-        rate = settings.byte_rate
-        if rate:
-            self.credit_bytes -= consumed
-            wait = max(wait, (1.0 - self.credit_bytes) / rate)
-        if wait > 0 and self.transport is not None:
+        if settings.rate_limited:
+            rate = settings.message_rate
+            if rate:
+                self.credit_messages -= published
+                wait = (1.0 - self.credit_messages) / rate
+            rate = settings.byte_rate
+            if rate:
+                self.credit_bytes -= consumed
+                wait = max(wait, (1.0 - self.credit_bytes) / rate)
+        limits = self.limits
+        tenant_wait, tenant_limit = limits.charge(published, consumed) if limits is not None and limits.rated else (0.0, "")
+        if tenant_wait > 0:
+            worker.counters.limit_hit(self.tenant, tenant_limit)
+        if (wait > 0 or tenant_wait > 0) and self.transport is not None:
             # a whole packet left unread: the read held more than the buckets allowed
-            if settings.rate_disconnects and self.buf and _frame(self.buf, 0, settings.max_packet_size) is not None:
+            if settings.rate_disconnects and self.buf and _frame(self.buf, 0, self.max_size()) is not None:
+                if tenant_wait > wait:
+                    return self.close(f"its tenant is over its {tenant_limit} (rate_limit_action = disconnect)",
+                                      code=reasons.MESSAGE_RATE_TOO_HIGH)
                 return self.close("faster than its rate limit (rate_limit_action = disconnect)",
                                   code=reasons.QUOTA_EXCEEDED)
             self.throttled = True
             self.transport.pause_reading()
-            worker.loop.call_later(wait, self._refilled)
+            if tenant_wait > wait:
+                limits.hold(self, tenant_wait, worker.loop)  # type: ignore[union-attr]  # a tenant_wait: it has limits
+            else:
+                worker.loop.call_later(wait, self.refilled)
 
-    def _refilled(self) -> None:
+    def refilled(self) -> None:
+        """The buckets that held it have refilled (a call_later, or its tenant's turn: `Limits.hold`)."""
         self.throttled = False
         self.read_on()
 
@@ -359,7 +388,7 @@ class Connection(Outbound, asyncio.Protocol):
         """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);
         None when none fits."""
         return v5.within(self.v5.max_packet, partial(v5.encode_connack, present, 0),  # type: ignore[union-attr]  # a 5.0 client
-                         self.worker.connack_properties(self.v5), CONNACK_OPTIONAL)  # type: ignore[arg-type]  # as above
+                         self.worker.connack_properties(self.v5, self.limits), CONNACK_OPTIONAL)  # type: ignore[arg-type]  # as above
 
     def send5(self, encode: Callable[[props.Properties | None], bytes], told: props.Properties | None = None,
               optional: frozenset[int] = frozenset()) -> bool:

@@ -40,6 +40,7 @@ class Settings:
     rate_limited: bool
     rate_disconnects: bool  # rate_limit_action = disconnect (else throttle)
     tenants: Tenants  # the declared tenants and how a CONNECT names one
+    workers: int  # the workers of this host (serve's count): each holds a tenant's rates to its share of them
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -69,4 +70,5 @@ class Settings:
             rate_limited=bool(message_rate or byte_rate),
             rate_disconnects=action == "disconnect",
             tenants=Tenants.from_config(config),
+            workers=max(int(config["workers"]), 1),
         )

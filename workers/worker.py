@@ -43,6 +43,7 @@ from plexmq.workers.routes import RouteTables, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
+from plexmq.workers.tenant_limits import Limits, limited
 from plexmq.workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -70,6 +71,7 @@ class Worker:
         self.config_path: str = config["config_path"]
         self.settings = Settings.from_config(config)  # swapped whole by `reload`
         self.counters = Counters()
+        self.limits: dict[str, Limits] = {}  # tenant -> its limits on this worker, for the tenants that set some
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
         self.shed = 0  # deliveries dropped while shedding
         self.identity_as_username = False
@@ -265,13 +267,30 @@ class Worker:
         place to this worker's is served here only from its SUBACK on)."""
         return not self.link.unrouted and not self.unanswered and conn.state == CONNECTED
 
-    def connack_properties(self, negotiated: Negotiated) -> props.Properties:
-        """What a 5.0 client is told in its CONNACK: the broker's limits and what it supports, and
-        what it asked for or was told to do at CONNECT (keep alive, response information, the end
-        of its enhanced authentication)."""
+    def tenant_limits(self, tenant: str) -> Limits | None:
+        """The limits of `tenant` on this worker, for a connection at CONNECT (None: it sets none): one
+        `Limits` per tenant, shared by its connections here (they draw from its rate buckets)."""
+        declared = self.settings.tenants.declared.get(tenant)
+        if declared is None or not limited(declared):
+            return None
+        held = self.limits.get(tenant)
+        if held is None:
+            held = self.limits[tenant] = Limits(declared, self.settings)
+        return held
+
+    def connack_properties(self, negotiated: Negotiated, limits: Limits | None) -> props.Properties:
+        """What a 5.0 client is told in its CONNACK: the broker's limits (its tenant's, `limits`) and
+        what it supports, and what it asked for or was told to do at CONNECT (keep alive, response
+        information, the end of its enhanced authentication)."""
         settings = self.settings
         told: props.Properties = {props.RECEIVE_MAXIMUM: settings.receive_maximum,
                                   props.MAXIMUM_PACKET_SIZE: settings.max_packet_size, **SUPPORTED}
+        if limits is not None:
+            told[props.MAXIMUM_PACKET_SIZE] = limits.max_packet_size
+            if limits.max_qos < 2:
+                told[props.MAXIMUM_QOS] = limits.max_qos
+            if limits.max_session_expiry:  # the interval it has, which may be less than it asked for
+                told[props.SESSION_EXPIRY_INTERVAL] = negotiated.session_expiry
         if settings.topic_alias_maximum:
             told[props.TOPIC_ALIAS_MAXIMUM] = settings.topic_alias_maximum
         if negotiated.assigned_id:
@@ -520,13 +539,19 @@ class Worker:
             log.error("worker %d cannot reload its settings: %s", self.worker_id, exc)
             return
         logging.getLogger().setLevel(config["log_level"].upper())
-        declared = self.settings.tenants.declared
+        before = self.settings.tenants.declared
         try:
             self.settings = Settings.from_config(config)
         except (KeyError, TypeError, ValueError) as exc:  # the acceptor checked it: the file changed since
             log.error("worker %d keeps its settings: %s %s", self.worker_id, type(exc).__name__, exc)
-        if self.settings.tenants.declared != declared:
+        if self.settings.tenants.declared != before:
             self._close_ended_tenants()
+        for name, held in list(self.limits.items()):  # live connections take their tenant's new limits
+            declared = self.settings.tenants.declared.get(name)
+            if declared is None:
+                del self.limits[name]  # a removed tenant's connections keep the last ones
+            else:
+                held.apply(declared, self.settings)
         try:
             self._set_tls(config)
         except ValueError as exc:  # the acceptor checked it: the file changed since

@@ -3,7 +3,8 @@ check or a database, or run an enhanced authentication exchange), the will again
 session is claimed from the router, whose answer (`Connection.session_ready`) sends the CONNACK. A
 5.0 client also agrees its limits here (`workers.negotiated`) and hears every refusal's reason code
 and reason string; with `server_reference` set every client is sent there instead. Its tenant is
-found (plexmq/tenants.py) before its login is checked: one that cannot be found is refused."""
+found (plexmq/tenants.py) before its login is checked: one that cannot be found is refused; its
+tenant's limits (workers/tenant_limits.py) are found with it, once."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from plexmq.workers.tls import unfit_username
 
 if TYPE_CHECKING:
     from plexmq.workers.connection import Connection
+    from plexmq.workers.tenant_limits import Limits
 
 log = logging.getLogger("plexmq.worker")
 
@@ -96,6 +98,9 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         return refuse(conn, code, reason.format(found.tenant))
     conn.tenant, conn.local_name = found
     conn.routes = worker.routes.of(found.tenant)
+    limits = conn.limits = worker.tenant_limits(found.tenant)
+    if limits is not None and not _within_limits(conn, limits, connect):
+        return
     conn.client_id = client_id
     if method is not None:
         conn.v5.auth_method = method  # type: ignore[union-attr]  # a 5.0 CONNECT
@@ -117,6 +122,21 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         login.add_done_callback(lambda done: _logged_in(conn, done, connect))
         return
     accept(conn, connect)
+
+
+def _within_limits(conn: Connection, limits: Limits, connect: Connect) -> bool:
+    """Its tenant's limits on a CONNECT: a 5.0 session expiry above the cap is cut to it (the CONNACK
+    says so); a will above the tenant's max_qos is refused (0x9B; 3.1.1: 0x05). False: refused."""
+    negotiated = conn.v5
+    if negotiated is not None and limits.max_session_expiry and negotiated.session_expiry > limits.max_session_expiry:
+        negotiated.session_expiry = limits.max_session_expiry
+        conn.worker.counters.limit_hit(conn.tenant, "max_session_expiry")
+    if connect.will is not None and connect.will.qos > limits.max_qos:
+        conn.worker.counters.limit_hit(conn.tenant, "max_qos")
+        refuse(conn, NOT_AUTHORIZED if negotiated is None else reasons.QOS_NOT_SUPPORTED,
+               f"will QoS {connect.will.qos} above the tenant's maximum QoS {limits.max_qos}")
+        return False
+    return True
 
 
 def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:

@@ -31,6 +31,10 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
     if expiry is not None:
         if expiry and not negotiated.session_expiry:
             raise MalformedPacket("session expiry set at DISCONNECT after 0 at CONNECT", PROTOCOL_ERROR)
+        limits = conn.limits
+        if limits is not None and limits.max_session_expiry and expiry > limits.max_session_expiry:
+            expiry = limits.max_session_expiry  # its tenant's cap
+            conn.worker.counters.limit_hit(conn.tenant, "max_session_expiry")
         if negotiated.session_expiry:  # 0 ends the session with the connection, else how long it outlives it
             conn.worker.link.session_expiry(conn.conn_id, expiry)
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL

@@ -1,6 +1,7 @@
 """PUBLISH from a client (all but the plain 3.1.1 QoS 0 runs, which `Connection.data_received`
 forwards as they are): topic alias and flow control (5.0), the ACL and the `$` topics no client may
-write (`acl.may_publish`), then routed."""
+write (`acl.may_publish`), then routed. A QoS above its tenant's max_qos closes the connection (5.0: DISCONNECT
+0x9B)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 
 def handle_publish(conn: Connection, flags: int, body: bytes) -> None:
     qos = (flags >> 1) & 3
+    limits = conn.limits
+    if limits is not None and qos > limits.max_qos:  # what the CONNACK told a 5.0 client [MQTT-3.3.4-11]
+        conn.worker.counters.limit_hit(conn.tenant, "max_qos")
+        return conn.close(f"PUBLISH with QoS {qos} above its tenant's maximum QoS {limits.max_qos}",
+                          code=reasons.QOS_NOT_SUPPORTED)
     negotiated = conn.v5
     carried, expiry = b"", 0
     if negotiated is None:

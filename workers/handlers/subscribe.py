@@ -3,7 +3,8 @@ UNSUBACK), which owns the subscriptions. Each filter goes to the router as its g
 the options, with a 5.0 client's subscription identifier) or, refused, as its reason code (0x80 and
 up), which comes back in the SUBACK; 3.1.1 clients see every refusal as 0x80. A client holds at most
 max_subscriptions filters (counted in `conn.subs`, which holds a resumed session's too): each costs
-the router and the worker memory, so a new one beyond them is refused, 0x97 (quota exceeded)."""
+the router and the worker memory, so a new one beyond them is refused, 0x97 (quota exceeded); a tenant
+may set its own max_subscriptions_per_client instead. A tenant's max_qos caps each grant's QoS."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
     subs = conn.subs
     if subs is None:
         subs = conn.subs = {}
-    most = conn.worker.settings.max_subscriptions
+    limits = conn.limits
+    most = conn.worker.settings.max_subscriptions if limits is None else limits.max_subscriptions
     wanted = []
     for topic_filter, options in filters:
         if not valid_subscription(topic_filter):
@@ -38,7 +40,12 @@ def handle_subscribe(conn: Connection, flags: int, body: bytes) -> None:
             grant = reasons.NOT_AUTHORIZED  # a shared subscription: the ACL judges its filter
         elif topic_filter not in subs and len(subs) >= most:
             grant = reasons.QUOTA_EXCEEDED
+            if limits is not None and limits.capped_subscriptions:
+                conn.worker.counters.limit_hit(conn.tenant, "max_subscriptions_per_client")
         else:
+            if limits is not None and options & 3 > limits.max_qos:  # granted at most its tenant's max_qos
+                options = options & ~3 | limits.max_qos
+                conn.worker.counters.limit_hit(conn.tenant, "max_qos")
             grant = grants.make(options, identifier)
             subs[topic_filter] = grant
             if checker is not None and not conn.screened and not checker.reads_all(subscribed(topic_filter)):
