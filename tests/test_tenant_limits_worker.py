@@ -35,7 +35,9 @@ def test_a_tenants_table_sets_its_limits_and_each_worker_takes_its_share(tmp_pat
                                           "max_session_expiry = 60\nmax_subscriptions_per_client = 5\n"
                                           "message_rate = 100\nbyte_rate = 4000\n[tenants.free]\n")), {})
     settings = Settings.from_config(config)
-    assert settings.tenants.declared["acme"] == Tenant("acme", True, (), 1000, 1, 60, 5, 100.0, 4000.0)
+    assert settings.tenants.declared["acme"] == Tenant("acme", max_packet_size=1000, max_qos=1, max_session_expiry=60,
+                                                             max_subscriptions_per_client=5, message_rate=100.0,
+                                                             byte_rate=4000.0)
     assert settings.tenants.declared["free"] == Tenant("free")
     limits = Limits(settings.tenants.declared["acme"], settings)
     assert (limits.message_rate, limits.byte_rate, limits.max_subscriptions) == (25.0, 1000.0, 5)
