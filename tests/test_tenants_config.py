@@ -188,5 +188,5 @@ def test_a_reload_keeps_the_tenants_and_says_they_need_a_restart(tmp_path: Path,
     path.write_text("[tenants.beta]\nenabled = false\n")
     with caplog.at_level("INFO", logger="plexmq.acceptor"):
         merged = reload.reread(current, lambda: load(path))
-    assert merged is not None and merged["tenants"] == {"acme": {"enabled": True, "listeners": []}}
+    assert merged is not None and merged["tenants"] == current["tenants"] and list(merged["tenants"]) == ["acme"]
     assert "needs a restart: tenants" in caplog.text
