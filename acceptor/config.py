@@ -420,20 +420,24 @@ def _check_tenant_logins(config: dict[str, Any], origins: Origins) -> None:
         for key in ("jwt_audience", "jwt_issuer"):
             if table[key] and not table["jwt_jwks_file"]:
                 raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}' needs tenants.{name}.jwt_jwks_file")
-        key = ""
-        try:
-            for key in ("password_file", "acl_file", "jwt_jwks_file"):
-                if not table[key]:
-                    continue
-                if key == "password_file":
-                    PasswordFile.load(table[key])
-                    _check_private(table[key], config["strict_file_modes"])
-                elif key == "acl_file":
-                    AclFile.load(table[key])
-                else:
-                    TokenVerifier(table[key], table["jwt_audience"], table["jwt_issuer"], config["jwt_username_claim"])
-        except (ValueError, ConfigError) as exc:
-            raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}': {exc}") from None
+        for key in ("password_file", "acl_file", "jwt_jwks_file"):
+            if table[key]:
+                try:
+                    _read_tenant_file(key, table, config)
+                except (ValueError, ConfigError) as exc:
+                    raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}': {exc}") from None
+
+
+def _read_tenant_file(key: str, table: dict[str, Any], config: dict[str, Any]) -> None:
+    """Read a tenant's `key` file as a worker will; ValueError (file:line: why) when it cannot be."""
+    path = table[key]
+    if key == "password_file":
+        PasswordFile.load(path)
+        _check_private(path, config["strict_file_modes"])
+    elif key == "acl_file":
+        AclFile.load(path)
+    else:
+        TokenVerifier(path, table["jwt_audience"], table["jwt_issuer"], config["jwt_username_claim"])
 
 
 def _check_private(path: str, strict: bool) -> None:

@@ -26,7 +26,8 @@ from tests.conftest import Broker
 from tests.logins import login, users
 from tests.mqtt import RawClient
 from tests.steps import from_address, sync, uid
-from tests.test_sql_auth import MariaDB, add_user, mariadb  # noqa: F401  # mariadb: the session's database fixture
+from tests.test_mqtt5_auth import logged_in, reauthenticate, recv_auth, recv_connack, scram_connect
+from tests.test_sql_auth import SERVER, MariaDB, add_user, mariadb  # noqa: F401  # mariadb: the session's database fixture
 from tests.test_transports import Pki, client_certificate, pki, port_of, tls_section, tls_socket  # noqa: F401  # pki: a fixture
 
 # -- the rules, as tables ------------------------------------------------------------------------------
@@ -216,6 +217,21 @@ def test_a_tenants_acl_applies_to_its_clients_only(tenants_broker: Broker) -> No
         c.close()
 
 
+def test_scram_checks_the_tenants_own_keys(tenants_broker: Broker) -> None:
+    """MQTT 5.0 enhanced authentication against acme's file, as the tenant-local user, at CONNECT
+    and again later; the same proof does not log into the default tenant."""
+    port = tenants_broker.port
+    c, _client = scram_connect(port, "dev", "acme-pw", username="dev@acme")
+    assert recv_connack(c)[1] == 0
+    reauthenticate(c, "dev", "acme-pw")
+    assert recv_auth(c)[0] == 0x00
+    c.close()
+    c, _client = scram_connect(port, "dev", "acme-pw", username="dev")  # the broker's dev has another password
+    assert recv_connack(c)[1] == 0x86
+    c.close()
+    logged_in(port, "root", "root-pw").close()  # the broker's users, in the default tenant
+
+
 # -- tokens: a tenant's own keys, and the claim of the broker's --------------------------------------------------
 
 
@@ -264,6 +280,7 @@ def test_tokens_name_the_tenant(tmp_path: Path, start_broker: Callable[..., Brok
 # -- the SQL column --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(SERVER is None, reason="no MariaDB server binary (apt-get install mariadb-server)")
 def test_the_user_rows_column_names_the_tenant(mariadb: MariaDB, tmp_path: Path,  # noqa: F811  # the fixture
                                               start_broker: Callable[..., Broker]) -> None:
     mariadb.sql("ALTER TABLE plexmq_users ADD COLUMN IF NOT EXISTS tenant VARCHAR(64) NULL")
