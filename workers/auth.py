@@ -85,14 +85,16 @@ class Auth:
         if config["auth_database"] and self.database_pool is None:
             self.database_pool = ThreadPoolExecutor(DATABASE_THREADS, "plexmq-authdb")
         self.reload()
-        kept = self.tenants
-        self.tenants = {}
+        kept, self.tenants = self.tenants, {}
         for found in declared:
-            if found.own_logins or found.acl_file or found.allow_anonymous is not None:
-                same = kept.get(found.name)
-                if same is not None and same.tenant == found:
-                    same.reload()
-                self.tenants[found.name] = same if same is not None and same.tenant == found else TenantAuth(self, found)
+            if not (found.own_logins or found.acl_file or found.allow_anonymous is not None):
+                continue
+            same = kept.get(found.name)
+            if same is not None and same.tenant == found:
+                same.reload()  # its files, and the broker's it shares, may have changed
+            else:
+                same = TenantAuth(self, found)
+            self.tenants[found.name] = same
 
     def of(self, name: str) -> Auth:
         """The logins and ACL of tenant `name`'s clients."""
