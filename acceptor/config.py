@@ -35,6 +35,9 @@ class ConfigError(Exception):
     """One line that says what is wrong and where."""
 
 
+Origins = dict[str, Callable[[str], str]]  # tenant name -> the "file:line" where a key of its table is set
+
+
 @dataclass(frozen=True)
 class Option:
     kind: type
@@ -141,6 +144,10 @@ def _separator(value: Any) -> str | None:
     return _mqtt_string(value)
 
 
+def _sql_column(value: Any) -> str | None:
+    return None if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", value) or not value else "must be a column name"
+
+
 def _tenant_listeners(value: Any) -> str | None:
     for url in value:
         try:
@@ -238,6 +245,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                   "the default tenant)"),
         "tenants_dir": Option(str, "", doc="a directory of NAME.toml files, each the keys of one [tenants.NAME] "
                               "table (empty: none)"),
+        # logins (wave 2: logins): a login that names the tenant, where the listener and the username did not
+        "jwt_tenant_claim": Option(str, "", _mqtt_string, "the claim of a broker-wide token that names its "
+                                   "client's tenant (empty: none)"),
+        "auth_database_tenant_column": Option(str, "", _sql_column, "the column of plexmq_users that names a "
+                                              "user's tenant (empty: none)"),
+        "tenant_certificate_field": Option(str, "", _one_of("", "O", "OU", "CN"), "the client certificate's "
+                                           "subject field that names its tenant: O, OU or CN (empty: none)"),
     },
     "tls": {
         "enabled": Option(bool, False, doc="also listen for MQTT over TLS"),
@@ -303,6 +317,13 @@ TENANT: dict[str, Option] = {
                            "each worker holds them to its equal share"),
     "byte_rate": Option(float, 0.0, _range(0), "bytes per second all its clients together may send; each worker "
                         "holds them to its equal share"),
+    # logins (wave 2: logins): where a tenant has none of its own, the broker's apply
+    "password_file": Option(str, "", doc="the tenant's users (tenant-local names); set: the broker's are not asked"),
+    "acl_file": Option(str, "", doc="the tenant's ACL (%u: the tenant-local name), instead of the broker's"),
+    "jwt_jwks_file": Option(str, "", doc="keys that sign the tenant's tokens; set: the broker's are not asked"),
+    "jwt_audience": Option(str, "", doc="the audience the tenant's tokens must name (empty: not checked)"),
+    "jwt_issuer": Option(str, "", doc="the issuer the tenant's tokens must name (empty: not checked)"),
+    "allow_anonymous": Option(bool, None, doc="accept the tenant's clients without a username (unset: the broker's rule)"),
 }
 
 
@@ -359,7 +380,7 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """Defaults, then the file at `path`, then `overrides` (top-level keys from the command line)."""
     config = defaults()
     text = ""
-    origins: dict[str, str] = {}  # tenant name -> file:line of its listeners
+    origins: Origins = {}  # tenant name -> where its keys are set
     if path:
         text = _text(path)
         try:
@@ -374,13 +395,14 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
             config[key] = _coerce(SCHEMA[""][key], value)
         except ValueError as exc:
             raise ConfigError(f"--{key.replace('_', '-')}: {exc}") from None
-    _check_exposure(config)
+    _check_exposure(config, origins)
     if config["server_moved"] and not config["server_reference"]:
         raise ConfigError("server_moved: needs server_reference (where the clients go)")
     if config["tenant_required"] and not config["tenants"]:
         raise ConfigError("tenant_required: no tenant is declared ([tenants.NAME] or tenants_dir): every client "
                           "would be refused")
     _check_auth_files(config)
+    _check_tenant_logins(config, origins)
     _check_listeners(config, origins)
     _check_tls(config)
     _check_router_link(config)
@@ -409,6 +431,40 @@ def _check_auth_files(config: dict[str, Any]) -> None:
             TokenVerifier(config["jwt_jwks_file"], config["jwt_audience"], config["jwt_issuer"], config["jwt_username_claim"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def _check_tenant_logins(config: dict[str, Any], origins: Origins) -> None:
+    """Each tenant's login and ACL files read once, and the keys that name a tenant from a login checked
+    against what they need, so that a bad line or setting stops startup with its place."""
+    if config["auth_database_tenant_column"] and not config["auth_database"]:
+        raise ConfigError("auth_database_tenant_column: needs auth_database (the table that holds the column)")
+    keys = config["jwt_jwks_file"] or any(table["jwt_jwks_file"] for table in config["tenants"].values())
+    if config["jwt_tenant_claim"] and not keys:
+        raise ConfigError("jwt_tenant_claim: needs jwt_jwks_file (the keys of the tokens that carry the claim)")
+    if config["tenant_certificate_field"] and not config["tls"]["require_certificate"]:
+        raise ConfigError("tenant_certificate_field: needs tls.require_certificate = true")
+    for name, table in config["tenants"].items():
+        for key in ("jwt_audience", "jwt_issuer"):
+            if table[key] and not table["jwt_jwks_file"]:
+                raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}' needs tenants.{name}.jwt_jwks_file")
+        for key in ("password_file", "acl_file", "jwt_jwks_file"):
+            if table[key]:
+                try:
+                    _read_tenant_file(key, table, config)
+                except (ValueError, ConfigError) as exc:
+                    raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}': {exc}") from None
+
+
+def _read_tenant_file(key: str, table: dict[str, Any], config: dict[str, Any]) -> None:
+    """Read a tenant's `key` file as a worker will; ValueError (file:line: why) when it cannot be."""
+    path = table[key]
+    if key == "password_file":
+        PasswordFile.load(path)
+        _check_private(path, config["strict_file_modes"])
+    elif key == "acl_file":
+        AclFile.load(path)
+    else:
+        TokenVerifier(path, table["jwt_audience"], table["jwt_issuer"], config["jwt_username_claim"])
 
 
 def _check_private(path: str, strict: bool) -> None:
@@ -521,17 +577,26 @@ def security_line(config: dict[str, Any]) -> str:
             f"{'allowed' if config['allow_anonymous'] else 'refused'}; ACL: {acl}")
 
 
-def _check_exposure(config: dict[str, Any]) -> None:
-    """Safe default: without authentication the broker stays on loopback unless told otherwise."""
-    if logins(config) or config["allow_anonymous"] or config["role"] == "router":  # a router has no listeners
+def _check_exposure(config: dict[str, Any], origins: Origins) -> None:
+    """Safe default: without authentication the broker stays on loopback unless told otherwise. A
+    tenant's listener counts the tenant's own logins and anonymous rule, where it has them."""
+    if config["role"] == "router":  # a router has no listeners
         return
-    for _scheme, host, _port, _tenant in listeners(config):
-        if not is_loopback(host):
+    for scheme, host, port, name in listeners(config):
+        table = config["tenants"].get(name) if name else None
+        anonymous = config["allow_anonymous"] if table is None or table["allow_anonymous"] is None else table["allow_anonymous"]
+        guarded = logins(config) or table is not None and (table["password_file"] or table["jwt_jwks_file"])
+        if guarded or anonymous or is_loopback(host):
+            continue
+        if table is None:
             raise ConfigError(f"host {host!r}: listening beyond loopback needs authentication "
                               "(password_file or auth_database) or allow_anonymous = true")
+        raise ConfigError(f"{origins[name]('listeners')}: tenants.{name}.listeners: {scheme}://{_address(host, port)}: "
+                          "listening beyond loopback needs authentication (the tenant's or the broker's "
+                          "password_file, jwt_jwks_file or auth_database) or allow_anonymous = true")
 
 
-def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str, origins: dict[str, str]) -> None:
+def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str, origins: Origins) -> None:
     for key, value in data.items():
         if key == "tenants":
             _merge_tenants(config["tenants"], value, path, text, origins)
@@ -542,7 +607,7 @@ def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str, o
             _set(config, "", key, value, path, text)
 
 
-def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origins: dict[str, str]) -> None:
+def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origins: Origins) -> None:
     """The [tenants.NAME] tables of the config file."""
     if not isinstance(data, dict) or not all(isinstance(table, dict) for table in data.values()):
         raise ConfigError(f"{path}:{_line_of(text, '', 'tenants')}: key 'tenants' must hold [tenants.NAME] tables")
@@ -551,8 +616,8 @@ def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origi
 
 
 def _add_tenant(found: dict[str, Any], name: str, table: dict[str, Any], path: str, text: str, section: str,
-                origins: dict[str, str]) -> None:
-    """Check a tenant's name and keys into `found`, and where its listeners are set into `origins`;
+                origins: Origins) -> None:
+    """Check a tenant's name and keys into `found`, and where its keys are set into `origins`;
     `section`: where its keys are in `text` ("": a tenants_dir file, at its top)."""
     unfit = tenants.unfit_name(name)
     if unfit:
@@ -560,10 +625,10 @@ def _add_tenant(found: dict[str, Any], name: str, table: dict[str, Any], path: s
     found[name] = _defaults(TENANT)
     for key, value in table.items():
         _set(found[name], f"tenants.{name}", key, value, path, text, section)
-    origins[name] = f"{path}:{_line_of(text, section, 'listeners')}"
+    origins[name] = lambda key: f"{path}:{_line_of(text, section, key)}"
 
 
-def _load_tenants_dir(config: dict[str, Any], directory: str, path: str, text: str, origins: dict[str, str]) -> None:
+def _load_tenants_dir(config: dict[str, Any], directory: str, path: str, text: str, origins: Origins) -> None:
     """Each NAME.toml of tenants_dir: one tenant; a name the config file declares too is an error that
     names both places."""
     try:
@@ -595,7 +660,7 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
+def _check_listeners(config: dict[str, Any], origins: Origins) -> None:
     """Tenant listeners (`origins`: where each tenant sets them): none on another listener's
     host:port, TLS ones only with a certificate, and few enough for a worker to tell them apart."""
     found = listeners(config)
@@ -604,7 +669,7 @@ def _check_listeners(config: dict[str, Any], origins: dict[str, str]) -> None:
     for index, (scheme, host, port, name) in enumerate(found):
         if not name:
             continue
-        said = f"{origins[name]}: tenants.{name}.listeners: {scheme}://{_address(host, port)}"
+        said = f"{origins[name]('listeners')}: tenants.{name}.listeners: {scheme}://{_address(host, port)}"
         if scheme in ("mqtts", "wss") and not config["tls"]["certfile"]:
             raise ConfigError(f"{said} needs the [tls] certfile (and keyfile)")
         for other_scheme, other_host, other_port, other in found[:index]:

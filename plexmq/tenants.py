@@ -28,15 +28,18 @@ ROUTER_LIMITS = ("max_connections", "max_connection_rate", "max_sessions", "max_
 UNKNOWN = "unknown"  # its username names a tenant that is not declared (or, on a tenant's listener, another one)
 NONE_FOUND = "none found"  # nothing names a tenant and tenant_required is set
 DISABLED = "disabled"  # its tenant is declared with enabled = false
+OWN_LOGINS = "own logins"  # a broker-wide login names a tenant that checks logins of its own
 
 # the limits each worker judges alone (wave 2: limits-worker), as `Tenant` fields and `[tenants.NAME]` keys
 WORKER_LIMITS = ("max_packet_size", "max_qos", "max_session_expiry", "max_subscriptions_per_client", "message_rate",
                  "byte_rate")
+# the tenant's own logins and ACL, as `Tenant` fields and `[tenants.NAME]` keys
+LOGINS = ("password_file", "acl_file", "jwt_jwks_file", "jwt_audience", "jwt_issuer", "allow_anonymous")
 
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
-    """One declared tenant's config; later increments add its logins, ACL and limits here."""
+    """One declared tenant's config: where its clients connect, its logins and ACL, its limits."""
     name: str
     enabled: bool = True
     listeners: tuple[str, ...] = ()  # "mqtt://HOST:PORT" ...: connections on them are this tenant's
@@ -57,6 +60,18 @@ class Tenant:
     max_subscriptions_per_client: int = 0
     message_rate: float = 0.0  # the whole tenant's, over all workers
     byte_rate: float = 0.0
+    # logins (wave 2: logins): its own; where it has none, the broker's apply
+    password_file: str = ""
+    acl_file: str = ""
+    jwt_jwks_file: str = ""
+    jwt_audience: str = ""
+    jwt_issuer: str = ""
+    allow_anonymous: bool | None = None  # None: the broker's
+
+    @property
+    def own_logins(self) -> bool:
+        """Whether its clients log in against its own files (with the tenant-local username), never the broker's."""
+        return bool(self.password_file or self.jwt_jwks_file)
 
     @property
     def limits_connects(self) -> bool:
@@ -67,6 +82,7 @@ class Tenant:
 class Found(NamedTuple):
     tenant: str
     username: str | None  # the tenant-local username (without the suffix that named the tenant)
+    open: bool = False  # nothing named a tenant yet, and the login may (`settle`)
 
 
 class Refused(NamedTuple):
@@ -80,17 +96,20 @@ class Tenants:
     declared: Mapping[str, Tenant] = field(default_factory=dict)
     separator: str = ""  # tenant_separator: "" means usernames never name a tenant
     required: bool = False  # tenant_required
+    # logins (wave 2: logins): whether a broker-wide login (a JWT claim, an SQL column) may name the tenant
+    by_login: bool = False
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Tenants:
         return cls({name: tenant(name, table) for name, table in config["tenants"].items()},
-                   config["tenant_separator"], config["tenant_required"])
+                   config["tenant_separator"], config["tenant_required"],
+                   bool(config["jwt_tenant_claim"] or config["auth_database_tenant_column"]))
 
 
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
     return Tenant(name, table["enabled"], tuple(table["listeners"]), on_remove=table["on_remove"],
-                  **{key: table[key] for key in (*ROUTER_LIMITS, *WORKER_LIMITS)})
+                  **{key: table[key] for key in (*ROUTER_LIMITS, *WORKER_LIMITS, *LOGINS)})
 
 
 def unfit_name(name: str) -> str | None:
@@ -114,11 +133,17 @@ def diff(old: Mapping[str, Tenant], new: Mapping[str, Tenant]) -> tuple[set[str]
     return set(added), changed, set(removed)
 
 
-def resolve(tenants: Tenants, owner: str, username: str | None) -> Found | Refused:
+def resolve(tenants: Tenants, owner: str, username: str | None, certified: str = "") -> Found | Refused:
     """The tenant of a connection on a listener of tenant `owner` ("": one of the broker's own) that
-    logs in as `username`. On an owned listener a username suffix naming the owner is taken off, one
-    naming another declared tenant is refused, any other is part of the username."""
+    logs in as `username`, with a client certificate whose tenant_certificate_field names `certified`
+    ("": none). A certificate counts as the listener does, and must agree with it. On an owned listener a
+    username suffix naming the owner is taken off, one naming another declared tenant is refused, any
+    other is part of the username. When nothing names one and a login may, the answer is `open`."""
     declared = tenants.declared
+    if certified:
+        if owner and owner != certified:
+            return Refused(UNKNOWN, certified)
+        owner = certified
     named, local = None, username
     if tenants.separator and username is not None and tenants.separator in username:
         prefix, _, suffix = username.rpartition(tenants.separator)
@@ -129,8 +154,37 @@ def resolve(tenants: Tenants, owner: str, username: str | None) -> Found | Refus
             return Refused(UNKNOWN, named)
         named = owner
     if named is None:
+        if tenants.by_login:
+            return Found(DEFAULT, username, True)
         return Refused(NONE_FOUND, DEFAULT) if tenants.required else Found(DEFAULT, username)
     found = declared.get(named)
     if found is None:
         return Refused(UNKNOWN, named)
     return Found(named, local) if found.enabled else Refused(DISABLED, named)
+
+
+def settle(tenants: Tenants, found: Found, claimed: str) -> Found | Refused:
+    """The tenant of a connection that `resolve` found as `found` once its login (checked by the broker's
+    logins when `found` is open, else by `found.tenant`'s) named `claimed` ("": none): a login may name a
+    tenant only where nothing else did, or the same one; that tenant must be declared, enabled, and
+    without logins of its own (they were not the ones checked)."""
+    if not claimed:
+        return Refused(NONE_FOUND, DEFAULT) if found.open and tenants.required else found._replace(open=False)
+    if not found.open:
+        return found if claimed == found.tenant else Refused(UNKNOWN, claimed)
+    named = tenants.declared.get(claimed)
+    if named is None:
+        return Refused(UNKNOWN, claimed)
+    if not named.enabled:
+        return Refused(DISABLED, claimed)
+    if named.own_logins:
+        return Refused(OWN_LOGINS, claimed)
+    return Found(claimed, local_name(tenants, claimed, found.username))
+
+
+def local_name(tenants: Tenants, name: str, username: str | None) -> str | None:
+    """`username` within tenant `name`: without the suffix that names it, if it has one."""
+    suffix = tenants.separator + name
+    if name and tenants.separator and username is not None and username.endswith(suffix):
+        return username[:-len(suffix)]
+    return username

@@ -148,6 +148,7 @@ class FakeAuth:
     required = False
     passwords = None
     tokens = None
+    local = local_acl = False
 
     def __init__(self) -> None:
         self.denied = 0
@@ -155,6 +156,9 @@ class FakeAuth:
 
     def checker(self, username: str | None, client_id: str) -> None:
         return None
+
+    def of(self, name: str) -> FakeAuth:
+        return self
 
     def rules_changed(self) -> bool:
         return False
@@ -179,6 +183,7 @@ class HarnessWorker(Worker):
         self.counters = Counters()
         self.limits = {}
         self.identity_as_username = False
+        self.tenant_field = ""
         self.worker_id = 0
         loop = FakeLoop()
         self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place

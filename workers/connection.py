@@ -53,7 +53,7 @@ class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
-                 "v5", "tenant", "local_name", "routes", "limits")
+                 "v5", "tenant", "local_name", "routes", "limits", "cert_tenant")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -75,6 +75,7 @@ class Connection(Outbound, asyncio.Protocol):
         self.local_name: str | None = None  # its username within its tenant (a suffix naming the tenant taken off)
         self.routes = worker.routes.default  # its tenant's table of local routes
         self.limits: Limits | None = None  # its tenant's limits on this worker, found at CONNECT (None: it sets none)
+        self.cert_tenant = ""  # the tenant its client certificate names (tenant_certificate_field; "": none)
         self.deadline = deadline
         self.wheel_slot = -1
         self.persistent = False
@@ -101,11 +102,14 @@ class Connection(Outbound, asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport (TCP, TLS, or the WebSocket's)
         self.peer = peer_name(transport.get_extra_info("peername"))
-        if self.worker.identity_as_username:
+        worker = self.worker
+        if worker.identity_as_username or worker.tenant_field:
             cert = transport.get_extra_info("peercert")  # verified by the handshake; None on a plain listener
-            if cert:
+            if cert and worker.identity_as_username:
                 self.cert_username = common_name(cert)  # judged at CONNECT (tls.unfit_username)
                 log.debug("client certificate from %s: CN %r", self.peer, self.cert_username)
+            if cert and worker.tenant_field:
+                self.cert_tenant = common_name(cert, worker.tenant_field)  # judged at CONNECT (tenants.resolve)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state != CLOSED:

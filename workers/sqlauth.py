@@ -66,35 +66,37 @@ def _rows(connection: pymysql.connections.Connection, sql: str, args: tuple[Any,
 class UserDatabase:
     """One worker's view of the tables. `password_hash`, `check` and `rules` block: call them on a thread pool."""
 
-    def __init__(self, url: str, cache_seconds: float, timeout: float, with_acl: bool) -> None:
+    def __init__(self, url: str, cache_seconds: float, timeout: float, with_acl: bool, tenant_column: str = "") -> None:
         args = connect_args(url)
         self.source = f"{urlsplit(url).scheme}://{args['user']}@{args['host']}:{args['port']}/{args['database']}"
         self.cache_seconds = cache_seconds
         self.timeout = timeout
         self.with_acl = with_acl
+        # auth_database_tenant_column (checked to be a plain column name): the user's tenant, "" none
+        self._select = f"SELECT username, password_hash, {tenant_column or 'NULL'} FROM {USERS} WHERE username = %s"
         # autocommit: a kept connection inside one transaction would read the same snapshot forever
         self._connect = {**args, "connect_timeout": timeout, "read_timeout": timeout, "write_timeout": timeout,
                          "autocommit": True, "charset": "utf8mb4"}
         self._local = threading.local()  # one connection per thread: a pymysql connection is not thread-safe
-        self._users: dict[str, tuple[str | None, float]] = {}  # user -> (hash or None, when it was read)
+        self._users: dict[str, tuple[str | None, str, float]] = {}  # user -> (hash or None, tenant, when it was read)
         self._key = secrets.token_bytes(32)
         self._good: set[bytes] = set()  # keyed hashes of (hash, password) pairs that matched
         self.acl: AclFile | None = None  # the rules read last
         self._acl_read = -math.inf
 
-    def password_hash(self, username: str) -> str | None:
-        """The user's stored hash, None when the user has no row; cached."""
+    def password_hash(self, username: str) -> tuple[str | None, str]:
+        """The user's stored hash (None when the user has no row) and the tenant its row names ("": none); cached."""
         now = time.monotonic()
         cached = self._users.get(username)
-        if cached is not None and now - cached[1] < self.cache_seconds:
-            return cached[0]
-        rows = self._query(f"SELECT username, password_hash FROM {USERS} WHERE username = %s", (username,))
+        if cached is not None and now - cached[2] < self.cache_seconds:
+            return cached[0], cached[1]
+        rows = self._query(self._select, (username,))
         # compared here too: the column's collation may ignore case or trailing spaces
-        stored = next((h for name, h in rows if name == username), None)
+        stored, tenant = next(((h, t or "") for name, h, t in rows if name == username), (None, ""))
         if len(self._users) >= CACHED_MAX:
             self._users.clear()
-        self._users[username] = (stored, now)
-        return stored
+        self._users[username] = (stored, tenant, now)
+        return stored, tenant
 
     def check(self, username: str, stored: str | None, password: bytes) -> bool:
         """True when `password` is the one `stored` (from `password_hash`) was made from. Slow (the

@@ -91,11 +91,15 @@ def _detail(exc: ssl.SSLError) -> str:
     return re.sub(r"\s*\(_ssl\.c:\d+\)$", "", str(exc.args[-1]))
 
 
-def common_name(peercert: dict[str, Any]) -> str:
-    """The subject CN of a verified certificate (`getpeercert()`'s dict), "" when it has none."""
+# tenant_certificate_field: the subject field as getpeercert() names it
+SUBJECT_FIELDS = {"": "", "CN": "commonName", "O": "organizationName", "OU": "organizationalUnitName"}
+
+
+def common_name(peercert: dict[str, Any], field: str = "commonName") -> str:
+    """The subject CN (or another `field`) of a verified certificate (`getpeercert()`'s dict), "" when it has none."""
     for rdn in peercert.get("subject", ()):
         for key, value in rdn:
-            if key == "commonName":
+            if key == field:
                 return value
     return ""
 

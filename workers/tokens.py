@@ -19,7 +19,7 @@ class TokenError(ValueError):
 
 
 class TokenVerifier:
-    def __init__(self, path: str, audience: str, issuer: str, username_claim: str = "sub") -> None:
+    def __init__(self, path: str, audience: str, issuer: str, username_claim: str = "sub", tenant_claim: str = "") -> None:
         try:
             with open(path, "rb") as f:
                 keys = jwt.PyJWKSet.from_dict(json.loads(f.read()))
@@ -31,15 +31,17 @@ class TokenVerifier:
         self.audience = audience or None
         self.issuer = issuer or None
         self.username_claim = username_claim
+        self.tenant_claim = tenant_claim  # jwt_tenant_claim: "" none
 
     @staticmethod
     def looks_like_token(password: bytes | None) -> bool:
         return password is not None and password.count(b".") == 2
 
-    def verify(self, token: bytes) -> tuple[str, float] | None:
-        """(the user name the token names in its `username_claim`, its expiry) when its signature,
-        expiry, audience and issuer hold and it names a user; else None. A token must name its user:
-        one without the claim would log in as whatever user name the client chose."""
+    def verify(self, token: bytes) -> tuple[str, float, str] | None:
+        """(the user name the token names in its `username_claim`, its expiry, the tenant its
+        `tenant_claim` names or "") when its signature, expiry, audience and issuer hold and it names a
+        user; else None. A token must name its user: one without the claim would log in as whatever
+        user name the client chose. A tenant claim that is there must be a name."""
         try:
             kid = jwt.get_unverified_header(token).get("kid")
             key = self.keys.get(kid) if kid is not None else next(iter(self.keys.values()), None)
@@ -51,4 +53,7 @@ class TokenVerifier:
         except jwt.exceptions.PyJWTError:
             return None
         name = claims.get(self.username_claim)
-        return (name, float(claims["exp"])) if isinstance(name, str) and name else None
+        tenant = claims.get(self.tenant_claim, "") if self.tenant_claim else ""
+        if not isinstance(name, str) or not name or not isinstance(tenant, str):
+            return None
+        return name, float(claims["exp"]), tenant

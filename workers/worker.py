@@ -31,6 +31,7 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt.framing import packets_in
 from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload, process_usage
 from plexmq.workers import from_router, handoff, tls
+from plexmq.workers.acl import Checker
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
 from plexmq.workers.connection import Connection, peer_name
@@ -75,6 +76,7 @@ class Worker:
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
         self.shed = 0  # deliveries dropped while shedding
         self.identity_as_username = False
+        self.tenant_field = ""  # tenant_certificate_field, as getpeercert() names it ("": none)
         # per listener byte (handoff.py): its TLS context, whether it speaks WebSocket, its tenant ("": none)
         self.listeners: list[tuple[ssl.SSLContext | None, bool, str]] = []
         self._set_tls(config)
@@ -385,10 +387,14 @@ class Worker:
     def judge_access(self) -> None:
         """The ACL changed (a reload, the database's table): every live connection takes its rules
         anew, so rights taken away stop its next delivery and its next PUBLISH."""
-        auth = self.auth
         for conn in self.conns.values():
             if conn.state == CONNECTING or conn.state == CONNECTED:
-                conn.take_rules(auth.checker(conn.username, conn.client_id))
+                conn.take_rules(self.rules(conn))
+
+    def rules(self, conn: Connection) -> Checker | None:
+        """The ACL's answers for `conn`: its tenant's ACL (whose %u is the tenant-local name) or the broker's."""
+        auth = self.auth.of(conn.tenant)
+        return auth.checker(conn.local_name if auth.local_acl else conn.username, conn.client_id)
 
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
@@ -579,6 +585,7 @@ class Worker:
         files) are read again: new handshakes use it; live connections stay as they were accepted."""
         context = tls.server_context(config["tls"]) if tls.wanted(config) else None
         self.identity_as_username = context is not None and config["tls"]["use_identity_as_username"]
+        self.tenant_field = tls.SUBJECT_FIELDS[config["tenant_certificate_field"]] if context is not None else ""
         self.listeners = [(context if scheme in ("mqtts", "wss") else None, scheme in ("ws", "wss"), tenant)
                           for scheme, tenant in config["listening"]]
 

@@ -50,12 +50,12 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
         connect = negotiated.pending
         negotiated.pending = None
         negotiated.auth_data = server_final  # the CONNACK carries it
-        conn.username = exchange.username
+        conn.username = exchange.username  # the name its tenant's logins know (conn.local_name already)
         accept(conn, connect)  # type: ignore[arg-type]  # pending since the CONNECT
     else:
         conn.send5(partial(v5.encode_auth, reasons.SUCCESS), {props.AUTHENTICATION_METHOD: negotiated.auth_method,
                                                                props.AUTHENTICATION_DATA: server_final})
-        conn.take_rules(conn.worker.auth.checker(conn.username, conn.client_id))  # rights may have changed since
+        conn.take_rules(conn.worker.rules(conn))  # rights may have changed since
         log.debug("client %s re-authenticated as %r", conn.client_id, conn.username)
 
 

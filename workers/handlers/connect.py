@@ -3,8 +3,9 @@ check or a database, or run an enhanced authentication exchange), the will again
 session is claimed from the router, whose answer (`Connection.session_ready`) sends the CONNACK. A
 5.0 client also agrees its limits here (`workers.negotiated`) and hears every refusal's reason code
 and reason string; with `server_reference` set every client is sent there instead. Its tenant is
-found (plexmq/tenants.py) before its login is checked: one that cannot be found is refused; its
-tenant's limits (workers/tenant_limits.py) are found with it, once."""
+found (plexmq/tenants.py) before its login is checked, against that tenant's logins (`Auth.of`); where
+nothing named one, a broker-wide login may (`settle`): one that cannot be found is refused. Its
+tenant's limits (workers/tenant_limits.py) are found with the tenant, once."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
 from plexmq.mqtt.framing import PROTOCOL_ERROR
-from plexmq.tenants import DISABLED, NONE_FOUND, UNKNOWN, Refused, resolve
+from plexmq.tenants import DISABLED, NONE_FOUND, OWN_LOGINS, UNKNOWN, Found, Refused, local_name, resolve, settle
 from plexmq.workers import scram
 from plexmq.workers.acl import may_publish
 from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
@@ -41,7 +42,8 @@ _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reaso
           NOT_AUTHORIZED: reasons.NOT_AUTHORIZED}
 # a connection without a tenant: its CONNACK code (3.1.1; 5.0 through _AS_V5) and reason string
 _NO_TENANT = {UNKNOWN: (BAD_CREDENTIALS, "unknown tenant {!r}"), NONE_FOUND: (NOT_AUTHORIZED, "no tenant found"),
-              DISABLED: (SERVER_UNAVAILABLE, "tenant {!r} is disabled")}
+              DISABLED: (SERVER_UNAVAILABLE, "tenant {!r} is disabled"),
+              OWN_LOGINS: (BAD_CREDENTIALS, "tenant {!r} checks logins of its own")}
 # CONNACK properties a client can do without, left out (after the reason string) of a CONNACK larger
 # than its Maximum Packet Size: without them it sends no topic aliases, and takes what the broker
 # offers as available (it offers all of it). Its limits, its client id, its keep alive and the end of
@@ -76,8 +78,6 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         unfit = unfit_username(conn.cert_username)
         if unfit is not None:  # as mosquitto: a bad user name (0x04, 5.0: 0x86)
             return refuse(conn, BAD_CREDENTIALS, f"{unfit} (use_identity_as_username)")
-    if method is not None and (method != scram.METHOD or worker.auth.passwords is None or conn.cert_username):
-        return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
     client_id = connect.client_id
     if not client_id:
         if conn.v5 is None and (not connect.clean_session or conn.level == 3):
@@ -92,34 +92,36 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         if conn.v5 is None:  # 3.1.1 cannot be told another keepalive
             return refuse(conn, IDENTIFIER_REJECTED, f"keepalive {connect.keepalive} s, max_keepalive is {most} s")
         conn.v5.server_keepalive = most
-    found = resolve(settings.tenants, conn.tenant, connect.username if conn.cert_username is None else conn.cert_username)
-    if isinstance(found, Refused):
-        code, reason = _NO_TENANT[found.kind]
-        return refuse(conn, code, reason.format(found.tenant))
-    conn.tenant, conn.local_name = found
-    conn.routes = worker.routes.of(found.tenant)
-    limits = conn.limits = worker.tenant_limits(found.tenant)
-    if limits is not None and not _within_limits(conn, limits, connect):
+    found = resolve(settings.tenants, conn.tenant, connect.username if conn.cert_username is None else conn.cert_username,
+                    conn.cert_tenant)
+    if not _take_tenant(conn, found, connect) or isinstance(found, Refused):
         return
+    auth = worker.auth.of(conn.tenant)
+    if method is not None and (method != scram.METHOD or auth.passwords is None or conn.cert_username):
+        return refuse(conn, reasons.BAD_AUTHENTICATION_METHOD, f"authentication method {method!r} not offered")
+    # the name its tenant's logins know: a tenant's own know the tenant-local one
+    username = conn.local_name if auth.local else connect.username
     conn.client_id = client_id
+    logs_in = method is None and conn.cert_username is None and auth.required
+    if found.open and not logs_in and not _take_tenant(conn, settle(settings.tenants, found, ""), connect):
+        return
     if method is not None:
         conn.v5.auth_method = method  # type: ignore[union-attr]  # a 5.0 CONNECT
         try:
-            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), connect.username)  # type: ignore[arg-type]  # binary
+            challenge(conn, connect.properties.get(props.AUTHENTICATION_DATA, b""), username)  # type: ignore[arg-type]  # binary
         except scram.Failed as failure:
             return fail_login(conn, failure)
         conn.v5.pending = connect  # type: ignore[union-attr]  # a 5.0 CONNECT
         conn.state = CHALLENGED
         return
-    conn.username = connect.username
-    auth = worker.auth
+    conn.username = username
     if conn.cert_username is not None:  # its certificate is its login (use_identity_as_username)
         conn.username = conn.cert_username
-    elif auth.required:
+    elif logs_in:
         conn.state = AUTHENTICATING
         conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
-        login = asyncio.ensure_future(auth.login(connect.username, connect.password, client_address(conn)))
-        login.add_done_callback(lambda done: _logged_in(conn, done, connect))
+        login = asyncio.ensure_future(auth.login(username, connect.password, client_address(conn)))
+        login.add_done_callback(lambda done: _logged_in(conn, done, connect, found))
         return
     accept(conn, connect)
 
@@ -137,6 +139,20 @@ def _within_limits(conn: Connection, limits: Limits, connect: Connect) -> bool:
                f"will QoS {connect.will.qos} above the tenant's maximum QoS {limits.max_qos}")
         return False
     return True
+
+
+def _take_tenant(conn: Connection, found: Found | Refused, connect: Connect) -> bool:
+    """Place the connection in its tenant, with that tenant's limits on this worker; False when it has
+    none or its CONNECT breaks them (refused)."""
+    if isinstance(found, Refused):
+        code, reason = _NO_TENANT[found.kind]
+        refuse(conn, code, reason.format(found.tenant))
+        return False
+    worker = conn.worker
+    conn.tenant, conn.local_name = found.tenant, found.username
+    conn.routes = worker.routes.of(found.tenant)
+    limits = conn.limits = worker.tenant_limits(found.tenant)
+    return limits is None or _within_limits(conn, limits, connect)
 
 
 def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
@@ -172,7 +188,7 @@ def challenge(conn: Connection, client_first: bytes, username: str | None) -> No
     connection: AUTH 0x18 with the server's first message; scram.Failed when it cannot go on, or when
     the SCRAM user is not `username` (the CONNECT's, or the one already logged in)."""
     negotiated = conn.v5
-    passwords = conn.worker.auth.passwords
+    passwords = conn.worker.auth.of(conn.tenant).passwords
     if passwords is None:
         raise scram.Failed("SCRAM is no longer offered (no password_file)", False)
     exchange = negotiated.exchange = scram.Exchange(passwords.scram_keys)  # type: ignore[union-attr]  # SCRAM runs with a password file
@@ -190,7 +206,7 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
     delay as a wrong password from that address; reading waits meanwhile."""
     worker = conn.worker
     exchange = conn.v5.exchange  # type: ignore[union-attr]  # AUTH: a 5.0 connection
-    passwords = worker.auth.passwords
+    passwords = worker.auth.of(conn.tenant).passwords
     user = exchange.username if exchange is not None else ""
     if passwords is not None and user in passwords and not passwords.has_scram_keys(user):
         log.warning("client %s: user %r has no SCRAM keys in %s: set its password again with plexmq passwd",
@@ -211,16 +227,21 @@ def client_address(conn: Connection) -> str:
     return conn.peer.rsplit(":", 1)[0]
 
 
-def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, float]], connect: Connect) -> None:
+def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, float, str]], connect: Connect,
+               found: Found) -> None:
     if conn.state != AUTHENTICATING:
         return  # closed while the password was checked
     if login.cancelled() or login.exception() is not None:
         log.error("client %s: cannot check the password: %s", conn.client_id, login.exception())
         return refuse(conn, SERVER_UNAVAILABLE, "authentication failed")
-    code, identity, expires = login.result()
+    code, identity, expires, named = login.result()
     if code:
         return refuse(conn, code, "bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
-    conn.username = identity
+    if (named or found.open) and not _take_tenant(conn, settle(conn.worker.settings.tenants, found, named), connect):
+        return
+    conn.username = identity  # a tenant's own logins know the tenant-local name, the broker's the whole one
+    conn.local_name = identity if conn.worker.auth.of(conn.tenant).local else local_name(
+        conn.worker.settings.tenants, conn.tenant, identity)
     if expires:
         conn.worker.end_at(expires, conn)
     accept(conn, connect)
@@ -236,7 +257,7 @@ def accept(conn: Connection, connect: Connect) -> None:
     worker = conn.worker
     if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
         return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")
-    checker = worker.auth.checker(conn.username, conn.client_id)
+    checker = worker.rules(conn)
     if connect.will is not None and not may_publish(checker, connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
     conn.take_rules(checker)  # no ACL: plain QoS 0 runs go to the router as they are (5.0: without properties)
