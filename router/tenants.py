@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from plexmq.router.shared import SharedGroup
 
 class Tenant:
-    __slots__ = ("name", "sessions", "trie", "retained", "groups", "cache", "limit_hits")
+    __slots__ = ("name", "sessions", "trie", "retained", "groups", "cache", "limit_hits",
+                 "received", "delivered")  # metrics (wave 2)
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -29,3 +30,6 @@ class Tenant:
         self.groups: dict[str, SharedGroup] = {}  # "$share/{name}/{filter}" -> its group
         self.cache: dict[bytes, Targets] = {}  # topic -> its cached match (Router._match)
         self.limit_hits: Counter[str] = Counter()  # limit name -> times the router refused or dropped for it
+        # metrics (wave 2): as the router's `received` and `delivered`, of this tenant's messages
+        self.received = 0
+        self.delivered = 0

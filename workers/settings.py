@@ -40,6 +40,7 @@ class Settings:
     rate_limited: bool
     rate_disconnects: bool  # rate_limit_action = disconnect (else throttle)
     tenants: Tenants  # the declared tenants and how a CONNECT names one
+    metrics_tenants: bool  # STATS carries each tenant's numbers
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -69,4 +70,5 @@ class Settings:
             rate_limited=bool(message_rate or byte_rate),
             rate_disconnects=action == "disconnect",
             tenants=Tenants.from_config(config),
+            metrics_tenants=bool(config["metrics_tenants"]),
         )
