@@ -65,8 +65,8 @@ def tenant_table(now: Samples, before: Samples | None, seconds: float, tenant: s
     """One tenant's figures: what it holds, its messages and bytes (totals, and rates once two scrapes
     are known), drops, denials, refusals by reason and limit hits by limit; None when the broker serves
     no series of that tenant (no such tenant, or metrics_tenants = false)."""
-    mine = {(metric, dict(labels)): value for (metric, labels), value in now.items()
-            if metric.startswith("plexmq_tenant_") and dict(labels).get("tenant") == tenant}
+    mine = [(metric, dict(labels), value) for (metric, labels), value in now.items()
+            if metric.startswith("plexmq_tenant_") and dict(labels).get("tenant") == tenant]
     if not mine:
         return None
 
@@ -80,7 +80,7 @@ def tenant_table(now: Samples, before: Samples | None, seconds: float, tenant: s
         return text
 
     def by(name: str, label: str) -> str:
-        found = sorted((labels[label], count) for (metric, labels), count in mine.items() if metric == name)
+        found = sorted((labels[label], count) for metric, labels, count in mine if metric == name)
         return ", ".join(f"{which}: {count:,.0f}" for which, count in found) or "none"
 
     return "\n".join([

@@ -1,0 +1,147 @@
+"""Each tenant's numbers on the real broker (issue 23): its `plexmq_tenant_*` series after known traffic
+(two workers' tallies summed with the router's figures), none with `metrics_tenants = false`, its own
+`$SYS` set in its own partition (the default tenant keeps the broker's), and `plexmq clients` and
+`plexmq status` for one tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from plexmq.acceptor.status import Samples, scrape
+from tests.cli import cli, metrics_url, run, write
+from tests.conftest import Broker, wait_for
+from tests.mqtt import Client, RawClient
+
+TENANTS = """tenant_separator = "@"
+sys_interval = 1
+
+[tenants.a]
+
+[tenants.b]
+
+[tenants.off]
+enabled = false
+"""
+
+
+def tenant_values(samples: Samples, tenant: str) -> dict[str, float]:
+    """The tenant's series, by name (a labelled one as name{label=value})."""
+    found = {}
+    for (name, labels), value in samples.items():
+        named = dict(labels)
+        if name.startswith("plexmq_tenant_") and named.pop("tenant") == tenant:
+            found[name + "".join(f"{{{k}={v}}}" for k, v in named.items())] = value
+    return found
+
+
+def test_each_tenant_has_its_own_series_and_listing(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--config", str(write(tmp_path, TENANTS)), "--workers", "2")
+    url = metrics_url(b)
+    sub, pub = Client(b.port, "sub", username="sub@a"), Client(b.port, "pub", username="pub@a")
+    other = Client(b.port, "pub", username="pub@b")  # the same client id, in another tenant
+    sub.subscribe("t/x", 1)
+    for i in range(5):
+        pub.publish("t/x", b"%d" % i, qos=1)
+    for i in range(3):
+        pub.publish("t/x", b"raw %d" % i)  # QoS 0: the raw path
+    pub.publish("t/kept", b"r", qos=1, retain=True)
+    for _ in range(8):
+        sub.get()
+    for i in range(2):
+        other.publish("t/x", b"%d" % i, qos=1)  # nobody of b's subscribes to it
+    refused = RawClient(b.port)
+    assert refused.connect("x", username="x@off") == (False, 0x03)
+    refused.read_until_closed()
+
+    expected = {
+        "a": {"plexmq_tenant_connections": 2, "plexmq_tenant_sessions": 2, "plexmq_tenant_subscriptions": 1,
+              "plexmq_tenant_retained_messages": 1, "plexmq_tenant_messages_received_total": 9,
+              "plexmq_tenant_messages_sent_total": 8, "plexmq_tenant_dropped_total": 0},
+        "b": {"plexmq_tenant_connections": 1, "plexmq_tenant_sessions": 1, "plexmq_tenant_subscriptions": 0,
+              "plexmq_tenant_retained_messages": 0, "plexmq_tenant_messages_received_total": 2,
+              "plexmq_tenant_messages_sent_total": 0},
+        "off": {"plexmq_tenant_connections": 0, "plexmq_tenant_refused_total{reason=server_unavailable}": 1},
+    }
+    seen: dict[str, dict[str, float]] = {}
+
+    def counted() -> bool:
+        samples = scrape(url)
+        seen.update({tenant: tenant_values(samples, tenant) for tenant in expected})
+        return all(seen[t].get(name) == value for t, wanted in expected.items() for name, value in wanted.items())
+
+    try:
+        wait_for(counted, 15, "each tenant's series to count its traffic")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {seen}") from None
+    a, b_ = seen["a"], seen["b"]
+    # bytes: a's publisher wrote 9 PUBLISHes (> 9 * 5 bytes) and its subscriber read 8; b's got only acks
+    assert a["plexmq_tenant_bytes_received_total"] > 9 * 5 and a["plexmq_tenant_bytes_sent_total"] > 8 * 5
+    assert b_["plexmq_tenant_bytes_sent_total"] < a["plexmq_tenant_bytes_sent_total"]
+    assert a["plexmq_tenant_bytes_received_total"] > b_["plexmq_tenant_bytes_received_total"] > 0
+
+    def rows(*args: str) -> list[list[str]]:
+        return [row.split() for row in cli("clients", url, *args).splitlines()[1:-1]]
+
+    assert sorted((row[0], row[-1]) for row in rows("--tenant", "a")) == [("pub", "a"), ("sub", "a")]
+    assert sorted((row[0], row[-1]) for row in rows()) == [("pub", "a"), ("pub", "b"), ("sub", "a")]
+    assert rows("--tenant", "") == []  # the default tenant has no client
+    status = cli("status", url, "--once", "--tenant", "a")
+    assert status.splitlines()[:3] == ["tenant a",
+                                       "clients 2   sessions 2   subscriptions 1   retained 1   queued 0",
+                                       "messages in 9   out 8"]
+    assert "refused: server_unavailable: 1" in cli("status", url, "--once", "--tenant", "off")
+    nope = run("status", "--metrics", url, "--once", "--tenant", "nope")
+    assert (nope.returncode, nope.stderr.strip()) == (
+        1, "plexmq status: no figures of tenant 'nope' (no such tenant, or metrics_tenants = false)")
+    for client in (sub, pub, other):
+        client.disconnect()
+
+
+def test_metrics_tenants_false_serves_no_tenant_series(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--config", str(write(tmp_path, "metrics_tenants = false\n" + TENANTS)), "--workers", "1")
+    url = metrics_url(b)
+    client = Client(b.port, "c", username="c@a")
+    client.publish("t", b"x", qos=1)
+    def counted() -> Samples | None:
+        samples = scrape(url)
+        return samples if samples.get(("plexmq_messages_received_total", ())) == 1 else None
+
+    assert [name for name, _ in wait_for(counted, 10, "the message counted") if name.startswith("plexmq_tenant_")] == []
+    client.disconnect()
+
+
+def test_a_tenants_sys_topics_are_its_own(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--config", str(write(tmp_path, TENANTS)), "--workers", "2")
+    watcher = Client(b.port, "w", username="w@a")
+    watcher.subscribe("$SYS/#")
+    others = [Client(b.port, "c", username="c@a"), Client(b.port, "x", username="x@b"), Client(b.port, "y", username="y@b")]
+    broad = Client(b.port, "broad")  # the default tenant's watcher: the broker's figures
+    broad.subscribe("$SYS/broker/clients/connected")
+    mine: dict[str, str] = {}
+    theirs: dict[str, str] = {}
+
+    def latest(client: Client, seen: dict[str, str]) -> dict[str, str]:
+        while not client.messages.empty():
+            msg = client.get()
+            seen[msg.topic] = msg.payload.decode()
+        return seen
+
+    def settled() -> bool:
+        latest(watcher, mine)
+        return mine.get("$SYS/broker/clients/connected") == "2" and "$SYS/broker/subscriptions/count" in mine
+
+    try:
+        wait_for(settled, 15, "tenant a's $SYS figures")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {mine}") from None
+    assert set(mine) == {f"$SYS/broker/{name}" for name in (
+        "clients/connected", "clients/disconnected", "clients/total", "messages/received", "messages/sent",
+        "bytes/received", "bytes/sent", "publish/messages/dropped", "subscriptions/count", "retained messages/count")}
+    assert mine["$SYS/broker/subscriptions/count"] == "1"  # its own watcher's only
+    wait_for(lambda: latest(broad, theirs).get("$SYS/broker/clients/connected") == "5", 15, "the broker's 5 clients")
+    # b has no $SYS subscriber: nothing is published into it (not even retained)
+    url = metrics_url(b)
+    assert scrape(url)[("plexmq_tenant_retained_messages", (("tenant", "b"),))] == 0
+    for client in (watcher, broad, *others):
+        client.disconnect()
