@@ -80,12 +80,13 @@ def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int
             "mqload": raw}
 
 
-def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str) -> dict:
-    """A fresh broker, mqload against it, the broker's CPU over the run phase (from mqload's progress)."""
+def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str, port: int = 0) -> dict:
+    """A fresh broker, mqload against it (on `port`, one of the broker's listeners, else its first), the
+    broker's CPU over the run phase (from mqload's progress)."""
     broker = brokers.RunningBroker(spec, log_dir)
     try:
         monitor = BrokerMonitor(broker.pid)
-        cmd = [binary, *arguments(opts, broker.port)]
+        cmd = [binary, *arguments(opts, port or broker.port)]
         connect_cpu0, launched = monitor.cpu_seconds(), time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = threading.Event()

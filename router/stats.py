@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
 # a worker's per-tenant numbers that are summed over workers (its `refused` and `limit_hits` are merged)
 TENANT_COUNTERS = ("connections", "received", "sent", "bytes_in", "bytes_out", "dropped", "denied")
+# a tenant's own $SYS/broker/... topics (mosquitto's names) and the figure of `Stats._tenants` each shows
+TENANT_SYS = {"clients/connected": "connections", "clients/disconnected": "offline", "messages/received": "received",
+              "messages/sent": "sent", "bytes/received": "bytes_in", "bytes/sent": "bytes_out",
+              "publish/messages/dropped": "dropped", "subscriptions/count": "subscriptions",
+              "retained messages/count": "retained"}
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 class Stats:
@@ -144,20 +149,9 @@ class Stats:
             numbers = tenants.get(tenant.name)
             if not tenant.name or numbers is None or not tenant.trie.has_first_level("$SYS"):
                 continue
-            values = {
-                "clients/connected": numbers["connections"],
-                "clients/disconnected": numbers["offline"],
-                "clients/total": numbers["connections"] + numbers["offline"],
-                "messages/received": numbers["received"],
-                "messages/sent": numbers["sent"],
-                "bytes/received": numbers["bytes_in"],
-                "bytes/sent": numbers["bytes_out"],
-                "publish/messages/dropped": numbers["dropped"],
-                "subscriptions/count": numbers["subscriptions"],
-                "retained messages/count": numbers["retained"],
-            }
-            for topic, shown in values.items():
-                yield tenant, f"$SYS/broker/{topic}", str(shown).encode()
+            for topic, key in TENANT_SYS.items():
+                yield tenant, f"$SYS/broker/{topic}", str(numbers[key]).encode()
+            yield tenant, "$SYS/broker/clients/total", str(numbers["connections"] + numbers["offline"]).encode()
 
     def _broker_sys(self, now: float) -> Iterator[tuple[str, bytes]]:
         """(topic, payload) of the broker-wide $SYS messages, the default tenant's."""
