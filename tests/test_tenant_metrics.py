@@ -13,6 +13,8 @@ from plexmq.router.stats import TENANT_SYS
 from tests.cli import cli, metrics_url, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
+from tests.router_harness import Deliver, DeliverRaw, RouterHarness
+from tests.test_router_tenants import connected
 
 TENANTS = """tenant_separator = "@"
 sys_interval = 1
@@ -144,3 +146,30 @@ def test_a_tenants_sys_topics_are_its_own(tmp_path: Path, start_broker: Callable
     assert scrape(url)[("plexmq_tenant_retained_messages", (("tenant", "b"),))] == 0
     for client in (watcher, broad, *others):
         client.disconnect()
+
+
+def test_the_router_counts_each_tenants_messages_on_every_path() -> None:
+    """Received and delivered per tenant (router/tenants.py) through the router: a raw QoS 0 run (per
+    `Dest`), a QoS 1 PUB to plain subscribers, one with subscription options (`_deliver_special`) and a
+    shared group (`_share`); the other tenant's counts stay as they were."""
+    h = RouterHarness()
+    w0, w1 = h.worker("w0"), h.worker("w1")
+    connected(h, w0, 1, "plain", "a", subs=(("t", 1),))
+    connected(h, w1, 2, "plain", "a", subs=(("t", 1),))
+    connected(h, w1, 3, "shared", "a", subs=(("$share/g/t", 1),))
+    connected(h, w0, 4, "options", "a", subs=(("t", 1 | 4),))  # no local: a subscription with options
+    connected(h, w0, 5, "pub", "a")
+    connected(h, w0, 6, "other", "b", subs=(("t", 1),))
+    w0.pub0(5, "t", [b"x", b"y"])  # a raw run: per Dest, and each packet to the special and shared ones
+    w0.pub(5, "t", b"z", qos=1, pid=1)
+    h.turn()
+    copies = sum(len(r.subs) * (2 if isinstance(r, DeliverRaw) else 1) for end in (w0, w1) for r in end.take()
+                 if isinstance(r, (Deliver, DeliverRaw)))
+    a, b = h.router.tenants["a"], h.router.tenants["b"]
+    assert (a.received, a.delivered, b.received, b.delivered) == (3, copies, 0, 0)
+    assert copies == h.router.delivered > 5  # every path counted (each path delivers to at least one)
+    w1.pub(2, "t", b"not a's", qos=1, pid=1)  # a's plain subscriber on w1: to a's others
+    connected(h, w1, 7, "pub", "b")
+    w1.pub(7, "t", b"b's", qos=1, pid=1)  # b's: to b's one subscriber
+    h.turn()
+    assert (b.received, b.delivered) == (1, 1) and a.received == 4
