@@ -5,11 +5,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq import wire
 from plexmq.acceptor.status import Samples, scrape
-from plexmq.router.stats import TENANT_SYS
+from plexmq.mqtt import PROTOCOLS
+from plexmq.router.stats import TENANT_SYS, Stats
+from plexmq.workers.counters import Counters
 from tests.cli import cli, metrics_url, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
@@ -173,3 +177,21 @@ def test_the_router_counts_each_tenants_messages_on_every_path() -> None:
     w1.pub(7, "t", b"b's", qos=1, pid=1)  # b's: to b's one subscriber
     h.turn()
     assert (b.received, b.delivered) == (1, 1) and a.received == 4
+
+
+def test_limit_hits_of_the_router_and_of_each_worker_are_summed_per_tenant() -> None:
+    """`Counters.limit_hit` (workers) and `Tenant.limit_hits` (router) end in one series per (tenant, limit)."""
+    h = RouterHarness()
+    h.router.tenant("a").limit_hits["max_sessions"] += 2
+    for label in ("0", "1"):
+        counters = Counters()
+        counters.limit_hit("a", "max_sessions")
+        counters.limit_hit("a", "message_rate")
+        report = wire.Stats(label, "", 1, 0, 0, 0, 0, 0, 0, 0, {}, 0, 0.0, 0, 0, 0, counters.by_tenant())._asdict()
+        h.router.reports[label] = {**report, "protocols": dict.fromkeys(PROTOCOLS.values(), 0), "at": 0.0}
+    stats = Stats(h.router, os.getpid(), declared=["b"])
+    stats.refresh(0.0)
+    hits = {tuple(s.labels.values()): s.value for family in stats.collect() if family.name == "plexmq_tenant_limit_hits"
+            for s in family.samples}
+    assert hits == {("a", "max_sessions"): 4, ("a", "message_rate"): 2}
+    assert set(stats.snapshot["tenants"]) == {"", "a", "b"}  # the default, one the router holds, one declared
