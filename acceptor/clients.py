@@ -1,7 +1,7 @@
 """`plexmq clients`: the connected clients of a running broker (from its metrics endpoint), a page
-at a time, optionally only those whose client id contains some text; `--disconnect ID` closes one
-(an administrative action: its session stays, its will is published, a 5.0 client hears 0x98), with
-`--tenant NAME` the client of that id in that tenant.
+at a time, optionally only those whose client id contains some text, or only those of one tenant
+(`--tenant NAME`); `--disconnect ID` closes one (an administrative action: its session stays, its will
+is published, a 5.0 client hears 0x98), with `--tenant NAME` the client of that id in that tenant.
 
 Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the token
 file of this user's broker on the endpoint's port, or from `--token-file`."""
@@ -33,27 +33,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
-    parser.add_argument("--tenant", default="", metavar="NAME",
-                        help="the tenant of the client to --disconnect (default: the default tenant)")
+    parser.add_argument("--tenant", metavar="NAME", help='only the clients of this tenant ("": the default tenant); '
+                        "with --disconnect, the tenant of that client (default: the default tenant)")
     args = parser.parse_args(argv)
     url = args.metrics.rstrip("/")
     try:
         token = _token(url, args.token_file)
         if args.disconnect is not None:
-            body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant})
+            body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant or ""})
             print(_ask(url, token, "/clients/disconnect", body).decode().strip())
             return 0
-        query = urllib.parse.urlencode({"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page,
-                                        "limit": args.per_page})
+        asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page}
+        query = urllib.parse.urlencode(asked if args.tenant is None else {**asked, "tenant": args.tenant})
         listing = orjson.loads(_ask(url, token, f"/clients?{query}"))
     except Refused as exc:
         print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
     print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} "
-          f"{'persistent':<10} protocol")
-    for client_id, worker, address, keepalive, queued, inflight, persistent, protocol in listing["clients"]:
+          f"{'persistent':<10} {'protocol':<8} tenant")
+    for client_id, worker, address, keepalive, queued, inflight, persistent, protocol, tenant in listing["clients"]:
         print(f"{client_id:<40} {worker:>6} {address:<22} {keepalive:>9} {queued:>7} {inflight:>8} "
-              f"{'yes' if persistent else 'no':<10} {protocol}")
+              f"{'yes' if persistent else 'no':<10} {protocol:<8} {tenant or '-'}")
     pages = max(1, -(-listing["total"] // args.per_page))
     note = "" if listing["complete"] else " (a worker did not answer: the list may be short)"
     print(f"page {args.page} of {pages}, {listing['total']} clients{note}")

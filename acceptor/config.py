@@ -211,6 +211,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "sys_interval": Option(float, 10.0, _range(0), "seconds between $SYS updates (0: none)"),
         "metrics_host": Option(str, "127.0.0.1", doc="address of the Prometheus endpoint (/metrics, /health)"),
         "metrics_port": Option(int, 9883, _range(-1, 65535), "Prometheus endpoint port (0: any free port, -1: none)"),
+        "metrics_tenants": Option(bool, True, doc="per-tenant numbers: /metrics series with a tenant label and each "
+                                  "tenant's own $SYS (false: none, for brokers with thousands of tenants)"),
         "memory_limit": Option(int, 0, _range(0), "worker RSS in bytes above which QoS 0 deliveries are shed (0: no limit)"),
         "max_connections": Option(int, 0, _range(0), "connections the broker holds at most (0: no limit)"),
         "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),

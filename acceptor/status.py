@@ -1,4 +1,5 @@
-"""`plexmq status`: a live table of the broker's processes, read from its Prometheus endpoint."""
+"""`plexmq status`: a live table of the broker's processes, read from its Prometheus endpoint; with
+`--tenant NAME`, that tenant's figures instead (its `plexmq_tenant_*` series)."""
 
 from __future__ import annotations
 
@@ -60,12 +61,50 @@ def table(now: Samples, before: Samples | None, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def tenant_table(now: Samples, before: Samples | None, seconds: float, tenant: str) -> str | None:
+    """One tenant's figures: what it holds, its messages and bytes (totals, and rates once two scrapes
+    are known), drops, denials, refusals by reason and limit hits by limit; None when the broker serves
+    no series of that tenant (no such tenant, or metrics_tenants = false)."""
+    mine = [(metric, dict(labels), value) for (metric, labels), value in now.items()
+            if metric.startswith("plexmq_tenant_") and dict(labels).get("tenant") == tenant]
+    if not mine:
+        return None
+
+    def value(name: str) -> float:
+        return now.get((name, (("tenant", tenant),)), 0.0)
+
+    def total(name: str) -> str:
+        text = f"{value(name):,.0f}"
+        if before is not None and seconds > 0:
+            text += f" ({(value(name) - before.get((name, (('tenant', tenant),)), 0.0)) / seconds:,.0f}/s)"
+        return text
+
+    def by(name: str, label: str) -> str:
+        found = sorted((labels[label], count) for metric, labels, count in mine if metric == name)
+        return ", ".join(f"{which}: {count:,.0f}" for which, count in found) or "none"
+
+    return "\n".join([
+        f"tenant {tenant or '(default)'}",
+        f"clients {value('plexmq_tenant_connections'):,.0f}   sessions {value('plexmq_tenant_sessions'):,.0f}   "
+        f"subscriptions {value('plexmq_tenant_subscriptions'):,.0f}   "
+        f"retained {value('plexmq_tenant_retained_messages'):,.0f}   "
+        f"queued {value('plexmq_tenant_queued_messages'):,.0f}",
+        f"messages in {total('plexmq_tenant_messages_received_total')}   "
+        f"out {total('plexmq_tenant_messages_sent_total')}",
+        f"bytes in {total('plexmq_tenant_bytes_received_total')}   out {total('plexmq_tenant_bytes_sent_total')}",
+        f"dropped {value('plexmq_tenant_dropped_total'):,.0f}   acl denied {value('plexmq_tenant_acl_denied_total'):,.0f}",
+        f"refused: {by('plexmq_tenant_refused_total', 'reason')}",
+        f"limit hits: {by('plexmq_tenant_limit_hits_total', 'limit')}",
+    ])
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq status", description="A live table of a running broker.")
     parser.add_argument("--metrics", default="http://127.0.0.1:9883", metavar="URL",
                         help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one table and exit")
+    parser.add_argument("--tenant", metavar="NAME", help='that tenant\'s figures instead ("": the default tenant)')
     args = parser.parse_args(argv)
     before: Samples | None = None
     then = time.monotonic()
@@ -77,7 +116,15 @@ def main(argv: list[str]) -> int:
                 print(f"plexmq status: cannot read {args.metrics}/metrics: {getattr(exc, 'reason', exc)}", file=sys.stderr)
                 return 1
             moment = time.monotonic()
-            text = table(now, before, moment - then)
+            if args.tenant is None:
+                text = table(now, before, moment - then)
+            else:
+                found = tenant_table(now, before, moment - then, args.tenant)
+                if found is None:
+                    print(f"plexmq status: no figures of tenant {args.tenant!r} (no such tenant, or metrics_tenants = "
+                          "false)", file=sys.stderr)
+                    return 1
+                text = found
             if args.once:
                 print(text)
                 return 0

@@ -55,6 +55,13 @@ class SubscriptionTrie:
         """The number of (filter, key) subscriptions."""
         return self._count
 
+    def has_first_level(self, level: str) -> bool:
+        """Whether some filter begins with the literal level `level`: for a `$` level (`$SYS`) that is
+        whether any filter can match its topics at all, since `+` and `#` never match them (pruning
+        keeps the answer exact)."""
+        children = self._root.children
+        return children is not None and level in children
+
     def add(self, topic_filter: str, key: Hashable, grant: int) -> bool:
         """Subscribe `key` to the (valid) `topic_filter` with `grant` (its granted QoS for 3.1.1).
 

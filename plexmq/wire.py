@@ -30,8 +30,8 @@ import orjson
 # record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
 # 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
-# REFUSED_AT (a tenant's limit)
-PROTOCOL = 3
+# REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant
+PROTOCOL = 4
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -307,6 +307,9 @@ class Stats(NamedTuple):
     rss: int
     local_received: int
     local_sent: int
+    # tenant -> its numbers here: connections, received, sent, bytes_in, bytes_out, dropped, denied,
+    # refused {reason: n}, limit_hits {limit: n} (workers/counters.py; {}: metrics_tenants = false)
+    tenants: dict[str, dict]
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -321,7 +324,7 @@ class Clients(NamedTuple):
 
     id: int  # the request's
     worker: str  # the worker's label()
-    clients: list[list]  # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version]
+    clients: list[list]  # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version, tenant]
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -441,6 +444,7 @@ class ListClients(NamedTuple):
 
     id: int  # the request's, which CLIENTS names
     filter: str  # the client ids that contain it
+    tenant: str | None  # only the clients of this tenant (None: of every tenant)
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -604,8 +608,8 @@ class ToWorker(Batch):
     def kick(self, conn_id: int) -> None:
         self.add(KICK, Kick(conn_id).encode())
 
-    def list_clients(self, request: int, text: str) -> None:
-        self.add(LIST_CLIENTS, ListClients(request, text).encode())
+    def list_clients(self, request: int, text: str, tenant: str | None) -> None:
+        self.add(LIST_CLIENTS, ListClients(request, text, tenant).encode())
 
     def close(self, conn_id: int) -> None:
         self.add(CLOSE, Close(conn_id).encode())

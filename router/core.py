@@ -44,10 +44,11 @@ _pub_head_size = wire.PUB_HEAD.size
 class Dest:
     """A worker's share of one topic's subscribers, collecting raw QoS 0 packets during a turn."""
 
-    __slots__ = ("worker", "subs", "pending", "count")
+    __slots__ = ("worker", "subs", "pending", "count", "tenant")
 
-    def __init__(self, worker: bytes, subs: bytes) -> None:
+    def __init__(self, worker: bytes, subs: bytes, tenant: Tenant) -> None:
         self.worker = worker
+        self.tenant = tenant  # whose subscribers: its deliveries are counted for it
         self.subs = subs  # every online subscriber on that worker, packed
         self.pending: tuple[list[bytes], list[bytes]] = ([], [])  # runs of packets: 3.1.1 and 5.0 form
         self.count = 0  # packets in `pending`
@@ -280,6 +281,7 @@ class Router(Lifecycle, Subscribing):
             dest.pending[form].append(packets)
             dest.count += count
         self.received += count
+        tenant.received += count
         if targets.special or targets.groups:  # each packet resolved for each of them
             pos = 0
             body_at = 2 + len(topic) + form  # 5.0: after the empty property block
@@ -303,7 +305,9 @@ class Router(Lifecycle, Subscribing):
                 if pending:
                     out.deliver_raw(dest.subs, b"".join(pending), form)
                     pending.clear()
-            self.delivered += dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
+            copies = dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
+            self.delivered += copies
+            dest.tenant.delivered += copies
             dest.count = 0
         self.raw_dirty.clear()
 
@@ -341,6 +345,7 @@ class Router(Lifecycle, Subscribing):
                 expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets:
         """A message from a client (or its will): counted, then routed; its subscribers."""
         self.received += 1
+        tenant.received += 1
         return self.route(tenant, topic, payload, qos, retain, props, expires_at, source)
 
     def route(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
@@ -383,7 +388,9 @@ class Router(Lifecycle, Subscribing):
                 if qos == 2:  # delivered only once its PUBREC could be sent: the publisher will not send it again
                     out.hold()
                 out.deliver(head, subs, payload)
-                self.delivered += len(subs) // 7
+                copies = len(subs) // 7
+                self.delivered += copies
+                tenant.delivered += copies
         for session, matched in targets.special:
             self._deliver_special(session, matched, topic, payload, qos, retain, props, expires_at, source)
         for group in targets.groups:
@@ -426,7 +433,7 @@ class Router(Lifecycle, Subscribing):
                 entry[1].append((session, granted))
             else:
                 entry[0].append(packed)
-        targets = Targets([Dest(w, b"".join(a)) for w, (_, _, a) in by_worker.items()],
+        targets = Targets([Dest(w, b"".join(a), tenant) for w, (_, _, a) in by_worker.items()],
                           [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
         cache = tenant.cache
         if len(cache) >= MATCH_CACHE_SIZE:
@@ -446,6 +453,7 @@ class Router(Lifecycle, Subscribing):
             out.hold()
         self._deliver_one(session, out, topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at)
         self.delivered += 1
+        self.tenants[session.tenant].delivered += 1
 
     def _share(self, group: SharedGroup, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes,
                expires_at: int, exclude: Session | None = None, online_only: bool = False) -> bool:
@@ -470,6 +478,7 @@ class Router(Lifecycle, Subscribing):
             out.hold()
         if self._deliver_one(session, out, topic, payload, eff, keep_retain, own_props, expires_at, share):
             self.delivered += 1
+            self.tenants[session.tenant].delivered += 1
         return True
 
     def _deliver_one(self, session: Session, out: wire.ToWorker, topic: bytes, payload: bytes, qos: int, retain: bool,

@@ -152,7 +152,7 @@ class Lifecycle:
         workers = self.links.alive()
         listing.expect(len(workers))
         for worker in workers:
-            self.out(worker).list_clients(listing.id, listing.filter)
+            self.out(worker).list_clients(listing.id, listing.filter, listing.tenant)
 
     def disconnect_client(self, request: ClientDisconnect) -> None:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""

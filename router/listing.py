@@ -22,9 +22,10 @@ Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and wha
 
 
 class ClientListing:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, tenant: str | None = None) -> None:
         self.id = next(_ids)
         self.filter = text
+        self.tenant = tenant  # only this tenant's clients (None: every tenant's)
         self.clients: list[list] = []
         self.done = threading.Event()
         self.answered: set[str] = set()  # worker labels
@@ -61,19 +62,21 @@ Request = ClientListing | ClientDisconnect
 
 
 def answer_listing(requests: queue.Queue[Request], environ: dict) -> Answer:
-    """GET /clients?filter=TEXT&offset=N&limit=N: one page of the connected clients, sorted by client id."""
-    query = parse_qs(environ.get("QUERY_STRING", ""))
+    """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME]: one page of the connected clients (of that
+    tenant only, "" the default tenant), sorted by client id."""
+    query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)  # tenant= names the default tenant
     try:
         offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
     except ValueError:
         return "400 Bad Request", "text/plain", b"offset and limit are numbers\n", "bad offset or limit"
-    listing = ClientListing(query.get("filter", [""])[0])
+    listing = ClientListing(query.get("filter", [""])[0], query["tenant"][0] if "tenant" in query else None)
     requests.put(listing)
     complete = listing.done.wait(LISTING_WAIT)
     listing.done.set()  # a worker that did not answer in time: the router forgets the request
     clients = sorted(listing.clients)
     body = {"total": len(clients), "complete": complete, "offset": offset,
-            "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol"],
+            "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol",
+                       "tenant"],
             "clients": clients[offset:offset + limit]}
     return "200 OK", "application/json", orjson.dumps(body), f"listed {len(clients)} clients"
 

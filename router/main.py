@@ -65,7 +65,7 @@ def serve(config: dict) -> None:
     log.info("router listening on %s", config["router_endpoint"])
     expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval
-    stats = Stats(router, config["parent_pid"])
+    stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"])
     turns = TurnMetrics()
     listings: queue.Queue[Request] = queue.Queue()
     if config["metrics_port"] >= 0:
@@ -150,8 +150,8 @@ def serve(config: dict) -> None:
             stats.refresh(time.time())
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
-                for topic, payload in stats.sys_messages(time.time()):
-                    router.route(router.default, topic.encode(), payload, 0, True)  # $SYS: the default tenant's
+                for tenant, topic, payload in stats.sys_messages(time.time()):
+                    router.route(tenant, topic.encode(), payload, 0, True)  # the broker's $SYS in the default tenant
         wall = time.time()
         if wall >= deadlines.first:
             router.due(wall)

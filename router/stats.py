@@ -3,13 +3,19 @@ published as `$SYS` topics (mosquitto's names where they exist) and collected by
 
 Why in the router: it is the one process every worker already talks to, so the counters ride in
 the batches (`wire.STATS`) and nothing else has to gather them.
+
+Per tenant (issue 23; `metrics_tenants`): each worker's tallies (workers/counters.py) summed with the
+router's own figures of the tenant (router/tenants.py), for every tenant that exists (declared, held by
+the router, or reported by a worker: a worker tallies only tenants it placed a connection in), served as
+`plexmq_tenant_*` series with a `tenant` label and published as that tenant's own `$SYS` set.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -20,16 +26,26 @@ from plexmq.mqtt import PROTOCOLS
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
+    from plexmq.router.tenants import Tenant
 
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
+# a worker's per-tenant numbers that are summed over workers (its `refused` and `limit_hits` are merged)
+TENANT_COUNTERS = ("connections", "received", "sent", "bytes_in", "bytes_out", "dropped", "denied")
+# a tenant's own $SYS/broker/... topics (mosquitto's names) and the figure of `Stats._tenants` each shows
+TENANT_SYS = {"clients/connected": "connections", "clients/disconnected": "offline", "messages/received": "received",
+              "messages/sent": "sent", "bytes/received": "bytes_in", "bytes/sent": "bytes_out",
+              "publish/messages/dropped": "dropped", "subscriptions/count": "subscriptions",
+              "retained messages/count": "retained"}
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 class Stats:
     """Worker reports and the router's counters. The router's loop calls `refresh` once a second;
     the metrics thread reads only the snapshot it leaves (never the router's live dicts)."""
 
-    def __init__(self, router: Router, acceptor_pid: int) -> None:
+    def __init__(self, router: Router, acceptor_pid: int, per_tenant: bool = True, declared: Iterable[str] = ()) -> None:
         self.router = router
+        self.per_tenant = per_tenant  # metrics_tenants
+        self.declared = set(declared)  # the config's tenants, which exist before any client names them
         self.started = time.time()
         self.processes = {"router": psutil.Process(), "acceptor": psutil.Process(acceptor_pid)}
         self.loads: dict[str, dict[int, float]] = {"received": {}, "sent": {}}  # msgs/minute, averaged
@@ -41,26 +57,51 @@ class Stats:
         router = self.router
         workers = {label: dict(report) for label, report in sorted(router.reports.items(), key=_in_order)}
         totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
-        tenants = router.tenants.values()
-        sessions = [s for tenant in tenants for s in tenant.sessions.values()]
+        held = {tenant.name: _held(tenant) for tenant in router.tenants.values()}  # one walk of the sessions
         self.snapshot = {
             "workers": workers,
             "nodes": self._nodes(workers),
             "clients": sum(w["clients"] for w in workers.values()),
             "protocols": {name: sum(w["protocols"][name] for w in workers.values()) for name in PROTOCOLS.values()},
-            "offline": sum(1 for s in sessions if s.worker is None),
-            "sessions": len(sessions),
             # with the messages workers delivered themselves (router/routes.py)
             "received": router.received + totals["local_received"],
             "sent": router.delivered + totals["local_sent"],
             "routed_dropped": router.outbox.dropped,
             "unknown": router.unknown,
-            "subscriptions": sum(len(s.subs) for s in sessions),
-            "session_queued": sum(len(s.unacked) for s in sessions),
-            "retained": sum(len(tenant.retained) for tenant in tenants),
+            **{name: sum(h[name] for h in held.values()) for name in HELD},
             **totals,
+            "tenants": self._tenants(workers, held) if self.per_tenant else {},
         }
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
+
+    def _tenants(self, workers: dict[str, dict], held: dict[str, dict[str, int]]) -> dict[str, dict]:
+        """Each tenant that exists, by name: what the router holds of it, and the messages, bytes,
+        drops, denials, refusals and limit hits of the workers and the router together."""
+        found: dict[str, dict] = {}
+
+        def entry(name: str) -> dict:
+            numbers = found.get(name)
+            if numbers is None:
+                numbers = found[name] = {**dict.fromkeys(HELD, 0), **dict.fromkeys(TENANT_COUNTERS, 0),
+                                         "refused": Counter(), "limit_hits": Counter()}
+            return numbers
+
+        for name in self.declared:
+            entry(name)
+        for tenant in self.router.tenants.values():
+            numbers = entry(tenant.name)
+            numbers.update(held[tenant.name])
+            numbers["received"] += tenant.received
+            numbers["sent"] += tenant.delivered
+            numbers["limit_hits"].update(tenant.limit_hits)
+        for report in workers.values():
+            for name, theirs in report["tenants"].items():
+                numbers = entry(name)
+                for key in TENANT_COUNTERS:
+                    numbers[key] += theirs[key]
+                numbers["refused"].update(theirs["refused"])
+                numbers["limit_hits"].update(theirs["limit_hits"])
+        return dict(sorted(found.items()))
 
     def _nodes(self, workers: dict[str, dict]) -> dict[str, dict]:
         """Each node that has joined (role node; none all-in-one): its address, workers, clients and
@@ -90,8 +131,30 @@ class Stats:
                     self.loads[name][window] = self.loads[name].get(window, rate) * keep + rate * (1 - keep)
         self._last = (now, received, sent)
 
-    def sys_messages(self, now: float) -> Iterator[tuple[str, bytes]]:
-        """(topic, payload) of every $SYS message, published every sys_interval seconds."""
+    def sys_messages(self, now: float) -> Iterator[tuple[Tenant, str, bytes]]:
+        """(tenant, topic, payload) of every $SYS message, published every sys_interval seconds: the
+        broker's into the default tenant, and each other tenant's own figures into it (`_tenant_sys`)."""
+        default = self.router.default
+        for topic, payload in self._broker_sys(now):
+            yield default, topic, payload
+        yield from self._tenant_sys()
+
+    def _tenant_sys(self) -> Iterator[tuple[Tenant, str, bytes]]:
+        """Each tenant's own `$SYS/broker/...` figures, under mosquitto's names, published into the
+        tenants that have a `$SYS` subscriber only: a tenant nobody there watches costs no message and
+        holds no retained copy, so thousands of tenants cost one dict lookup each (a new subscriber
+        gets its first figures within sys_interval)."""
+        tenants = self.snapshot["tenants"]
+        for tenant in self.router.tenants.values():
+            numbers = tenants.get(tenant.name)
+            if not tenant.name or numbers is None or not tenant.trie.has_first_level("$SYS"):
+                continue
+            for topic, key in TENANT_SYS.items():
+                yield tenant, f"$SYS/broker/{topic}", str(numbers[key]).encode()
+            yield tenant, "$SYS/broker/clients/total", str(numbers["connections"] + numbers["offline"]).encode()
+
+    def _broker_sys(self, now: float) -> Iterator[tuple[str, bytes]]:
+        """(topic, payload) of the broker-wide $SYS messages, the default tenant's."""
         snap = self.snapshot
         values: dict[str, object] = {
             "version": f"plexmq {VERSION}",
@@ -184,12 +247,63 @@ class Stats:
             rss.add_metric([f"worker-{label}", str(report["pid"])], report["rss"])
         yield cpu
         yield rss
+        yield from _tenant_metrics(snap["tenants"])
 
     def healthy(self) -> bool:
         """Every worker reported within link_timeout (read from the snapshot: any thread)."""
         now, limit = time.monotonic(), self.router.links.timeout
         workers = self.snapshot.get("workers") or {}
         return bool(workers) and all(now - w["at"] < limit for w in workers.values())
+
+
+# what the router holds of each tenant, summed for the broker-wide figures (`_held`)
+HELD = ("sessions", "offline", "subscriptions", "session_queued", "retained")
+
+
+def _held(tenant: Tenant) -> dict[str, int]:
+    """What the router holds of one tenant: its sessions (those offline), subscriptions, messages queued
+    for its sessions, retained messages."""
+    sessions = tenant.sessions.values()
+    return {"sessions": len(sessions), "offline": sum(1 for s in sessions if s.worker is None),
+            "subscriptions": sum(len(s.subs) for s in sessions), "session_queued": sum(len(s.unacked) for s in sessions),
+            "retained": len(tenant.retained)}
+
+
+def _tenant_metrics(tenants: dict[str, dict]) -> Iterator[Metric]:
+    """The `plexmq_tenant_*` families: one series per tenant that exists (none: metrics_tenants = false)."""
+    if not tenants:
+        return
+    gauges = (("connections", "plexmq_tenant_connections", "Clients connected, per tenant"),
+              ("sessions", "plexmq_tenant_sessions", "Sessions held by the router, per tenant"),
+              ("subscriptions", "plexmq_tenant_subscriptions", "Subscriptions, per tenant"),
+              ("retained", "plexmq_tenant_retained_messages", "Retained messages, per tenant"),
+              ("session_queued", "plexmq_tenant_queued_messages", "Messages the router queues for a tenant's sessions"))
+    counters = (("received", "plexmq_tenant_messages_received", "PUBLISH messages from a tenant's clients"),
+                ("sent", "plexmq_tenant_messages_sent", "PUBLISH messages to a tenant's subscribers"),
+                ("bytes_in", "plexmq_tenant_bytes_received", "Bytes read from a tenant's clients"),
+                ("bytes_out", "plexmq_tenant_bytes_sent", "Bytes written to a tenant's clients"),
+                ("dropped", "plexmq_tenant_dropped", "Deliveries to a tenant's clients dropped (queue full, expired, "
+                 "too large)"),
+                ("denied", "plexmq_tenant_acl_denied", "A tenant's PUBLISHes and deliveries the ACL did not allow"))
+    for key, name, text in gauges:
+        family = GaugeMetricFamily(name, text, labels=["tenant"])
+        for tenant, numbers in tenants.items():
+            family.add_metric([tenant], numbers[key])
+        yield family
+    for key, name, text in counters:
+        counted = CounterMetricFamily(name, text, labels=["tenant"])
+        for tenant, numbers in tenants.items():
+            counted.add_metric([tenant], numbers[key])
+        yield counted
+    for key, name, text, label in (
+            ("refused", "plexmq_tenant_refused", "A tenant's connections refused, by CONNACK reason", "reason"),
+            ("limit_hits", "plexmq_tenant_limit_hits", "Times a tenant's limit refused, dropped or slowed something",
+             "limit")):
+        counted = CounterMetricFamily(name, text, labels=["tenant", label])
+        for tenant, numbers in tenants.items():
+            for which, count in sorted(numbers[key].items()):
+                counted.add_metric([tenant, which], count)
+        yield counted
 
 
 def _in_order(item: tuple[str, dict]) -> tuple[str, int]:

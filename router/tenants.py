@@ -33,7 +33,8 @@ UNLIMITED = tenants.Tenant(tenants.DEFAULT)  # the limits of a tenant that decla
 
 class Tenant:
     __slots__ = ("name", "sessions", "trie", "retained", "groups", "cache", "limit_hits", "limits", "limits_connects",
-                 "limits_retained", "connections", "subscriptions", "tokens", "filled_at", "logged_at")
+                 "limits_retained", "connections", "subscriptions", "tokens", "filled_at", "logged_at",
+                 "received", "delivered")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -51,6 +52,9 @@ class Tenant:
         self.tokens = 0.0  # CONNECTs the bucket allows now (max_connection_rate)
         self.filled_at = 0.0  # time.monotonic() the bucket was last filled
         self.logged_at: dict[str, float] = {}  # limit name -> time.monotonic() of its last log line
+        # as the router's `received` and `delivered`, of this tenant's messages (metrics)
+        self.received = 0
+        self.delivered = 0
 
     def apply(self, limits: tenants.Tenant) -> None:
         """Take the tenant's declared limits (at start, and at a reload: a rate that did not change

@@ -200,7 +200,6 @@ class HarnessWorker(Worker):
         self.awaiting = deque()
         self.routes = RouteTables(self.identity)
         self.unanswered = 0
-        self.local_received = self.local_sent = 0
         self.shedding = False
         self.shed = 0
         self.wheel = TimerWheel(self.loop.time())

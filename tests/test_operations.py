@@ -221,11 +221,11 @@ def test_clients_by_protocol_version(tmp_path: Path, start_broker: Callable[...,
         expected = {f"ops-v311-{tag}": "3.1.1", f"ops-v5-{tag}": "5.0", f"ops-v31-{tag}": "3.1", f"ops-m5-{tag}": "5.0"}
 
         def versions() -> dict[str, str] | None:
-            rows = {r.split()[0]: r.split()[-1] for r in cli("clients", url, "--filter", tag).splitlines()[1:-1]}
+            rows = {r.split()[0]: r.split()[-2] for r in cli("clients", url, "--filter", tag).splitlines()[1:-1]}
             return rows if len(rows) == 4 else None
 
         assert wait_for(versions, 10, "plexmq clients to list all four") == expected
-        assert cli("clients", url).splitlines()[0].split()[-1] == "protocol"
+        assert cli("clients", url).splitlines()[0].split()[-2:] == ["protocol", "tenant"]
 
         def metrics(counts: dict[str, float]) -> Callable[[], bool]:
             return lambda: {dict(labels)["protocol"]: value for (name, labels), value in scrape(url).items()

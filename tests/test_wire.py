@@ -55,12 +55,13 @@ CASES = [
     Case("gone with its will", wire.GONE, wire.Gone(3, True), b"\x03\x00\x00\x00\x01"),
     Case("gone without", wire.GONE, wire.Gone(3, False), b"\x03\x00\x00\x00\x00"),
     Case("session expiry", wire.SESSION_EXPIRY, wire.SessionExpiry(3, 300), b"\x03\x00\x00\x00\x2c\x01\x00\x00"),
-    Case("stats", wire.STATS, wire.Stats("n1/0", "n1", 42, 5, 1, 2, 3, 4, 5, 6, {"3.1.1": 5}, 7, 0.5, 1024, 8, 9),
+    Case("stats", wire.STATS, wire.Stats("n1/0", "n1", 42, 5, 1, 2, 3, 4, 5, 6, {"3.1.1": 5}, 7, 0.5, 1024, 8, 9,
+                                          {"a": {"connections": 1, "refused": {"not_authorized": 2}}}),
          b'{"id":"n1/0","node":"n1","pid":42,"clients":5,"dropped":1,"denied":2,"withheld":3,"refused":4,'
          b'"auth_failures":5,"queued":6,"protocols":{"3.1.1":5},"shed":7,"cpu":0.5,"rss":1024,'
-         b'"local_received":8,"local_sent":9}'),
-    Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0"]]),
-         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0"]]}'),
+         b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}}}'),
+    Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]]),
+         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]]}'),
     Case("routes ack", wire.ROUTES_ACK, wire.RoutesAck(9), b"\x09\x00\x00\x00"),
     Case("kicked", wire.KICKED, wire.Kicked(3), b"\x03\x00\x00\x00"),
     Case("session present", wire.SESSION, wire.Session(3, True, [["a/+", 1]]), b'[3,true,[["a/+",1]],""]'),
@@ -70,7 +71,8 @@ CASES = [
     Case("unsuback", wire.UNSUBACK, wire.Unsuback(3, 11, b"\x00\x11"), b"\x03\x00\x00\x00\x0b\x00\x00\x11"),
     Case("resend rel", wire.RESEND_REL, wire.ResendRel(3, 40000), b"\x03\x00\x00\x00\x40\x9c"),
     Case("kick", wire.KICK, wire.Kick(3), b"\x03\x00\x00\x00"),
-    Case("list clients", wire.LIST_CLIENTS, wire.ListClients(7, "sensor"), b'{"id":7,"filter":"sensor"}'),
+    Case("list clients", wire.LIST_CLIENTS, wire.ListClients(7, "sensor", None), b'{"id":7,"filter":"sensor","tenant":null}'),
+    Case("list a tenant's clients", wire.LIST_CLIENTS, wire.ListClients(7, "", "a"), b'{"id":7,"filter":"","tenant":"a"}'),
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
@@ -136,7 +138,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.unsuback(3, 11, b"\x11")
     out.resend_rel(3, 40000)
     out.kick(3)
-    out.list_clients(7, "")
+    out.list_clients(7, "", None)
     out.close(3)
     out.rejoin(5)
     out.beat()
@@ -147,7 +149,7 @@ def test_the_routers_senders_write_their_records() -> None:
         (wire.UNSUBACK, wire.Unsuback(3, 11, b"\x11").encode(), b""),
         (wire.RESEND_REL, wire.ResendRel(3, 40000).encode(), b""),
         (wire.KICK, wire.Kick(3).encode(), b""),
-        (wire.LIST_CLIENTS, wire.ListClients(7, "").encode(), b""),
+        (wire.LIST_CLIENTS, wire.ListClients(7, "", None).encode(), b""),
         (wire.CLOSE, wire.Close(3).encode(), b""),
         (wire.REJOIN, wire.Rejoin(5).encode(), b""),
         (wire.BEAT, b"", b""),

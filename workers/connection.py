@@ -53,7 +53,7 @@ class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
-                 "v5", "tenant", "local_name", "routes", "limits", "cert_tenant")
+                 "v5", "tenant", "local_name", "routes", "limits", "cert_tenant", "tally")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -76,6 +76,7 @@ class Connection(Outbound, asyncio.Protocol):
         self.routes = worker.routes.default  # its tenant's table of local routes
         self.limits: Limits | None = None  # its tenant's limits on this worker, found at CONNECT (None: it sets none)
         self.cert_tenant = ""  # the tenant its client certificate names (tenant_certificate_field; "": none)
+        self.tally = worker.counters.tally(self.tenant)  # its tenant's numbers (workers/counters.py), set with `tenant`
         self.deadline = deadline
         self.wheel_slot = -1
         self.persistent = False
@@ -120,6 +121,7 @@ class Connection(Outbound, asyncio.Protocol):
         settings = worker.settings
         if self.state == CLOSED:
             return
+        self.tally.bytes_in += len(data)  # once per read
         if self.state == AUTHENTICATING:  # read on once the login is decided
             self.buf = self.buf or bytearray()
             self.buf += data
@@ -382,6 +384,7 @@ class Connection(Outbound, asyncio.Protocol):
             self.judge_reads()
         self.state = CONNECTED
         self.worker.connected[self.level] += 1
+        self.tally.connections += 1
         if self.v5 is None:
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:
@@ -436,6 +439,7 @@ class Connection(Outbound, asyncio.Protocol):
         registered = self.state == CONNECTING or self.state == CONNECTED
         if self.state == CONNECTED:
             self.worker.connected[self.level] -= 1
+            self.tally.connections -= 1
         if code and self.v5 is not None and self.state == CONNECTED:
             self.send5(partial(v5.encode_disconnect, code), {props.REASON_STRING: reason})
         # said before the socket closes: whoever sees it closed finds the reason in the log already

@@ -167,10 +167,12 @@ def close(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
-    """`plexmq clients`: the connected clients whose id contains the filter, for the router."""
-    request, text = wire.ListClients.decode(header)
-    clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level]]
-               for c in worker.conns.values() if c.state == CONNECTED and text in c.client_id]
+    """`plexmq clients`: the connected clients whose id contains the filter (of the tenant asked for,
+    if one is), for the router."""
+    request, text, tenant = wire.ListClients.decode(header)
+    clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level],
+                c.tenant] for c in worker.conns.values()
+               if c.state == CONNECTED and text in c.client_id and (tenant is None or c.tenant == tenant)]
     worker.link.clients(request, worker.label, clients)
 
 

@@ -29,6 +29,7 @@ from plexmq.workers.states import CLOSED
 if TYPE_CHECKING:
     import asyncio
 
+    from plexmq.workers.counters import Tally
     from plexmq.workers.negotiated import Negotiated
     from plexmq.workers.worker import Worker
 
@@ -55,6 +56,7 @@ class Outbound:
         worker: Worker
         conn_id: int
         transport: asyncio.Transport | None
+        tally: Tally
         state: int
         persistent: bool
         v5: Negotiated | None
@@ -92,7 +94,9 @@ class Outbound:
 
     def flush(self) -> None:
         if self.out and self.transport is not None:
-            self.transport.write(b"".join(self.out))
+            data = b"".join(self.out)
+            self.tally.bytes_out += len(data)  # once per write
+            self.transport.write(data)
         self.out.clear()
 
     def stop_sending(self) -> None:
@@ -230,6 +234,7 @@ class Outbound:
         """A message dropped for this client: counted, and a persistent session's copy finished
         with the router as if it had been sent."""
         self.worker.counters.dropped += 1
+        self.tally.dropped += 1
         if router_pid:
             self.worker.link.ack(self.conn_id, router_pid, wire.ACK_DONE)
 
@@ -247,6 +252,7 @@ class Outbound:
         worker = self.worker
         if len(queue) >= worker.settings.max_queued:
             worker.counters.dropped += 1  # the new message, or a queued QoS 0 it evicts
+            self.tally.dropped += 1
             if item[2] == 0:
                 return
             for i, queued in enumerate(queue):

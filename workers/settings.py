@@ -41,6 +41,7 @@ class Settings:
     rate_disconnects: bool  # rate_limit_action = disconnect (else throttle)
     tenants: Tenants  # the declared tenants and how a CONNECT names one
     workers: int  # the workers of this host (serve's count): each holds a tenant's rates to its share of them
+    metrics_tenants: bool  # STATS carries each tenant's numbers
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -71,4 +72,5 @@ class Settings:
             rate_disconnects=action == "disconnect",
             tenants=Tenants.from_config(config),
             workers=max(int(config["workers"]), 1),
+            metrics_tenants=bool(config["metrics_tenants"]),
         )

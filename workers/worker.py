@@ -96,7 +96,6 @@ class Worker:
         self.label = wire.label(self.node, worker_id)
         self.routes = RouteTables(self.identity)
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
-        self.local_received = self.local_sent = 0  # messages delivered here without the router, and copies
         self.wheel = TimerWheel(loop.time())
         self.poller = Poller(loop)  # plain TCP and WebSocket sockets; TLS ones get uvloop's transport
         self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
@@ -232,9 +231,10 @@ class Worker:
         if qos < 2 and not retain and self.local_path(conn):
             subs = conn.routes.targets(name)
             if subs is not None:
-                self.local_received += 1
+                tally = conn.tally  # messages delivered here without the router, and copies: per tenant
+                tally.received += 1
                 if subs:
-                    self.local_sent += len(subs)
+                    tally.sent += len(subs)
                     self.deliver_message(name, payload, qos, False, False, (props, expiry) if props or expiry else None,
                                          subs)
                 if qos:
@@ -251,13 +251,14 @@ class Worker:
         if subs is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
             return
-        self.local_received += count
+        tally = conn.tally  # messages delivered here without the router, and copies: per tenant
+        tally.received += count
         if subs:
             copies = count * len(subs)
             if self.shedding:
                 self.shed += copies
                 return
-            self.local_sent += copies
+            tally.sent += copies
             self.deliver_raw(subs, packets, as_v5)
 
     def local_path(self, conn: Connection) -> bool:
@@ -381,6 +382,7 @@ class Worker:
         counters = self.counters
         counters.withheld += count
         counters.denied += count
+        conn.tally.denied += count
         if packet_id:
             self.link.ack(conn.conn_id, packet_id, wire.ACK_DONE)
 
@@ -399,6 +401,7 @@ class Worker:
     def deny(self, conn: Connection, packet_id: int, qos: int) -> None:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
         self.counters.denied += 1
+        conn.tally.denied += 1
         if not qos:
             return
         if self.awaiting:
@@ -529,10 +532,11 @@ class Worker:
         queued = sum(len(conn.queue) for conn in self.queuing)
         protocols = {PROTOCOLS[level]: count for level, count in self.connected.items()}
         counters = self.counters
+        tallies = counters.tenants.values()
         self.link.stats(wire.Stats(
             self.label, self.node, os.getpid(), len(self.conns), counters.dropped, counters.denied, counters.withheld,
-            counters.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, self.local_received,
-            self.local_sent))
+            counters.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, sum(t.received for t in tallies),
+            sum(t.sent for t in tallies), counters.by_tenant() if self.settings.metrics_tenants else {}))
         self.flush_soon()
 
     def reload(self) -> None:

@@ -144,13 +144,16 @@ def _within_limits(conn: Connection, limits: Limits, connect: Connect) -> bool:
 def _take_tenant(conn: Connection, found: Found | Refused, connect: Connect) -> bool:
     """Place the connection in its tenant, with that tenant's limits on this worker; False when it has
     none or its CONNECT breaks them (refused)."""
+    worker = conn.worker
     if isinstance(found, Refused):
         code, reason = _NO_TENANT[found.kind]
+        if found.kind == DISABLED:  # a declared tenant: its refusals are its own (the others stay the listener's)
+            conn.tenant, conn.tally = found.tenant, worker.counters.tally(found.tenant)
         refuse(conn, code, reason.format(found.tenant))
         return False
-    worker = conn.worker
     conn.tenant, conn.local_name = found.tenant, found.username
     conn.routes = worker.routes.of(found.tenant)
+    conn.tally = worker.counters.tally(found.tenant)
     limits = conn.limits = worker.tenant_limits(found.tenant)
     return limits is None or _within_limits(conn, limits, connect)
 
@@ -162,7 +165,9 @@ def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
 def refuse(conn: Connection, code: int, reason: str, told: props.Properties | None = None) -> None:
     """CONNACK with a refusal, then close. `code` is a 3.1.1 return code (1-5), which a 5.0 client
     hears as its 5.0 equivalent, or a 5.0 reason code (0x80 and up), which only 5.0 clients can get;
-    `told`: more properties for a 5.0 client."""
+    `told`: more properties for a 5.0 client. Counted for the connection's tenant (until its tenant is
+    found, the owner of the listener it came on) by the reason's 5.0 name."""
+    conn.tally.refused[refusal_name(_AS_V5.get(code, code))] += 1
     if conn.v5 is None:
         conn.write(v4.encode_connack(False, code))
     else:
@@ -171,10 +176,16 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
     conn.close(reason)
 
 
+def refusal_name(code: int) -> str:
+    """How /metrics names a refusal: its 5.0 reason code's name, `bad_user_name_or_password`."""
+    return reasons.name(code).lower().replace(" ", "_")
+
+
 def _refuse_broken(conn: Connection, exc: RefusedConnect) -> None:
     """CONNACK with the reason code of the rule a 5.0 CONNECT breaks, then close (section 4.13.1); the
     reason string goes only where the client's Maximum Packet Size is known (its properties were read)."""
     reason = v5.refusal(exc)
+    conn.tally.refused[refusal_name(exc.code)] += 1
     told: props.Properties | None = None if exc.properties is None else {props.REASON_STRING: reason}
     limit: int = exc.properties.get(props.MAXIMUM_PACKET_SIZE, 0) if exc.properties else 0  # type: ignore[assignment]  # an int
     packet = v5.within(limit, partial(v5.encode_connack, False, exc.code), told)
