@@ -179,7 +179,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             reload.write(config["config_path"], config)
             logging.getLogger().setLevel(config["log_level"].upper())
             admission.configure(config)
-            supervisor.reload(config)
+            supervisor.reload()
 
     loop.add_signal_handler(signal.SIGHUP, on_sighup)
     try:

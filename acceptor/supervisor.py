@@ -19,9 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-import orjson
-
-from plexmq.process import CONFIG_ENV, LINK_REFUSED, STORE_FAILED
+from plexmq.process import CONFIG_ENV, LINK_REFUSED, STORE_FAILED, child_env
 from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
@@ -71,7 +69,7 @@ def describe_exit(code: int) -> str:
 class Supervisor:
     def __init__(self, config: dict, loop: asyncio.AbstractEventLoop, on_give_up: Callable[[str], None]) -> None:
         self.env = dict(os.environ)
-        self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
+        self.env[CONFIG_ENV] = child_env(config["config_path"])
         self.loop = loop
         self.on_give_up = on_give_up
         self.workers = [Child(f"worker {i}", i) for i in range(config["workers"])]
@@ -130,9 +128,9 @@ class Supervisor:
             return
         self._spawn(child)
 
-    def reload(self, config: dict) -> None:
-        """SIGHUP: children started from now on get `config`; the running ones re-read it."""
-        self.env[CONFIG_ENV] = orjson.dumps(dict(config, parent_pid=os.getpid())).decode()
+    def reload(self) -> None:
+        """SIGHUP, the new config written: the running children re-read the file; those started from now
+        on read it at their start."""
         for child in self.children:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGHUP)

@@ -17,6 +17,9 @@ import orjson
 import psutil
 
 PR_SET_PDEATHSIG = 1
+# a child's start: {"config_path": the config file the acceptor wrote, "parent_pid": the acceptor}; the
+# config itself is read from the file (`child_config`): with many tenants declared it outgrows what one
+# environment variable may hold (128 KiB on Linux)
 CONFIG_ENV = "PLEXMQ_CONFIG"
 STORE_FAILED = 3  # the router's exit status when it cannot open its store: restarting would not help
 LINK_REFUSED = 4  # a node's worker's exit status when the router speaks another link protocol: nor would this
@@ -71,6 +74,18 @@ def become_child(parent_pid: int, log_level: str, log_format: str, role: str) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup_logging(log_level, log_format, role)
     return raise_fd_limit()
+
+
+def child_env(config_path: str) -> str:
+    """The value of CONFIG_ENV for the children of this (the acceptor's) process."""
+    return orjson.dumps({"config_path": config_path, "parent_pid": os.getpid()}).decode()
+
+
+def child_config() -> dict:
+    """A router's or worker's config at its start: the file CONFIG_ENV names, with the acceptor's pid."""
+    start = orjson.loads(os.environ[CONFIG_ENV])
+    with open(start["config_path"], "rb") as f:
+        return dict(orjson.loads(f.read()), parent_pid=start["parent_pid"])
 
 
 def missed_reload(config: dict) -> bool:

@@ -15,7 +15,7 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from plexmq.process import CONFIG_ENV, STORE_FAILED, become_child, missed_reload
+from plexmq.process import STORE_FAILED, become_child, child_config, missed_reload
 from plexmq.router.core import Router
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
@@ -231,7 +231,7 @@ def apply_tenants(router: Router, config: dict) -> None:
 
 
 def main() -> None:
-    config = orjson.loads(os.environ[CONFIG_ENV])
+    config = child_config()
     become_child(config["parent_pid"], config["log_level"], config["log_format"], "router")
     try:
         serve(config)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import psutil
 
+from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker
 
 
@@ -32,3 +34,11 @@ class OwnBroker(Broker):
                  nofile: tuple[int, int] | None = None) -> None:
         prefix = ("prlimit", f"--nofile={nofile[0]}:{nofile[1]}") if nofile else ()
         super().__init__(log_path, args, prefix=prefix, new_session=session)
+
+
+def config_of(proc: psutil.Process | None) -> dict:
+    """The config a router or worker started with: the file its CONFIG_ENV names (as the acceptor
+    last wrote it)."""
+    assert proc is not None, "no such process"
+    with open(orjson.loads(proc.environ()[CONFIG_ENV])["config_path"], "rb") as f:
+        return orjson.loads(f.read())

@@ -32,11 +32,10 @@ import pytest
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
-from plexmq.process import CONFIG_ENV
 from plexmq.router.store import SCHEMA_VERSION
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
-from tests.processes import OwnBroker, alive, descendants
+from tests.processes import OwnBroker, alive, config_of, descendants
 from tests.steps import (
     Pub,
     as_pub,
@@ -118,8 +117,8 @@ class Brokers:
 def _run_dir(b: OwnBroker) -> str | None:
     router = b.router()
     try:
-        endpoint = orjson.loads(router.environ()[CONFIG_ENV])["router_endpoint"] if router else ""
-    except (psutil.Error, KeyError, orjson.JSONDecodeError):
+        endpoint = config_of(router)["router_endpoint"] if router else ""
+    except (psutil.Error, KeyError, OSError, orjson.JSONDecodeError):
         return None
     path = os.path.dirname(endpoint.removeprefix("ipc://"))
     return path if os.path.basename(path).startswith("plexmq-") else None

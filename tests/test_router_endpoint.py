@@ -19,11 +19,11 @@ import zmq.auth
 
 from plexmq import wire
 from plexmq.acceptor import config as cfg
-from plexmq.process import CONFIG_ENV
 from tests.cli import names_line, one_error_line, run, write
 from tests.conftest import Broker, wait_for
 from tests.link_peer import hello, link_peer
 from tests.mqtt import Client
+from tests.processes import config_of
 
 KEYS = {"server_public", "server_secret", "client_public", "client_secret"}
 REFUSED_WAIT = 2.0  # seconds a refused peer waits for an answer that must not come
@@ -45,12 +45,6 @@ def tcp_broker(start_broker: Callable[..., Broker], tmp_path: Path, host: str = 
     endpoint = f"tcp://[{host}]:{free_port_on(host)}" if ":" in host else f"tcp://{host}:{free_port_on(host)}"
     path = write(tmp_path, f'router_bind = "{endpoint}"\n{extra}')
     return start_broker("--config", str(path), "--workers", "2"), endpoint
-
-
-def child_config(proc: psutil.Process | None) -> dict:
-    """The config the acceptor handed a router or worker."""
-    assert proc is not None, "no such process"
-    return orjson.loads(proc.environ()[CONFIG_ENV])
 
 
 def link_port(endpoint: str) -> int:
@@ -116,16 +110,16 @@ def test_messages_cross_the_curve_link_between_workers(start_broker: Callable[..
                                                        host: str) -> None:
     b, endpoint = tcp_broker(start_broker, tmp_path, host)
     wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, f"the router on {endpoint} and both workers linked")
-    router = child_config(b.router())
+    router = config_of(b.router())
     assert router["router_endpoint"] == endpoint
     assert set(router["router_curve"]) == KEYS
-    assert all(child_config(w)["router_curve"] == router["router_curve"] for w in b.workers().values())
+    assert all(config_of(w)["router_curve"] == router["router_curve"] for w in b.workers().values())
     crossing(b, "curve/link")
 
 
 def test_secret_keys_stay_out_of_the_log_and_in_a_0600_file(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, _endpoint = tcp_broker(start_broker, tmp_path, extra='log_level = "debug"\n')
-    config = child_config(b.router())
+    config = config_of(b.router())
     crossing(b, "curve/quiet")
     for name in ("server_secret", "client_secret"):
         assert config["router_curve"][name] not in b.output(), f"the {name} is in the log"
@@ -140,7 +134,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
                                                                          tmp_path: Path) -> None:
     b, endpoint = tcp_broker(start_broker, tmp_path)
     wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, "both workers linked")
-    keys = {k: v.encode() for k, v in child_config(b.router())["router_curve"].items()}
+    keys = {k: v.encode() for k, v in config_of(b.router())["router_curve"].items()}
     pids = {b.router().pid, *(w.pid for w in b.workers().values())}  # type: ignore[union-attr]  # the router is up
     stranger_public, stranger_secret = zmq.curve_keypair()
 
@@ -160,7 +154,7 @@ def test_peers_without_the_client_key_get_nothing_and_the_broker_stays_up(start_
 def test_restarted_router_and_worker_link_again(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     """A restarted child gets the same keys: the new router binds the same port, the new worker connects."""
     b, endpoint = tcp_broker(start_broker, tmp_path)
-    keys = child_config(b.router())["router_curve"]
+    keys = config_of(b.router())["router_curve"]
     for kill in ("router", "worker"):
         old = b.router() if kill == "router" else b.workers()[0]
         assert old is not None
@@ -168,19 +162,19 @@ def test_restarted_router_and_worker_link_again(start_broker: Callable[..., Brok
         wait_for(lambda: (new := b.router() if kill == "router" else b.workers().get(0)) is not None  # noqa: B023
                  and new.pid != old.pid, 10, f"a new {kill}")  # noqa: B023  # both waited for in this turn
         wait_for(lambda: linked_over_tcp(b, link_port(endpoint)), 10, f"the link after the {kill}'s restart")
-        assert child_config(b.router() if kill == "router" else b.workers()[0])["router_curve"] == keys
+        assert config_of(b.router() if kill == "router" else b.workers()[0])["router_curve"] == keys
         crossing(b, f"curve/after-{kill}")
 
 
 def test_sighup_keeps_the_link_and_its_keys(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, _endpoint = tcp_broker(start_broker, tmp_path)
-    keys = child_config(b.router())["router_curve"]
+    keys = config_of(b.router())["router_curve"]
     wait_for(lambda: b.output().count(" ready (pid ") == 2, 20, "both workers to be ready")
     b.proc.send_signal(signal.SIGHUP)
     wait_for(lambda: "SIGHUP: config reloaded; changed: nothing" in b.output(), 10, "the reload line")
     wait_for(lambda: b.output().count("reloaded its settings") == 3, 10, "router and workers to apply it")
     assert "needs a restart" not in b.output(), "an unchanged file reads as changed"
-    with open(child_config(b.router())["config_path"], "rb") as f:
+    with open(config_of(b.router())["config_path"], "rb") as f:
         assert orjson.loads(f.read())["router_curve"] == keys
     crossing(b, "curve/after-hup")
 
@@ -201,7 +195,7 @@ def test_keys_from_router_curve_dir(start_broker: Callable[..., Broker], tmp_pat
     b, _endpoint = tcp_broker(start_broker, tmp_path, extra=f'router_curve_dir = "{where}"\n')
     server_public, server_secret = zmq.auth.load_certificate(where / "server.key_secret")
     client_public, client_secret = zmq.auth.load_certificate(where / "client.key_secret")
-    assert child_config(b.router())["router_curve"] == {
+    assert config_of(b.router())["router_curve"] == {
         "server_public": server_public.decode(), "server_secret": server_secret.decode(),  # type: ignore[union-attr]  # key_secret files have both
         "client_public": client_public.decode(), "client_secret": client_secret.decode()}  # type: ignore[union-attr]  # as above
     crossing(b, "curve/from-files")
@@ -253,7 +247,7 @@ def test_tcp_endpoints_beyond_loopback_are_allowed(tmp_path: Path, value: str) -
 
 
 def test_the_ipc_default_has_no_keys_and_a_private_directory(broker: Broker) -> None:
-    config = child_config(broker.router())
+    config = config_of(broker.router())
     assert config["router_bind"] == "" and "router_curve" not in config
     assert config["router_endpoint"].startswith("ipc://")
     run_dir = os.path.dirname(config["router_endpoint"].removeprefix("ipc://"))

@@ -63,3 +63,13 @@ def test_tenants_by_username_and_by_listener(tmp_path: Path, start_broker: Calla
         assert raw.connect5("x", username=username) == (False, code, {props.REASON_STRING: said})
         assert raw.read_until_closed() == b""
         raw.close()
+
+
+def test_a_broker_with_two_thousand_tenants_declared_starts_and_serves_the_last(tmp_path: Path,
+                                                                               start_broker: Callable[..., Broker]) -> None:
+    """The config of thousands of tenants is more than one environment variable may hold (128 KiB):
+    the router and the workers read it from the config file the acceptor writes."""
+    declared = "".join(f"[tenants.t{i}]\nmax_connections = {i + 1}\n" for i in range(2000))
+    b = start_broker("--config", str(write(tmp_path, 'tenant_separator = "@"\n' + declared)), "--workers", "1")
+    client = Client(b.port, "dev", username="dev@t1999")  # asserts CONNACK 0: t1999 is known to the worker and router
+    client.disconnect()

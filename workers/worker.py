@@ -29,7 +29,7 @@ from plexmq.files import Access
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import properties as props
 from plexmq.mqtt.framing import packets_in
-from plexmq.process import CONFIG_ENV, become_child, connections_per_worker, missed_reload, process_usage
+from plexmq.process import become_child, child_config, connections_per_worker, missed_reload, process_usage
 from plexmq.workers import from_router, handoff, tls
 from plexmq.workers.acl import Checker
 from plexmq.workers.archive import ArchiveWriter
@@ -611,7 +611,7 @@ class Worker:
 
 
 def main() -> None:
-    config = orjson.loads(os.environ[CONFIG_ENV])
+    config = child_config()
     worker_id, channel_fd = int(sys.argv[1]), int(sys.argv[2])
     fd_limit = become_child(config["parent_pid"], config["log_level"], config["log_format"], f"worker-{worker_id}")
     uvloop.install()
