@@ -180,3 +180,10 @@ def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(t
     for service in ("router", "node1", "node2"):
         assert "plexmq-keys:/var/lib/plexmq-keys:ro" in services[service]["volumes"], service
     assert {services[n]["ports"][0].split(":")[1] for n in ("node1", "node2")} == {"1883", "1884"}
+
+
+def test_the_tenants_example_loads_with_its_two_tenants_and_their_limits() -> None:
+    loaded = cfg.load(str(DEPLOY / "tenants.toml"), {})
+    assert sorted(loaded["tenants"]) == ["acme", "beta"] and loaded["tenant_required"]
+    assert loaded["tenants"]["acme"]["max_connections"] == 10000
+    assert loaded["tenants"]["beta"]["listeners"] == ["mqtt://127.0.0.1:1884"]

@@ -279,7 +279,7 @@ def test_a_refused_worker_stops_the_node_instead_of_restarting() -> None:
     reasons: list[str] = []
     loop = asyncio.new_event_loop()
     try:
-        supervisor = Supervisor({"workers": 1, "role": "node"}, loop, reasons.append)
+        supervisor = Supervisor({"workers": 1, "role": "node", "config_path": "config.json"}, loop, reasons.append)
         child: Child = supervisor.workers[0]
         child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]  # a stand-in for the Popen
         supervisor.reap()
