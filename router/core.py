@@ -29,7 +29,7 @@ from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
-from plexmq.router.tenants import Tenant
+from plexmq.router.tenants import UNLIMITED, Tenant
 from plexmq.tenants import DEFAULT
 
 log = logging.getLogger("plexmq.router")
@@ -84,6 +84,9 @@ class Router(Lifecycle, Subscribing):
                  expiration: float = 0.0, share_strategy: str = "round_robin", link_timeout: float = 5.0) -> None:
         self.default = Tenant(DEFAULT)  # $SYS is published here
         self.tenants: dict[str, Tenant] = {DEFAULT: self.default}  # the others: made when first named
+        # the declared tenants' limits, taken by each `Tenant` when it is made: a tenant declared and
+        # never used costs the router nothing more than this entry (thousands may be declared)
+        self.declared: dict[str, tenants.Tenant] = {}
         # (worker, conn_id) -> the tenant of each live connection, from its CONNECT on (before any
         # takeover wait: a client may send PUBLISH right after CONNECT) until it ends
         self.conn_tenants: dict[tuple[bytes, int], Tenant] = {}
@@ -131,16 +134,29 @@ class Router(Lifecycle, Subscribing):
             self._restore(store)
 
     def tenant(self, name: str) -> Tenant:
-        """The tenant of that name, made when first named."""
+        """The tenant of that name, made (with its declared limits) when first named."""
         tenant = self.tenants.get(name)
         if tenant is None:
             tenant = self.tenants[name] = Tenant(name)
+            limits = self.declared.get(name)
+            if limits is not None:
+                self._limit(tenant, limits)
         return tenant
 
     def apply_limits(self, name: str, limits: tenants.Tenant) -> None:
         """A declared tenant's limits (router/tenants.py), at start and at a reload; an undeclared
-        one's are `UNLIMITED`."""
-        tenant = self.tenant(name)
+        one's are `UNLIMITED`. A tenant not made yet takes them when it is (`tenant`)."""
+        if limits is UNLIMITED:
+            self.declared.pop(name, None)
+        else:
+            self.declared[name] = limits
+        tenant = self.tenants.get(name)
+        if tenant is not None:
+            self._limit(tenant, limits)
+
+    def _limit(self, tenant: Tenant, limits: tenants.Tenant) -> None:
+        """A made tenant takes its limits, its sessions' queue cap with them."""
+        name = tenant.name
         tenant.apply(limits)
         if limits.max_queued_messages:
             self.outbox.capped[name] = tenant

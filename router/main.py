@@ -224,7 +224,7 @@ def apply_reload(router: Router, running: dict) -> float | None:
 def apply_tenants(router: Router, config: dict) -> None:
     """The declared tenants' limits (`Router.apply_limits`); a tenant no longer declared has none."""
     declared = Tenants.from_config(config).declared
-    for name in router.tenants.keys() - declared.keys():
+    for name in (router.tenants.keys() | router.declared.keys()) - declared.keys():
         router.apply_limits(name, UNLIMITED)
     for name, limits in declared.items():
         router.apply_limits(name, limits)

@@ -75,19 +75,18 @@ class Stats:
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
 
     def _tenants(self, workers: dict[str, dict], held: dict[str, dict[str, int]]) -> dict[str, dict]:
-        """Each tenant that exists, by name: what the router holds of it, and the messages, bytes,
-        drops, denials, refusals and limit hits of the workers and the router together."""
+        """Each tenant in use (the router holds it or a worker reported it), by name: what the router
+        holds of it, and the messages, bytes, drops, denials, refusals and limit hits of the workers and
+        the router together. Declared tenants nothing has used yet are added at a scrape (`collect`),
+        so that thousands declared cost nothing each second."""
         found: dict[str, dict] = {}
 
         def entry(name: str) -> dict:
             numbers = found.get(name)
             if numbers is None:
-                numbers = found[name] = {**dict.fromkeys(HELD, 0), **dict.fromkeys(TENANT_COUNTERS, 0),
-                                         "refused": Counter(), "limit_hits": Counter()}
+                numbers = found[name] = _unused()
             return numbers
 
-        for name in self.declared:
-            entry(name)
         for tenant in self.router.tenants.values():
             numbers = entry(tenant.name)
             numbers.update(held[tenant.name])
@@ -247,7 +246,10 @@ class Stats:
             rss.add_metric([f"worker-{label}", str(report["pid"])], report["rss"])
         yield cpu
         yield rss
-        yield from _tenant_metrics(snap["tenants"])
+        tenants = snap["tenants"]
+        if self.per_tenant and not self.declared <= tenants.keys():
+            tenants = dict(sorted({**{name: _unused() for name in self.declared}, **tenants}.items()))
+        yield from _tenant_metrics(tenants)
 
     def healthy(self) -> bool:
         """Every worker reported within link_timeout (read from the snapshot: any thread)."""
@@ -258,6 +260,11 @@ class Stats:
 
 # what the router holds of each tenant, summed for the broker-wide figures (`_held`)
 HELD = ("sessions", "offline", "subscriptions", "session_queued", "retained")
+
+
+def _unused() -> dict:
+    """The figures of a tenant nothing has used yet."""
+    return {**dict.fromkeys(HELD, 0), **dict.fromkeys(TENANT_COUNTERS, 0), "refused": Counter(), "limit_hits": Counter()}
 
 
 def _held(tenant: Tenant) -> dict[str, int]:

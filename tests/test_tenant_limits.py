@@ -29,7 +29,7 @@ from tests.router_harness import Deliver, Routed, RouterHarness, WorkerEnd, rout
 def limited(h: RouterHarness, name: str = "a", **limits: float) -> Tenant:
     """Tenant `name` of the harness's router, with these limits applied."""
     h.router.apply_limits(name, tenants.Tenant(name, **limits))  # type: ignore[arg-type]  # the limits' own kinds
-    return h.router.tenants[name]
+    return h.router.tenant(name)
 
 
 def answer(h: RouterHarness, end: WorkerEnd, conn: int, client_id: str, clean: bool = True, **connect: object) -> Session:
@@ -242,6 +242,23 @@ def test_limits_taken_away_at_a_reload_refuse_nothing() -> None:
     h.router.apply_limits("a", tenants.Tenant("a"))
     assert [answer(h, w0, n, f"c{n}").refused for n in (1, 2)] == ["", ""]
     assert "a" not in h.router.outbox.capped
+
+
+def test_a_declared_tenant_is_made_only_when_named_and_then_takes_its_limits() -> None:
+    """Thousands of tenants declared cost the router no `Tenant` (and no work each second) until a
+    CONNECT or the store names one."""
+    h = RouterHarness()
+    w0 = h.worker("w0")
+    for i in range(1000):
+        h.router.apply_limits(f"t{i}", tenants.Tenant(f"t{i}", max_connections=1))
+    assert list(h.router.tenants) == [""]
+    end = h.worker("w1")
+    end.connect(1, "c1", tenant="t7")
+    end.connect(2, "c2", tenant="t7")
+    h.turn()
+    assert h.router.tenants["t7"].limits.max_connections == 1 and list(h.router.tenants) == ["", "t7"]
+    assert [r.refused for r in end.take() if isinstance(r, Session)] == ["", "max_connections"]
+    assert w0.take() == []
 
 
 # -- config -------------------------------------------------------------------------------------------

@@ -194,4 +194,7 @@ def test_limit_hits_of_the_router_and_of_each_worker_are_summed_per_tenant() -> 
     hits = {tuple(s.labels.values()): s.value for family in stats.collect() if family.name == "plexmq_tenant_limit_hits"
             for s in family.samples}
     assert hits == {("a", "max_sessions"): 4, ("a", "message_rate"): 2}
-    assert set(stats.snapshot["tenants"]) == {"", "a", "b"}  # the default, one the router holds, one declared
+    assert set(stats.snapshot["tenants"]) == {"", "a"}  # in use: the default, one the router holds
+    shown = {s.labels["tenant"] for family in stats.collect() if family.name == "plexmq_tenant_connections"
+             for s in family.samples}
+    assert shown == {"", "a", "b"}  # with one declared that nothing used yet: its zeros, made at the scrape
