@@ -300,8 +300,9 @@ TENANT: dict[str, Option] = {
     "max_subscriptions": Option(int, 0, _range(0), "subscriptions of all its clients together (SUBACK 0x97, 3.1.1: 0x80)"),
     "max_retained_messages": Option(int, 0, _range(0), "retained messages kept: a new one past it is not kept"),
     "max_retained_bytes": Option(int, 0, _range(0), "payload bytes of its retained messages: a new one past it is not kept"),
-    "max_queued_messages": Option(int, 0, _range(0), "messages queued per persistent session beyond the inflight "
-                                  "window, instead of the broker's max_queued_messages"),
+    "max_queued_messages": Option(int, 0, _range(0), "messages queued per session beyond the inflight window "
+                                  "(the router's of a persistent one, a worker's of a clean one), instead of the "
+                                  "broker's max_queued_messages"),
     # reload (wave 2: reload)
     "on_remove": Option(str, "keep", _one_of("keep", "drop"), "when a reload removes the tenant: keep its persistent "
                         "sessions and retained messages for when it is declared again, or drop them"),

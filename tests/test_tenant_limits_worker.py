@@ -18,7 +18,7 @@ from plexmq.tenants import Tenant, Tenants
 from plexmq.workers.settings import Settings
 from plexmq.workers.tenant_limits import Limits, limited
 from tests.cli import write
-from tests.connection_harness import Client, ConnectionHarness
+from tests.connection_harness import Client, ConnectionHarness, deliver
 
 BROKER_MAX_PACKET = 1 << 20
 
@@ -164,6 +164,18 @@ def test_max_subscriptions_per_client_replaces_the_brokers(version: int) -> None
     free.send(encode(1, [("a", 0), ("b", 0)]))
     [record] = h.records()
     assert [grant for _filter, grant in wire.Subscribe(*record.fields).filters] == [0, reasons.QUOTA_EXCEEDED]
+
+
+def test_the_tenants_max_queued_messages_caps_a_clean_sessions_queue_in_the_worker() -> None:
+    """A backed-up client of the tenant queues at most its max_queued_messages (the router caps its
+    persistent sessions' queues); a client of another tenant keeps the broker's max_queued_messages."""
+    h = harness(max_queued_messages=1)
+    lim, free = h.client("a", username="a@lim"), h.client("b", username="b@free")
+    for c in (lim, free):
+        c.pause_writing()
+        h.from_router(*(deliver(b"t", bytes([n]), 1, [(c.conn_id, 1, 0)]) for n in range(3)))
+    assert (len(lim.conn.queue), len(free.conn.queue)) == (1, 3)
+    assert h.worker.counters.limit_hits == {("lim", "max_queued_messages"): 2}
 
 
 def published(h: ConnectionHarness) -> int:

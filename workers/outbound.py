@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from plexmq.workers.counters import Tally
     from plexmq.workers.negotiated import Negotiated
+    from plexmq.workers.tenant_limits import Limits
     from plexmq.workers.worker import Worker
 
 _frame = p.frame
@@ -57,6 +58,7 @@ class Outbound:
         conn_id: int
         transport: asyncio.Transport | None
         tally: Tally
+        limits: Limits | None
         state: int
         persistent: bool
         v5: Negotiated | None
@@ -250,9 +252,12 @@ class Outbound:
     def _enqueue(self, item: Queued) -> None:
         queue = self.queue
         worker = self.worker
-        if len(queue) >= worker.settings.max_queued:
+        limits = self.limits
+        if len(queue) >= (worker.settings.max_queued if limits is None else limits.max_queued):
             worker.counters.dropped += 1  # the new message, or a queued QoS 0 it evicts
             self.tally.dropped += 1
+            if limits is not None and limits.max_queued != worker.settings.max_queued:
+                worker.counters.limit_hit(limits.tenant, "max_queued_messages")
             if item[2] == 0:
                 return
             for i, queued in enumerate(queue):

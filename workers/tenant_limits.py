@@ -1,5 +1,5 @@
-"""A tenant's limits as one worker applies them (issue 23): its packet size, QoS, session expiry and
-subscription caps, and its share of the tenant's inbound rates.
+"""A tenant's limits as one worker applies them (issue 23): its packet size, QoS, session expiry,
+subscription and queue caps, and its share of the tenant's inbound rates.
 
 A connection finds its tenant's `Limits` once, at CONNECT (`Worker.tenant_limits`), and keeps it; a
 tenant that sets none gets None, so that its connections (and the default tenant's) pay one `is None`
@@ -22,13 +22,15 @@ from plexmq.workers.settings import Settings
 if TYPE_CHECKING:
     from plexmq.workers.connection import Connection
 
-_NONE = {field.name: field.default for field in fields(Tenant) if field.name in WORKER_LIMITS}  # what sets no limit
+# what sets no limit; max_queued_messages caps the router's queues too (ROUTER_LIMITS) and a worker's here
+_NONE = {field.name: field.default for field in fields(Tenant) if field.name in (*WORKER_LIMITS, "max_queued_messages")}
 
 
 class Limits:
     """The effective limits of one tenant on this worker, and what is left of its rate buckets."""
     __slots__ = ("tenant", "max_packet_size", "max_qos", "max_session_expiry", "max_subscriptions", "capped_subscriptions",
-                 "message_rate", "byte_rate", "rated", "credit_messages", "credit_bytes", "credit_at", "waiting", "timed")
+                 "max_queued", "message_rate", "byte_rate", "rated", "credit_messages", "credit_bytes", "credit_at",
+                 "waiting", "timed")
 
     def __init__(self, tenant: Tenant, settings: Settings) -> None:
         self.tenant = tenant.name
@@ -47,6 +49,7 @@ class Limits:
         self.max_session_expiry = tenant.max_session_expiry  # 0: none
         self.capped_subscriptions = bool(tenant.max_subscriptions_per_client)
         self.max_subscriptions = tenant.max_subscriptions_per_client or settings.max_subscriptions
+        self.max_queued = tenant.max_queued_messages or settings.max_queued  # a clean session's queue here
         self.message_rate = tenant.message_rate / settings.workers  # 0: none
         self.byte_rate = tenant.byte_rate / settings.workers
         self.rated = bool(self.message_rate or self.byte_rate)
