@@ -327,6 +327,11 @@ TENANT: dict[str, Option] = {
     "jwt_audience": Option(str, "", doc="the audience the tenant's tokens must name (empty: not checked)"),
     "jwt_issuer": Option(str, "", doc="the issuer the tenant's tokens must name (empty: not checked)"),
     "allow_anonymous": Option(bool, None, doc="accept the tenant's clients without a username (unset: the broker's rule)"),
+    # SQL logins (wave 2: tenant-sql): the broker's auth_database_cache and auth_database_timeout apply
+    "auth_database": Option(str, "", doc="the tenant's users (tenant-local names) in MySQL/MariaDB, "
+                            "mysql://user:password@host:3306/database; set: the broker's are not asked"),
+    "auth_database_acl": Option(bool, False, doc="take the tenant's ACL (%u: the tenant-local name) from its "
+                                "database's plexmq_acl table"),
 }
 
 
@@ -456,6 +461,22 @@ def _check_tenant_logins(config: dict[str, Any], origins: Origins) -> None:
                     _read_tenant_file(key, table, config)
                 except (ValueError, ConfigError) as exc:
                     raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}': {exc}") from None
+        _check_tenant_database(name, table, origins)
+
+
+def _check_tenant_database(name: str, table: dict[str, Any], origins: Origins) -> None:
+    """A tenant's auth_database checked as the broker's is (the URL only, said without it: it holds a password)."""
+    where = f"{origins[name]('auth_database')}: key 'tenants.{name}.auth_database'"
+    if table["auth_database"] and table["password_file"]:
+        raise ConfigError(f"{where}: set it or tenants.{name}.password_file, not both")
+    if table["auth_database"]:
+        try:
+            connect_args(table["auth_database"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if table["auth_database_acl"] and (table["acl_file"] or not table["auth_database"]):
+        raise ConfigError(f"{origins[name]('auth_database_acl')}: key 'tenants.{name}.auth_database_acl': needs "
+                          f"tenants.{name}.auth_database, and tenants.{name}.acl_file empty")
 
 
 def _read_tenant_file(key: str, table: dict[str, Any], config: dict[str, Any]) -> None:

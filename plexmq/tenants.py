@@ -35,6 +35,8 @@ WORKER_LIMITS = ("max_packet_size", "max_qos", "max_session_expiry", "max_subscr
                  "byte_rate")
 # the tenant's own logins and ACL, as `Tenant` fields and `[tenants.NAME]` keys
 LOGINS = ("password_file", "acl_file", "jwt_jwks_file", "jwt_audience", "jwt_issuer", "allow_anonymous")
+# the tenant's own SQL logins (wave 2: tenant-sql), as `Tenant` fields and `[tenants.NAME]` keys
+SQL_LOGINS = ("auth_database", "auth_database_acl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +69,14 @@ class Tenant:
     jwt_audience: str = ""
     jwt_issuer: str = ""
     allow_anonymous: bool | None = None  # None: the broker's
+    # SQL logins (wave 2: tenant-sql): its users (and with auth_database_acl its ACL) in a database of its own
+    auth_database: str = ""
+    auth_database_acl: bool = False
 
     @property
     def own_logins(self) -> bool:
-        """Whether its clients log in against its own files (with the tenant-local username), never the broker's."""
-        return bool(self.password_file or self.jwt_jwks_file)
+        """Whether its clients log in against its own files or database (with the tenant-local username), never the broker's."""
+        return bool(self.password_file or self.jwt_jwks_file or self.auth_database)
 
     @property
     def limits_connects(self) -> bool:
@@ -109,7 +114,7 @@ class Tenants:
 def tenant(name: str, table: dict[str, Any]) -> Tenant:
     """The `Tenant` of a checked `[tenants.NAME]` table."""
     return Tenant(name, table["enabled"], tuple(table["listeners"]), on_remove=table["on_remove"],
-                  **{key: table[key] for key in (*ROUTER_LIMITS, *WORKER_LIMITS, *LOGINS)})
+                  **{key: table[key] for key in (*ROUTER_LIMITS, *WORKER_LIMITS, *LOGINS, *SQL_LOGINS)})
 
 
 def unfit_name(name: str) -> str | None:

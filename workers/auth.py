@@ -10,7 +10,8 @@ without costing the worker anything while it waits. Users and rules in a databas
 and a query that takes longer than `auth_database_timeout` answers CONNACK 0x03.
 
 A tenant with logins, an ACL or an anonymous rule of its own has a `TenantAuth` (`Auth.of`): its own
-files where it has them, the broker's loaded ones (shared, not read twice) where it has not.
+files or database where it has them, the broker's loaded ones (shared, not read twice) where it has not.
+A tenant's database is queried on the broker's database pool, with the broker's cache and timeout.
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ class Auth:
                                   config["auth_database_timeout"], config["auth_database_acl"],
                                   config["auth_database_tenant_column"])
         declared = [tenant(name, table) for name, table in config["tenants"].items()]
-        if (self.password_path or config["auth_database"] or any(t.password_file for t in declared)) and self.pool is None:
+        databases = config["auth_database"] or any(t.auth_database for t in declared)
+        if (self.password_path or databases or any(t.password_file for t in declared)) and self.pool is None:
             self.pool = ThreadPoolExecutor(HASH_THREADS, "plexmq-auth")
-        if config["auth_database"] and self.database_pool is None:
+        if databases and self.database_pool is None:
             self.database_pool = ThreadPoolExecutor(DATABASE_THREADS, "plexmq-authdb")
         self.reload()
         kept, self.tenants = self.tenants, {}
@@ -224,9 +226,16 @@ class Auth:
         return Checker(NO_RULES) if acl is None else acl.checker(username, client_id)
 
     def rules_changed(self) -> bool:
-        """Whether the database's ACL table has other rules than live connections were given (once a
-        second: the table is read again when older than auth_database_cache), so that a changed row
-        takes effect for them too, not only for the next login."""
+        """Whether the database's ACL table, or a tenant's own, has other rules than live connections were
+        given (once a second: the table is read again when older than auth_database_cache), so that a
+        changed row takes effect for them too, not only for the next login."""
+        changed = self._table_changed()
+        for auth in self.tenants.values():
+            if auth.tenant.auth_database_acl:
+                changed = auth._table_changed() or changed  # each asked: each remembers what it judged
+        return changed
+
+    def _table_changed(self) -> bool:
         database = self.database_acl
         if database is None:
             return False
@@ -252,7 +261,7 @@ class TenantAuth(Auth):
         self.broker = broker
         self.tenant = found
         self.local = found.own_logins
-        self.local_acl = bool(found.acl_file)
+        self.local_acl = bool(found.acl_file or found.auth_database_acl)
         self.loop = broker.loop
         self.pool, self.database_pool = broker.pool, broker.database_pool
         self.passwords, self.tokens, self.acl, self.database, self.database_acl = None, None, None, None, None
@@ -277,15 +286,17 @@ class TenantAuth(Auth):
             tokens = (TokenVerifier(found.jwt_jwks_file, found.jwt_audience, found.jwt_issuer, *broker.jwt[3:])
                       if found.jwt_jwks_file else None)
             acl = AclFile.load(found.acl_file) if found.acl_file else broker.acl
+            database = (UserDatabase(found.auth_database, *broker.database_settings[1:3], found.auth_database_acl)
+                        if found.auth_database else None)
         except ValueError as exc:
             log.error("tenant %s: keeping the previous authentication settings: %s", found.name, exc)
             return
         if self.local:
-            self.passwords, self.tokens, self.database = passwords, tokens, None
+            self.passwords, self.tokens, self.database = passwords, tokens, database
         else:
             self.passwords, self.tokens, self.database = broker.passwords, broker.tokens, broker.database
         self.acl = acl
-        self.database_acl = None if self.local_acl else broker.database_acl
+        self.database_acl = database if found.auth_database_acl else None if self.local_acl else broker.database_acl
         self.allow_anonymous = broker.allow_anonymous if found.allow_anonymous is None else found.allow_anonymous
         self.disconnect_on_expiry = broker.disconnect_on_expiry
         self._good.clear()
