@@ -21,13 +21,14 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from plexmq.acceptor import config as cfg
 from plexmq.mqtt import v4 as p
 from plexmq.tenants import DISABLED, NONE_FOUND, OWN_LOGINS, UNKNOWN, Found, Refused, Tenant, Tenants, resolve, settle
+from plexmq.workers.passwords import hash_password
 from tests.cli import write
 from tests.conftest import Broker
 from tests.logins import login, users
 from tests.mqtt import RawClient
 from tests.steps import from_address, sync, uid
 from tests.test_mqtt5_auth import logged_in, reauthenticate, recv_auth, recv_connack, scram_connect
-from tests.test_sql_auth import SERVER, MariaDB, add_user, mariadb  # noqa: F401  # mariadb: the session's database fixture
+from tests.test_sql_auth import CHEAP, SERVER, MariaDB, add_user, documented_schema, mariadb  # noqa: F401  # mariadb: the session's database fixture
 from tests.test_transports import Pki, client_certificate, pki, port_of, tls_section, tls_socket  # noqa: F401  # pki: a fixture
 
 # -- the rules, as tables ------------------------------------------------------------------------------
@@ -309,6 +310,51 @@ def test_the_user_rows_column_names_the_tenant(mariadb: MariaDB, tmp_path: Path,
     connected(port, names["crossed"], b"pw").close()
     for c in (acme_sub, default_sub, sensor):
         c.close()
+
+
+@pytest.fixture
+def acme_database(mariadb: MariaDB) -> Iterator[str]:  # noqa: F811  # the fixture
+    """The URL of a database `acme` beside the broker's, with the documented tables, that `plexmq` may read."""
+    mariadb.sql("CREATE DATABASE IF NOT EXISTS acme")
+    mariadb.sql("GRANT SELECT ON acme.* TO 'plexmq'@'127.0.0.1'")
+    try:
+        mariadb.sql("USE acme")
+        for statement in documented_schema():
+            mariadb.sql(statement.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+    finally:
+        mariadb.sql("USE plexmq")  # the session's other tests add their rows there
+    yield mariadb.url().rsplit("/", 1)[0] + "/acme"
+
+
+@pytest.mark.skipif(SERVER is None, reason="no MariaDB server binary (apt-get install mariadb-server)")
+def test_a_tenants_own_database_checks_its_users_only(mariadb: MariaDB, acme_database: str,  # noqa: F811  # the fixture
+                                                       tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    local, broker_user = f"dev-{uid()}", f"ops-{uid()}"
+    mariadb.sql("REPLACE INTO acme.plexmq_users (username, password_hash) VALUES (%s, %s)", local,
+                hash_password("pw", n=CHEAP))
+    mariadb.sql("INSERT INTO acme.plexmq_acl (kind, name, access, topic) VALUES ('user', %s, 'readwrite', 'own/#')", local)
+    add_user(mariadb, broker_user, "pw")
+    add_user(mariadb, f"{broker_user}@acme", "pw")  # the broker's table is never asked for acme's clients
+    b = start_broker("--workers", "1", "--config", str(write(tmp_path, (
+        f'tenant_separator = "@"\nauth_database = "{mariadb.url()}"\n'
+        f'[tenants.acme]\nauth_database = "{acme_database}"\nauth_database_acl = true\n[tenants.beta]\n'))))
+    port = b.port
+    dev = connected(port, f"{local}@acme", b"pw")  # checked in acme's database as `local`
+    dev.send(p.encode_subscribe(1, [("own/#", 0), ("other/#", 0)]))
+    assert dev.recv()[1][2:] == bytes([0, 0x80])  # acme's ACL table, its %u-free rule naming the local user
+    dev.close()
+    assert refused(port, f"{local}@beta", b"pw") == 4
+    assert refused(port, local, b"pw") == 4
+    assert refused(port, f"{broker_user}@acme", b"pw") == 4
+    connected(port, broker_user, b"pw").close()  # the broker's own users still log in
+
+
+def test_a_tenants_bad_database_url_stops_startup_naming_its_line(tmp_path: Path) -> None:
+    message = error(write(tmp_path, '[tenants.acme]\n\nauth_database = "mysql://u:s3cret@host/"\n'))
+    assert message.startswith(f"{tmp_path / 'plexmq.toml'}:3: key 'tenants.acme.auth_database': must be a URL"), message
+    assert "s3cret" not in message
+    message = error(write(tmp_path, '[tenants.acme]\nauth_database_acl = true\n'))
+    assert message.startswith(f"{tmp_path / 'plexmq.toml'}:2: key 'tenants.acme.auth_database_acl': needs"), message
 
 
 # -- the client certificate ------------------------------------------------------------------------------------
