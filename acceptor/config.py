@@ -609,7 +609,7 @@ def _check_exposure(config: dict[str, Any], origins: Origins) -> None:
     for scheme, host, port, name in listeners(config):
         table = config["tenants"].get(name) if name else None
         anonymous = config["allow_anonymous"] if table is None or table["allow_anonymous"] is None else table["allow_anonymous"]
-        guarded = logins(config) or table is not None and (table["password_file"] or table["jwt_jwks_file"])
+        guarded = logins(config) or table is not None and tenants.tenant(name, table).own_logins
         if guarded or anonymous or is_loopback(host):
             continue
         if table is None:

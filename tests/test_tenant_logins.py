@@ -130,6 +130,7 @@ def test_a_tenant_listener_beyond_loopback_counts_the_tenants_logins(tmp_path: P
     assert message.startswith(f"{tmp_path / 'plexmq.toml'}:2: {said}"), message
     assert cfg.load(str(write(tmp_path, listener + f'password_file = "{tmp_path / "acme.pw"}"\n')), {})
     assert cfg.load(str(write(tmp_path, listener + "allow_anonymous = true\n")), {})
+    assert cfg.load(str(write(tmp_path, listener + 'auth_database = "mysql://u:p@db:3306/acme"\n')), {})
     error(write(tmp_path, "allow_anonymous = true\n" + listener + "allow_anonymous = false\n"))
     # the broker's own listener is not guarded by a tenant's logins
     error(write(tmp_path, f'host = "0.0.0.0"\n[tenants.acme]\npassword_file = "{tmp_path / "acme.pw"}"\n'))
