@@ -299,7 +299,8 @@ TENANT: dict[str, Option] = {
     "max_sessions": Option(int, 0, _range(0), "persistent sessions kept, online or offline (CONNACK 0x97, 3.1.1: 0x03)"),
     "max_subscriptions": Option(int, 0, _range(0), "subscriptions of all its clients together (SUBACK 0x97, 3.1.1: 0x80)"),
     "max_retained_messages": Option(int, 0, _range(0), "retained messages kept: a new one past it is not kept"),
-    "max_retained_bytes": Option(int, 0, _range(0), "payload bytes of its retained messages: a new one past it is not kept"),
+    "max_retained_bytes": Option(int, 0, _range(0), "bytes its retained messages hold (topic, payload, properties): "
+                                 "one past it is not kept"),
     "max_queued_messages": Option(int, 0, _range(0), "messages queued per session beyond the inflight window "
                                   "(the router's of a persistent one, a worker's of a clean one), instead of the "
                                   "broker's max_queued_messages"),
@@ -312,8 +313,8 @@ TENANT: dict[str, Option] = {
                               "largest packet its clients may send, bytes, at most the broker's (more: DISCONNECT 0x95)"),
     "max_qos": Option(int, 2, _range(0, 2), "highest QoS its clients may publish with and are granted (a PUBLISH "
                       "above it: DISCONNECT 0x9B; 3.1.1: closed)"),
-    "max_session_expiry": Option(int, 0, _range(0, 0xFFFFFFFF), "seconds an MQTT 5 client's session may outlive "
-                                 "its connection at most (told in CONNACK)"),
+    "max_session_expiry": Option(int, 0, _range(0, 0xFFFFFFFF), "seconds a session may outlive its connection at "
+                                 "most (5.0: told in CONNACK; 3.1.1: instead of persistent_client_expiration)"),
     "max_subscriptions_per_client": Option(int, 0, _range(0), "topic filters one of its clients may hold, in place "
                                            "of max_subscriptions (more: 0x97; 3.1.1: 0x80)"),
     "message_rate": Option(float, 0.0, _range(0), "PUBLISH packets per second all its clients together may send; "

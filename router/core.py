@@ -87,6 +87,7 @@ class Router(Lifecycle, Subscribing):
         # the declared tenants' limits, taken by each `Tenant` when it is made: a tenant declared and
         # never used costs the router nothing more than this entry (thousands may be declared)
         self.declared: dict[str, tenants.Tenant] = {}
+        self.dropped: set[str] = set()  # tenants a reload dropped (on_remove = "drop") and none has declared again
         # (worker, conn_id) -> the tenant of each live connection, from its CONNECT on (before any
         # takeover wait: a client may send PUBLISH right after CONNECT) until it ends
         self.conn_tenants: dict[tuple[bytes, int], Tenant] = {}
@@ -150,6 +151,7 @@ class Router(Lifecycle, Subscribing):
             self.declared.pop(name, None)
         else:
             self.declared[name] = limits
+            self.dropped.discard(name)
         tenant = self.tenants.get(name)
         if tenant is not None:
             self._limit(tenant, limits)
@@ -256,8 +258,9 @@ class Router(Lifecycle, Subscribing):
         if flags & 4 and flags & wire.MATCH_ASKED and tenant.limits_retained:
             # a publisher that can be told (5.0, QoS 1/2) hears 0x97 and its message is not routed
             # either; any other's is routed and only not kept (`route`)
-            topic = header[wire.read_extra(header, _pub_head_size)[2] if flags & wire.HAS_EXTRA else _pub_head_size:]
-            limit = tenant.retained_limit(topic.decode(), payload)
+            props, _expires_at, start = wire.read_extra(header, _pub_head_size) if flags & wire.HAS_EXTRA else \
+                (b"", 0, _pub_head_size)
+            limit = tenant.retained_limit(header[start:], payload, props)
             if limit is not None:
                 tenant.hit(limit)
                 counts.append((counts[0] - 1) | wire.REFUSED_AT)
@@ -372,7 +375,7 @@ class Router(Lifecycle, Subscribing):
         `source`: the publishing connection (worker, conn_id), for no local."""
         if retain:
             name = topic.decode()
-            limit = tenant.retained_limit(name, payload) if tenant.limits_retained else None
+            limit = tenant.retained_limit(topic, payload, props) if tenant.limits_retained else None
             if limit is None:
                 message = Message(topic, payload, qos, True, props, expires_at)
                 tenant.retained.put(name, message)

@@ -34,6 +34,7 @@ class Lifecycle:
     """Connections, takeover, disconnects, wills and session expiry."""
 
     tenants: dict[str, Tenant]
+    dropped: set[str]
     conn_tenants: dict[tuple[bytes, int], Tenant]
     by_conn_id: dict[tuple[bytes, int], Session]
     deadlines: Deadlines
@@ -171,6 +172,9 @@ class Lifecycle:
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
          will_extra, tenant_name) = wire.Connect.decode(header)  # the fields are said there
+        if tenant_name in self.dropped:  # its worker has not applied the reload yet: nothing of it is made again
+            self.out(worker).close(conn_id)
+            return
         tenant = self.tenant(tenant_name)
         sessions = tenant.sessions
         old = sessions.get(client_id)
@@ -400,6 +404,7 @@ class Lifecycle:
         for key in [key for key, of in self.conn_tenants.items() if of is tenant]:
             del self.conn_tenants[key]
         del self.tenants[name]
+        self.dropped.add(name)
         log.info("tenant %s removed: its %d sessions and %d retained messages dropped", name, len(sessions),
                  len(tenant.retained))
 

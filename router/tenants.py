@@ -17,7 +17,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from plexmq import tenants
-from plexmq.router.retain import RetainedStore
+from plexmq.router.retain import RetainedStore, retained_size
 from plexmq.trie import SubscriptionTrie
 
 if TYPE_CHECKING:
@@ -66,10 +66,11 @@ class Tenant:
         self.limits_connects = limits.limits_connects
         self.limits_retained = bool(limits.max_retained_messages or limits.max_retained_bytes)
 
-    def retained_limit(self, topic: str, payload: bytes) -> str | None:
+    def retained_limit(self, topic: bytes, payload: bytes, props: bytes) -> str | None:
         """The limit a new retained message on `topic` would pass (not kept), or None."""
         limits = self.limits
-        return self.retained.refuses(topic, payload, limits.max_retained_messages, limits.max_retained_bytes)
+        return self.retained.refuses(topic.decode(), retained_size(topic, payload, props), limits.max_retained_messages,
+                                     limits.max_retained_bytes)
 
     def take_token(self) -> bool:
         """A CONNECT may be accepted under max_connection_rate (a bucket of one second's worth, at

@@ -189,18 +189,21 @@ def test_a_publisher_that_can_be_told_hears_of_the_refusal_and_its_message_is_no
     assert retained_topics(h) == {"r1": b"one again"} and a.limit_hits["max_retained_messages"] == 1
 
 
-def test_max_retained_bytes_counts_payload_bytes() -> None:
+def test_max_retained_bytes_counts_topic_and_payload_bytes() -> None:
     h = RouterHarness()
     w0 = h.worker("w0")
-    a = limited(h, max_retained_bytes=10)
+    a = limited(h, max_retained_bytes=20)
     assert answer(h, w0, 1, "pub").refused == ""
-    w0.pub(1, "r1", b"123456", retain=True)
-    w0.pub(1, "r2", b"12345", retain=True)  # 11 bytes: not kept
-    w0.pub(1, "r3", b"1234", retain=True)
-    assert retained_topics(h) == {"r1": b"123456", "r3": b"1234"} and a.retained.bytes == 10
-    w0.pub(1, "r1", b"1", retain=True)
-    w0.pub(1, "r2", b"12345", retain=True)
-    assert a.retained.bytes == 10 and a.limit_hits["max_retained_bytes"] == 1
+    w0.pub(1, "r1", b"12345678", retain=True)  # 10 bytes
+    w0.pub(1, "r2", b"1234567", retain=True)  # 9: 19 in all
+    w0.pub(1, "r3", b"12", retain=True)  # 4 more: not kept
+    assert retained_topics(h) == {"r1": b"12345678", "r2": b"1234567"} and a.retained.bytes == 19
+    w0.pub(1, "r1", b"123456789", retain=True)  # a replacement one byte larger: 20, kept
+    w0.pub(1, "r2", b"12345678", retain=True)  # one byte larger again: 21, not kept
+    w0.pub(1, "r1", b"1", retain=True)  # frees 8
+    w0.pub(1, "r3", b"12", retain=True)  # now fits: 3 + 9 + 4
+    assert retained_topics(h) == {"r1": b"1", "r2": b"1234567", "r3": b"12"} and a.retained.bytes == 16
+    assert a.limit_hits["max_retained_bytes"] == 2
 
 
 def test_max_queued_messages_caps_the_tenants_sessions_only() -> None:

@@ -343,10 +343,14 @@ class Connection(Outbound, asyncio.Protocol):
             will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
                           told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
         link = self.worker.link
+        if self.v5 is not None:
+            expiry = self.v5.session_expiry
+        else:  # 3.1/3.1.1: persistent_client_expiration, or its tenant's max_session_expiry
+            expiry = self.limits.max_session_expiry if self.limits is not None and self.limits.max_session_expiry else -1
         link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
-                                  max(self.inflight, default=0) + 1 if connack_sent else 0, fresh,
-                                  self.v5.session_expiry if self.v5 is not None else -1, will_extra, self.tenant),
+                                  max(self.inflight, default=0) + 1 if connack_sent else 0, fresh, expiry, will_extra,
+                                  self.tenant),
                      will.payload if will else b"")
         if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])

@@ -574,11 +574,12 @@ class Worker:
         log.info("worker %d reloaded its settings", self.worker_id)
 
     def _close_ended_tenants(self) -> None:
-        """A reload removed or disabled tenants: their connected clients go at once (5.0: DISCONNECT
-        0x98 with the reason), as new ones are refused; their sessions are the router's to keep or drop."""
+        """A reload removed or disabled tenants: their clients go at once (connected 5.0 ones hear
+        DISCONNECT 0x98 with the reason; those still connecting, e.g. waiting for the router's SESSION,
+        are closed too), as new ones are refused; their sessions are the router's to keep or drop."""
         declared = self.settings.tenants.declared
         for conn in list(self.conns.values()):
-            if conn.tenant and conn.state == CONNECTED:
+            if conn.tenant and conn.state != CLOSED:
                 tenant = declared.get(conn.tenant)
                 if tenant is None or not tenant.enabled:
                     conn.close("tenant removed" if tenant is None else "tenant disabled",

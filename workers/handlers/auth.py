@@ -13,7 +13,7 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
 from plexmq.workers import scram
-from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login
+from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login, proves_its_tenant
 from plexmq.workers.states import CHALLENGED, CONNECTED
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ def handle_auth(conn: Connection, flags: int, body: bytes) -> None:
         connect = negotiated.pending
         negotiated.pending = None
         negotiated.auth_data = server_final  # the CONNACK carries it
+        if not proves_its_tenant(conn, exchange.username):
+            return
         conn.username = exchange.username  # the name its tenant's logins know (conn.local_name already)
         accept(conn, connect)  # type: ignore[arg-type]  # pending since the CONNECT
     else:

@@ -248,6 +248,8 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
     code, identity, expires, named = login.result()
     if code:
         return refuse(conn, code, "bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
+    if not proves_its_tenant(conn, identity):
+        return
     if (named or found.open) and not _take_tenant(conn, settle(conn.worker.settings.tenants, found, named), connect):
         return
     conn.username = identity  # a tenant's own logins know the tenant-local name, the broker's the whole one
@@ -258,6 +260,21 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
     accept(conn, connect)
     conn.worker.flush_soon()  # the CONNECT record goes out at the end of this turn
     conn.read_on()  # unless refused; CONNECTED: a clean session has its CONNACK
+
+
+def proves_its_tenant(conn: Connection, identity: str | None) -> bool:
+    """A login through the broker's logins proves a broker-wide name (a password's user, a token's
+    subject, the SCRAM user) even where the client sent no username: one whose suffix names another
+    declared tenant is refused (0x87), so that a tenant's user never gets the rights of the default
+    tenant, or of another, by leaving its username out. False: refused."""
+    tenants = conn.worker.settings.tenants
+    if identity is None or not tenants.separator or conn.worker.auth.of(conn.tenant).local:
+        return True
+    _prefix, separator, suffix = identity.rpartition(tenants.separator)
+    if not separator or suffix == conn.tenant or suffix not in tenants.declared:
+        return True
+    refuse(conn, NOT_AUTHORIZED, f"logged in as {identity!r}, a user of tenant {suffix!r}")
+    return False
 
 
 def accept(conn: Connection, connect: Connect) -> None:
