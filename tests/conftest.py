@@ -71,7 +71,13 @@ class Broker:
             if not found:
                 return False
             self.port = int(found.group(1))
-        if len(self.workers()) < 1 or self.router() is None:
+        workers = self.workers()
+        if len(workers) < 1 or self.router() is None:
+            return False
+        # the router and each worker have their SIGHUP handlers (a reload a test sends is not missed)
+        # and the router its endpoint: a worker answers a clean session's CONNECT before the router is up
+        log = self.log_path.read_bytes()
+        if b"router listening on " not in log or log.count(b" ready (pid ") < len(workers):
             return False
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
