@@ -270,10 +270,10 @@ def proves_its_tenant(conn: Connection, identity: str | None) -> bool:
     tenants = conn.worker.settings.tenants
     if identity is None or not tenants.separator or conn.worker.auth.of(conn.tenant).local:
         return True
-    _prefix, separator, suffix = identity.rpartition(tenants.separator)
-    if not separator or suffix == conn.tenant or suffix not in tenants.declared:
+    named = resolve(tenants, "", identity).tenant  # the tenant its suffix names, as a username's would
+    if not named or named == conn.tenant or named not in tenants.declared:
         return True
-    refuse(conn, NOT_AUTHORIZED, f"logged in as {identity!r}, a user of tenant {suffix!r}")
+    refuse(conn, NOT_AUTHORIZED, f"logged in as {identity!r}, a user of tenant {named!r}")
     return False
 
 
