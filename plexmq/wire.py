@@ -30,8 +30,9 @@ import orjson
 # record kind a peer must understand. HELLO (an orjson object with a `protocol` key) and REFUSED
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
 # 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
-# REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant
-PROTOCOL = 4
+# REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
+# 5: STANDBY (a standby router answers a join)
+PROTOCOL = 5
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -75,6 +76,8 @@ ROUTES = 31  # Routes: who serves each filter (router/routes.py); answer ROUTES_
 REJOIN = 32
 BEAT = 33  # nothing: the router's heartbeat, once a second to every joined worker (a lost frame shows as a gap)
 REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
+# Standby: this router is a standby (another holds the lease in the shared store): join another of `router`
+STANDBY = 35
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -493,6 +496,20 @@ class Rejoin(NamedTuple):
     @classmethod
     def decode(cls, header: bytes) -> Rejoin:
         return cls._make(COUNT.unpack(header))
+
+
+class Standby(NamedTuple):
+    """STANDBY, an orjson list: a standby router's answer to any frame of a worker (router/standby.py)."""
+
+    router: str  # the standby's name (router_name)
+    active: str  # the active router's advertised link endpoint, as the lease names it; "" when unknown
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Standby:
+        return cls._make(orjson.loads(header))
 
 
 class Refused(NamedTuple):
