@@ -1,11 +1,11 @@
-"""A private PostgreSQL server for the tests that need one (the shared store of the standby routers,
-issue 24): its own cluster in a fresh directory, its own port, started from the Debian package's
-binaries, optionally inside a network namespace (tests/hosts.py).
+"""A private PostgreSQL server for the failover benchmark (bench/failover.py) and the tests of the
+standby routers' shared store (issue 24): its own cluster in a fresh directory, its own port, started
+from the Debian package's binaries, optionally inside a network namespace (tests/hosts.py).
 
 PostgreSQL refuses to run as root, so the cluster belongs to the `postgres` user the package makes
 and the server runs as that user (`setpriv`); its directory lies outside pytest's temporary tree,
-which is private to root. Skipped only where no server is installed (`apt-get install postgresql`;
-.ci/run does).
+which is private to root. Needs root and `apt-get install postgresql` (.ci/run installs it; the tests
+skip without it).
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
 
-from tests.conftest import free_port, wait_for
+from plexmq.bench.brokers import free_port
+
+START_WAIT = 60.0  # seconds a server may take to take connections
 
 _FOUND = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
 BIN = Path(_FOUND[-1]).parent if _FOUND else None  # the newest installed major version
@@ -68,6 +71,7 @@ class PostgreSQL:
 
     def start(self) -> None:
         """Start the server (again) and wait until it takes connections."""
+        assert BIN is not None
         argv = [*_AS_OWNER, str(BIN / "postgres"), "-D", str(self.data), "-h", self.host,
                 "-p", str(self.port), "-k", str(self.base), "-c", "shared_buffers=16MB", "-c", "max_connections=50",
                 "-c", "logging_collector=off"]
@@ -75,8 +79,12 @@ class PostgreSQL:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + START_WAIT
         try:
-            wait_for(self._ready, 60, "PostgreSQL to accept connections")
+            while not self._ready():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"PostgreSQL took no connection within {START_WAIT:g} s: see {self.log}")
+                time.sleep(0.05)
         except BaseException:
             self.stop()
             raise
@@ -84,7 +92,7 @@ class PostgreSQL:
     def _ready(self) -> bool:
         assert self.proc is not None
         if self.proc.poll() is not None:
-            raise AssertionError(f"postgres exited with {self.proc.returncode}:\n{self.log.read_text(errors='replace')}")
+            raise RuntimeError(f"postgres exited with {self.proc.returncode}:\n{self.log.read_text(errors='replace')}")
         try:
             with psycopg.connect(host=str(self.base), port=self.port, user="postgres", dbname="postgres",
                                  connect_timeout=1):
@@ -96,7 +104,7 @@ class PostgreSQL:
         """Run one statement as the superuser over the local socket; its rows (none for a command)."""
         with psycopg.connect(host=str(self.base), port=self.port, user="postgres", dbname="postgres",
                              autocommit=True) as db:
-            cursor = db.execute(statement, args or None)  # type: ignore[arg-type]  # a test's own SQL text
+            cursor = db.execute(statement.encode(), args or None)  # bytes: a caller's own SQL text, not a literal
             return cursor.fetchall() if cursor.description else []
 
     def kill(self) -> None:
