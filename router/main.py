@@ -20,7 +20,7 @@ from plexmq.router.core import Router
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
 from plexmq.router.stats import Stats
-from plexmq.router.store import Store, StoreError
+from plexmq.router.store import StoreError, open_store
 from plexmq.router.tenants import UNLIMITED
 from plexmq.tenants import Tenants
 from plexmq.units import parse_duration
@@ -56,7 +56,7 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
     sock.bind(config["router_endpoint"])
-    store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
+    store = open_store(config)
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
                     config["shared_subscription_strategy"], config["link_timeout"])
