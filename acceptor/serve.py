@@ -20,7 +20,7 @@ from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, raise_fd_limit
-from plexmq.router.store import Store, StoreError
+from plexmq.router.store import StoreError, open_store
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -59,9 +59,10 @@ def claim_data_dir(data_dir: str) -> int:
     return fd
 
 
-def check_store(data_dir: str, sync: str) -> None:
+def check_store(config: dict) -> None:
     """Open and check the store before anything starts: a damaged one stops startup (StoreError)."""
-    store = Store(data_dir, sync)
+    store = open_store(config)
+    assert store is not None, "persistence is on"
     try:
         store.verify()
     finally:
@@ -103,12 +104,13 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             return 1
     claim = -1  # the data dir's lock, held while the router may use the store
     if config["persistence"] and role != "node":
-        config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
-            claim = claim_data_dir(config["data_dir"])
-            check_store(config["data_dir"], config["sync"])
+            if not config["store"]:  # SQLite in the data dir, which is this broker's alone (PostgreSQL: shared)
+                config["data_dir"] = os.path.abspath(config["data_dir"])
+                claim = claim_data_dir(config["data_dir"])
+            check_store(config)
         except StoreError as exc:
-            print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
+            print(f"plexmq: cannot use the {'data dir' if not config['store'] else 'store'}: {exc}", file=sys.stderr)
             return 1
     archive = config["archive"]
     if archive["enabled"] and role != "router":

@@ -20,7 +20,7 @@ from plexmq.router.core import Router
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
 from plexmq.router.stats import Stats
-from plexmq.router.store import Store, StoreError
+from plexmq.router.store import Store, StoreError, open_store
 from plexmq.router.tenants import UNLIMITED
 from plexmq.tenants import Tenants
 from plexmq.units import parse_duration
@@ -56,7 +56,7 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
     sock.bind(config["router_endpoint"])
-    store = Store(config["data_dir"], config["sync"]) if config["persistence"] else None
+    store = open_store(config)
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
                     config["shared_subscription_strategy"], config["link_timeout"])
@@ -160,7 +160,7 @@ def serve(config: dict) -> None:
         for worker, at_once, _ in frames:
             send(worker, at_once)
         if durable and store is not None:
-            store.commit()  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk
+            commit(store)  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is stored
         for worker, _, later in frames:
             send(worker, later)
         if drained:
@@ -172,6 +172,18 @@ def serve(config: dict) -> None:
         auth.stop()  # its sockets would keep ctx.term() waiting
     ctx.term()
     log.info("router stopped")
+
+
+def commit(store: Store) -> None:
+    """`Store.commit`, or the router's end when it fails (status 1: the supervisor restarts it, and the
+    new router starts from the last commit). Not STORE_FAILED: that one means "cannot open", which a
+    restart would not mend, whereas a database that went away for a moment may be back."""
+    try:
+        store.commit()
+    except StoreError as exc:
+        log.critical("router stops: the store failed: %s", exc)
+        logging.shutdown()
+        os._exit(1)
 
 
 def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:
