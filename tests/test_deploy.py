@@ -182,6 +182,29 @@ def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(t
     assert {services[n]["ports"][0].split(":")[1] for n in ("node1", "node2")} == {"1883", "1884"}
 
 
+def test_the_standby_compose_file_runs_two_routers_on_one_postgresql_and_nodes_that_list_both(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    compose = yaml.safe_load((DEPLOY / "compose-standby.yaml").read_text())
+    services = compose["services"]
+    assert {"postgres", "keys", "routera", "routerb", "node1", "node2"} <= set(services)
+    keys = tmp_path / "keys"
+    assert subprocess.run([sys.executable, "-m", "plexmq.acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
+    loaded = {}
+    for name in ("router-config", "node-config"):
+        text = compose["configs"][name]["content"].replace("/var/lib/plexmq-keys", str(keys))
+        (tmp_path / f"{name}.toml").write_text(text)
+        loaded[name] = cfg.load(str(tmp_path / f"{name}.toml"), {})
+    router, node = loaded["router-config"], loaded["node-config"]
+    assert router["role"] == "router" and router["store"].startswith("postgresql://")
+    pg = services["postgres"]["environment"]
+    assert f"{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}" in router["store"]
+    port = router["router_bind"].rsplit(":", 1)[1]
+    assert node["router"] == f"tcp://routera:{port},tcp://routerb:{port}", "the nodes list both routers"
+    for service in ("routera", "routerb"):
+        assert services[service]["command"] == ["serve", "--config", "/etc/plexmq/router.toml"]
+        assert services[service]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
 def test_the_tenants_example_loads_with_its_two_tenants_and_their_limits() -> None:
     loaded = cfg.load(str(DEPLOY / "tenants.toml"), {})
     assert sorted(loaded["tenants"]) == ["acme", "beta"] and loaded["tenant_required"]

@@ -11,6 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from plexmq.bench.postgres import PostgreSQL
+from plexmq.bench.postgres import installed as postgres_installed
 from plexmq.router import journal, store_pg, store_sqlite
 from plexmq.router.journal import Journal
 from plexmq.router.message import Message
@@ -19,8 +21,6 @@ from plexmq.router.sessions import NEVER, Session, Will
 from plexmq.router.store import SCHEMA_VERSION, StoreError
 from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
-from tests.postgres import PostgreSQL
-from tests.postgres import installed as postgres_installed
 from tests.steps import uid
 
 # the tables of schema 5, as a plexmq before tenants made them

@@ -1,6 +1,6 @@
 """A real broker on a PostgreSQL store (`store = "postgresql://..."`): what it acknowledged survives a
 kill -9 of its router; a bad `store` stops startup with one line; a database that dies makes the
-router exit instead of hanging. A private server (tests/postgres.py), a fresh database per test."""
+router exit instead of hanging. A private server (plexmq/bench/postgres.py), a fresh database per test."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.bench.postgres import PostgreSQL, installed
 from plexmq.mqtt import v4 as p
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
-from tests.postgres import PostgreSQL, installed
 from tests.processes import OwnBroker, alive
 from tests.steps import connect, publish, receive, subscribe, sync, uid
 
