@@ -167,7 +167,8 @@ class Router(Lifecycle, Subscribing):
 
     def _restore(self, store: Store) -> None:
         """Start from what the store kept, per tenant: offline persistent sessions, their subscriptions
-        and delayed wills, retained messages."""
+        and delayed wills, retained messages; on a shared store the connections with wills that the
+        last active router held (`_carry`)."""
         loaded = store.load()
         for name, sessions in loaded.sessions.items():
             tenant = self.tenant(name)
@@ -180,13 +181,15 @@ class Router(Lifecycle, Subscribing):
                     self.deadlines.add(ends, session)
                 if session.will_at:
                     self.deadlines.add(session.will_at, session)
+        for carried in loaded.carried:
+            self._carry(carried)
         for name, retained in loaded.retained.items():
             self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
-        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants",
-                 store.name, len(kept), sum(len(s.unacked) for s in kept),
-                 sum(len(r) for r in loaded.retained.values()), len(self.tenants))
+        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants, "
+                 "%d wills of live connections", store.name, len(kept), sum(len(s.unacked) for s in kept),
+                 sum(len(r) for r in loaded.retained.values()), len(self.tenants), len(loaded.carried))
 
     # -- frames in, batches out ---------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 are kept at all, and what each one is (an OP and its args; each store backend knows its SQL).
 
 Only persistent sessions are written (a clean session's state ends with its connection), and retained
-messages other than `$SYS` (fresh after a restart). Every row names its tenant (router/tenants.py).
+messages other than `$SYS` (fresh after a restart); on a shared store (PostgreSQL, which a standby
+router takes over: issue 24) also every live connection's will, clean sessions' too (`live_will_saved`).
+Every row names its tenant (router/tenants.py).
 Each operation appends `(OP, args)` to the store's list for this turn (`Store.ops`), which
 `Store.commit` writes in one transaction, in order, at the end of the turn (router/main.py: before the
 turn's acknowledgements). A backend (SQLite, PostgreSQL) needs only this interface.
@@ -40,7 +42,9 @@ RETAINED_SAVE = 14  # tenant, topic, payload, qos, props, expiry
 RETAINED_DELETE = 15  # tenant, topic
 WILL_SAVE = 16  # tenant, client_id, due, topic, payload, qos, retain, props, expiry
 WILL_DELETE = 17  # tenant, client_id
-OPS = tuple(range(SESSION_SAVE, WILL_DELETE + 1))  # every backend maps each of them
+LIVE_WILL_SAVE = 18  # tenant, client_id, worker, conn_id, topic, payload, qos, retain, props, expiry, delay
+LIVE_WILL_DELETE = 19  # tenant, client_id
+OPS = tuple(range(SESSION_SAVE, LIVE_WILL_DELETE + 1))  # every backend maps each of them
 
 _SESSION_DELETES = (SESSION_DELETE, SUBSCRIPTIONS_DELETE, MESSAGES_DELETE, INCOMING_DELETE, WILL_DELETE)
 
@@ -50,10 +54,11 @@ class Journal:
     Each operation checks for itself whether it applies (`_ops`, `session.persistent`), inline: the
     QoS 1/2 path of a persistent session calls one of them where it appended a change before."""
 
-    __slots__ = ("_ops", "seq")
+    __slots__ = ("_ops", "_shared", "seq")
 
     def __init__(self, store: Store | None) -> None:
         self._ops = store.ops if store is not None else None
+        self._shared = store.ops if store is not None and store.shared else None  # `live_will_saved` writes there
         self.seq = 1  # orders the stored messages (a restarted router goes on past the last: `Loaded.next_seq`)
 
     # -- sessions ---------------------------------------------------------------------------------
@@ -88,6 +93,22 @@ class Journal:
         now: one that became clean at its reconnect still has the will stored."""
         if self._ops is not None:
             self._ops.append((WILL_DELETE, (session.tenant, session.client_id)))
+
+    def live_will_saved(self, session: Session, worker: bytes, conn_id: int, will: Will) -> None:
+        """A connection with a will registered (on a shared store only): if this router dies, the
+        router that takes over holds the connection as live on `worker` until that worker joins or is
+        taken for dead, and then sends the will (router/core.py `_restore`)."""
+        if self._shared is not None:
+            self._shared.append((LIVE_WILL_SAVE, (session.tenant, session.client_id, worker.decode(), conn_id, will.topic,
+                                                  will.payload, will.qos, will.retain, will.props, will.expiry,
+                                                  will.delay)))
+
+    def live_will_dropped(self, session: Session) -> None:
+        """A live connection's will is no longer its (the connection ended, whatever became of the
+        will, or the will was taken away); called while `session.will` still holds it: a connection
+        without one has no row."""
+        if self._shared is not None and session.will is not None:
+            self._shared.append((LIVE_WILL_DELETE, (session.tenant, session.client_id)))
 
     # -- a session's outbox (router/outbox.py) -------------------------------------------------------
 

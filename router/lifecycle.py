@@ -26,6 +26,7 @@ from plexmq.router.tenants import Tenant
 if TYPE_CHECKING:
     from plexmq.router.core import Targets
     from plexmq.router.shared import SharedGroup
+    from plexmq.router.store import Carried
 
 log = logging.getLogger("plexmq.router")
 
@@ -104,6 +105,26 @@ class Lifecycle:
         """Connections of `worker` that are `gone`: their records are not routed any more."""
         for key in [key for key in self.conn_tenants if key[0] == worker and gone(key[1])]:
             self._connection_ended(key)
+
+    def _carry(self, carried: Carried) -> None:
+        """A connection with a will that the last active router held (a shared store, router/store.py):
+        connected again on its worker, as its CONNECT made it, and that worker alive but not joined.
+        If the worker joins, its HELLO ends the connections it no longer holds with their wills and
+        the live ones quietly (their CONNECT registers them again, with the will); if it does not,
+        it is taken for dead after link_timeout (`worker_lost`) and the wills go out. Once each: a
+        will's row goes in the commit of the turn that publishes it (`_disconnect`)."""
+        tenant = self.tenant(carried.tenant)
+        session = tenant.sessions.get(carried.client_id)
+        if session is None:  # a clean session: never stored otherwise
+            session = tenant.sessions[carried.client_id] = Session(carried.client_id, False, tenant.name)
+        session.worker, session.conn_id, session.will = carried.worker, carried.conn_id, carried.will
+        key = (carried.worker, carried.conn_id)
+        self.by_conn_id[key] = session
+        self.conn_tenants[key] = tenant
+        tenant.connections += 1
+        if session.subs:
+            tenant.cache.clear()
+        self.links.expect(carried.worker)
 
     def _connection_ended(self, key: tuple[bytes, int]) -> None:
         """A connection the router knew ends: its tenant has one live connection less."""
@@ -222,6 +243,7 @@ class Lifecycle:
             delay, props, will_expiry = will_extra or (0, "", 0)
             session.will = Will(will_topic.encode(), payload, will_qos, will_retain, bytes.fromhex(props), will_expiry,
                                 delay)
+            self.journal.live_will_saved(session, worker, conn_id, session.will)  # for a router that takes over
         self.by_conn_id[(worker, conn_id)] = session
         if session.subs:
             tenant.cache.clear()
@@ -312,6 +334,7 @@ class Lifecycle:
         key = (session.worker, session.conn_id)
         del self.by_conn_id[key]  # type: ignore[arg-type]  # a session with a connection has its worker
         tenant = self.tenants[session.tenant]
+        self.journal.live_will_dropped(session)
         will = session.will
         session.will = None
         if not session.persistent:
@@ -396,6 +419,7 @@ class Lifecycle:
                 key = (session.worker, session.conn_id)
                 self.out(session.worker).close(session.conn_id)
                 del self.by_conn_id[key]
+                self.journal.live_will_dropped(session)
                 self._refuse_waiting(key)
             self._take_will(session)
             self._discard(session)

@@ -76,6 +76,14 @@ class Links:
             self.rejoins.append((worker, join))
         return False
 
+    def expect(self, worker: bytes) -> None:
+        """A worker the last active router held connections on (router/lifecycle.py `_carry`): alive,
+        its sessions connected, but not joined; taken for dead `timeout` seconds from now unless it joins."""
+        link = self.links.get(worker)
+        if link is None:
+            link = self.links[worker] = Link()
+        link.alive, link.heard = True, time.monotonic()
+
     def tag(self, worker: bytes) -> bytes:
         """The tag of the next frame to `worker` (counted even if the send fails: the worker then sees the gap)."""
         link = self.links.get(worker)

@@ -1,6 +1,7 @@
-"""The router's durable store: persistent sessions, their subscriptions and messages, retained messages
-and delayed wills. What every backend shares lives here: the interface the router uses, the loader
-that builds a restarted router's state from the rows, and the choice of backend (`open_store`).
+"""The router's durable store: persistent sessions, their subscriptions and messages, retained messages,
+delayed wills, and on a shared store the wills of live connections (`Carried`). What every backend
+shares lives here: the interface the router uses, the loader that builds a restarted router's state
+from the rows, and the choice of backend (`open_store`).
 
 Why it is shaped this way: the router records each change as it happens (router/journal.py: a named
 operation appends `(OP, args)` to `Store.ops`) and `commit` writes one turn's changes in one
@@ -8,7 +9,8 @@ transaction, in the order they were made, with one `executemany` per run of the 
 commits before it sends the turn's acknowledgements, so a publisher's PUBACK/PUBREC and a SUBACK leave
 only once what they acknowledge is stored; deliveries of QoS 0/1 go out before the commit, so a
 persistent subscriber's window does not wait for the store (after a crash a copy may come again, which
-QoS 1 allows). Clean sessions are never recorded (the journal decides).
+QoS 1 allows). Clean sessions are never recorded (the journal decides; on a shared store only their
+connection's will is).
 
 Backends: SQLite under the data dir (router/store_sqlite.py, the default) and PostgreSQL
 (router/store_pg.py, `store = "postgresql://..."`), with the same tables and columns.
@@ -18,18 +20,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from plexmq.router.message import Message
 from plexmq.router.outbox import Pending, restore
 from plexmq.router.sessions import Session, Will
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 Fence = tuple[str, tuple]  # a statement every PostgreSQL commit runs first (the router lease's epoch)
 
 
 class StoreError(Exception):
     """One line naming the store (file, or host/port/database) and what is wrong with it."""
+
+
+class Carried(NamedTuple):
+    """The will of a connection the last active router held on `worker` (a shared store only,
+    router/journal.py `live_will_saved`): the new active router holds it as connected there until
+    the worker joins or is taken for dead, so that the will goes out if the connection died too."""
+
+    tenant: str
+    client_id: str
+    worker: bytes
+    conn_id: int
+    will: Will
 
 
 @dataclass
@@ -39,6 +54,7 @@ class Loaded:
     sessions: dict[str, dict[str, Session]] = field(default_factory=dict)
     retained: dict[str, dict[str, Message]] = field(default_factory=dict)
     next_seq: int = 1
+    carried: list[Carried] = field(default_factory=list)
 
 
 class Store:
@@ -47,6 +63,9 @@ class Store:
 
     name: str
     errors: tuple[type[Exception], ...] = ()  # the driver's errors, which `load` turns into StoreError
+    # whether another router may take this store over (PostgreSQL, issue 24): only then are the wills
+    # of live connections written (router/journal.py), which a router's own restart does not need
+    shared = False
 
     def __init__(self) -> None:
         self.ops: list[tuple[int, tuple]] = []  # this turn's changes, as router/journal.py writes them
@@ -96,6 +115,11 @@ class Store:
                                                                        "FROM retained"):
                 message = Message(topic.encode(), payload, qos, True, props, expires_at)
                 loaded.retained.setdefault(tenant, {})[topic] = message
+            for tenant, client_id, worker, conn_id, topic, payload, qos, retain, props, expiry, delay in rows(
+                    "SELECT tenant, client_id, worker, conn_id, topic, payload, qos, retain, props, expiry, delay "
+                    "FROM live_wills"):
+                will = Will(topic, payload, qos, bool(retain), props, expiry, delay)
+                loaded.carried.append(Carried(tenant, client_id, worker.encode(), conn_id, will))
             loaded.next_seq = (next(iter(rows("SELECT max(seq) FROM messages")))[0] or 0) + 1
         except self.errors as exc:
             raise self.failed(exc) from None

@@ -53,6 +53,11 @@ CREATE TABLE IF NOT EXISTS wills (
     payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BYTEA NOT NULL, expiry BIGINT NOT NULL,
     PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS live_wills (
+    tenant TEXT NOT NULL, client_id TEXT NOT NULL, worker TEXT NOT NULL, conn_id BIGINT NOT NULL, topic BYTEA NOT NULL,
+    payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BYTEA NOT NULL, expiry BIGINT NOT NULL,
+    delay BIGINT NOT NULL, PRIMARY KEY (tenant, client_id)
+);
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
@@ -87,6 +92,12 @@ _SQL: dict[int, str] = {
                   "due = EXCLUDED.due, topic = EXCLUDED.topic, payload = EXCLUDED.payload, qos = EXCLUDED.qos, "
                   "retain = EXCLUDED.retain, props = EXCLUDED.props, expiry = EXCLUDED.expiry",
     op.WILL_DELETE: "DELETE FROM wills WHERE tenant = %s AND client_id = %s",
+    op.LIVE_WILL_SAVE: "INSERT INTO live_wills (tenant, client_id, worker, conn_id, topic, payload, qos, retain, props, "
+                       "expiry, delay) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::int, %s, %s, %s) "
+                       "ON CONFLICT (tenant, client_id) DO UPDATE SET worker = EXCLUDED.worker, conn_id = EXCLUDED.conn_id, "
+                       "topic = EXCLUDED.topic, payload = EXCLUDED.payload, qos = EXCLUDED.qos, retain = EXCLUDED.retain, "
+                       "props = EXCLUDED.props, expiry = EXCLUDED.expiry, delay = EXCLUDED.delay",
+    op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = %s AND client_id = %s",
 }
 
 
@@ -112,6 +123,7 @@ class PgStore(Store):
     """The open connection; many routers may open the same database (one of them active: the lease)."""
 
     errors = (psycopg.Error,)
+    shared = True
 
     def __init__(self, dsn: str, fence: Fence | None = None, timeout: float = TIMEOUT) -> None:
         super().__init__()
@@ -123,6 +135,9 @@ class PgStore(Store):
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 self.db.execute(_TABLES)
                 self.db.execute("INSERT INTO meta VALUES ('schema', %s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
+                # a version 6 store (before the wills of live connections) has all but live_wills,
+                # which _TABLES has just made
+                self.db.execute("UPDATE meta SET value = 7 WHERE key = 'schema' AND value = 6")
         except psycopg.Error as exc:
             raise self.failed(exc) from None
         self.verify()

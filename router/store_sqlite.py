@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS wills (
     payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL,
     PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS live_wills (
+    tenant TEXT NOT NULL, client_id TEXT NOT NULL, worker TEXT NOT NULL, conn_id INTEGER NOT NULL, topic BLOB NOT NULL,
+    payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL,
+    delay INTEGER NOT NULL, PRIMARY KEY (tenant, client_id)
+);
 """
 
 _TO_VERSION_3 = """
@@ -102,6 +107,8 @@ _MIGRATIONS = {  # a version -> the script that takes a store from it to the nex
     3: _TO_VERSION_4,  # sessions gain their own expiry interval
     4: _TO_VERSION_5,  # the delayed wills of offline sessions are kept: the wills table, which _TABLES makes
     5: _to_version_6(),  # tenants: every row names its tenant
+    # the wills of live connections, which only a shared store writes (router/journal.py): the table only
+    6: f"BEGIN;\n{_create('live_wills')}\nUPDATE meta SET value = 7 WHERE key = 'schema';\nCOMMIT;",
 }
 
 _SQL = {  # router/journal.py's OPs
@@ -124,6 +131,9 @@ _SQL = {  # router/journal.py's OPs
     op.WILL_SAVE: "INSERT OR REPLACE INTO wills (tenant, client_id, due, topic, payload, qos, retain, props, expiry) "
                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     op.WILL_DELETE: "DELETE FROM wills WHERE tenant = ? AND client_id = ?",
+    op.LIVE_WILL_SAVE: "INSERT OR REPLACE INTO live_wills (tenant, client_id, worker, conn_id, topic, payload, qos, retain, "
+                       "props, expiry, delay) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = ? AND client_id = ?",
 }
 
 

@@ -59,7 +59,7 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
     db.close()
     store = SqliteStore(str(data), "normal")
     rows = {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
-    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (6,)
+    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (7,)
     assert {table: [row[0] for row in found] for table, found in rows.items() if table != "messages"} == \
         {table: [""] for table in _TABLES if table != "messages"}
     assert rows["messages"] == [(7, "", "dev", 3, b"a/b", b"queued", 1, 0, 0, b"", 0)]
