@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from plexmq import wire
 from plexmq.mqtt import v4
 from plexmq.router.core import Router
+from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
 from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Unsuback
 from tests.connection_harness import FakeLink, FakeLoop
@@ -138,10 +139,13 @@ class RouterHarness:
 
     def __init__(self, tmp_path: Path | None = None, *, max_inflight: int = 10, max_queued: int = 100,
                  max_queued_bytes: int = 0, expiration: float = 0.0, share_strategy: str = "round_robin",
-                 link_timeout: float = 5.0) -> None:
+                 link_timeout: float = 5.0, store: PgStore | None = None) -> None:
+        """`store`: a PostgreSQL store instead of tmp_path's SQLite one."""
         self.tmp_path = tmp_path
         self.settings = (max_inflight, max_queued, max_queued_bytes)
-        self.store = SqliteStore(str(tmp_path / "data"), "normal") if tmp_path is not None else None
+        self.store: SqliteStore | PgStore | None = store
+        if store is None and tmp_path is not None:
+            self.store = SqliteStore(str(tmp_path / "data"), "normal")
         self.router = Router(max_inflight, max_queued, max_queued_bytes, self.store, expiration, share_strategy,
                              link_timeout)
         self.workers: dict[bytes, WorkerEnd] = {}

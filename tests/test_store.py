@@ -98,11 +98,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     if request.param == "sqlite":
         return lambda: SqliteStore(str(tmp_path / "data"), "normal")
     server: PostgreSQL = request.getfixturevalue("pg")
-    dsn = _fresh_database(server)
+    dsn = fresh_database(server)
     return lambda: PgStore(dsn, None)
 
 
-def _fresh_database(server: PostgreSQL) -> str:
+def fresh_database(server: PostgreSQL) -> str:
     name = f"t_{uid()}".lower().replace("-", "_")
     server.sql(f"CREATE DATABASE {name}")
     return server.dsn.rsplit("/", 1)[0] + f"/{name}"
@@ -192,7 +192,7 @@ def test_a_commit_writes_all_of_a_turn_or_nothing(backend: Opener) -> None:
 # -- PostgreSQL only ------------------------------------------------------------------------------------
 
 def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
-    dsn = _fresh_database(pg)
+    dsn = fresh_database(pg)
     PgStore(dsn).close()
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (SCHEMA_VERSION + 1,))
@@ -201,7 +201,7 @@ def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
 
 
 def test_pg_the_fence_runs_first_in_every_commit_even_an_empty_one(pg: PostgreSQL) -> None:
-    dsn = _fresh_database(pg)
+    dsn = fresh_database(pg)
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("CREATE TABLE fence (epoch bigint, renewals bigint)")
         db.execute("INSERT INTO fence VALUES (1, 0)")
