@@ -78,6 +78,29 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
     store.close()
 
 
+def test_a_version_6_store_gains_the_live_wills_table_and_keeps_every_row(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = SqliteStore(str(data), "normal")
+    j = Journal(store)
+    dev = _session("dev", "acme")
+    j.session_saved(dev, 10.0)
+    j.subscription_added(dev, "a/#", 1)
+    j.message_kept(dev, 3, Pending(b"a/b", b"queued", 1, False))
+    j.incoming_added(dev, 9)
+    dev.will_at = 99.0
+    j.will_saved(dev, Will(b"w", b"gone", 0, False))
+    j.retained_set("acme", "a/r", Message(b"a/r", b"kept", 1, True))
+    store.commit()
+    store.db.executescript("DROP TABLE live_wills; UPDATE meta SET value = 6 WHERE key = 'schema';")  # as version 6 made it
+    rows = {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
+    store.close()
+    store = SqliteStore(str(data), "normal")
+    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (7,)
+    assert {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES} == rows
+    assert all(rows.values()) and store.db.execute("SELECT * FROM live_wills").fetchall() == []
+    store.close()
+
+
 # -- every backend, through the same cases ------------------------------------------------------------
 
 Opener = Callable[[], SqliteStore | PgStore]
@@ -198,6 +221,19 @@ def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
         db.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (SCHEMA_VERSION + 1,))
     with pytest.raises(StoreError, match=f"store schema version {SCHEMA_VERSION + 1}, this plexmq reads {SCHEMA_VERSION}"):
         PgStore(dsn)
+
+
+def test_pg_a_version_6_store_gains_the_live_wills_table(pg: PostgreSQL) -> None:
+    dsn = fresh_database(pg)
+    PgStore(dsn).close()
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("DROP TABLE live_wills")
+        db.execute("UPDATE meta SET value = 6 WHERE key = 'schema'")
+    store = PgStore(dsn)
+    assert store.load().carried == []
+    store.close()
+    with psycopg.connect(dsn) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_pg_the_fence_runs_first_in_every_commit_even_an_empty_one(pg: PostgreSQL) -> None:
