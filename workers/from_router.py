@@ -197,8 +197,9 @@ def refused(worker: Worker, header: bytes, payload: bytes) -> None:
 
 def standby(worker: Worker, header: bytes, payload: bytes) -> None:
     """STANDBY: the router this join went to is a standby: the worker follows the active one
-    (workers/follow.py); one of an earlier join is stale."""
-    if worker.link.current:
+    (workers/follow.py); one of an earlier join is stale. A gap before it is none of its business: a
+    router that stepped down and came back as a standby numbers its answers from 0 again."""
+    if worker.link.this_join:
         worker.follower.standby(*wire.Standby.decode(header))
 
 

@@ -67,7 +67,8 @@ class RouterLink:
         self.join = 0  # this worker's joins with the router: each starts with HELLO
         self.seq = 0  # frames sent in this join
         self.next_in = 0  # the router's next frame in this join
-        self.current = False  # whether the frame being handled answers this join (else its ROUTED is stale)
+        self.this_join = False  # whether the frame being handled is tagged with this join
+        self.current = False  # whether it answers this join, none lost before it (else its ROUTED is stale)
         self.answered = False  # whether the router has answered this join (accepted its HELLO)
         self.opened_at = 0.0  # loop.time() of this join's HELLO
         self.warned = False  # whether the worker has said that this join goes unanswered
@@ -98,13 +99,14 @@ class RouterLink:
             join, seq = _unpack_link(parts[0])
             self.heard_at = self.loop.time()
             gap = False
-            if join == self.join:
+            this_join = self.this_join = join == self.join
+            if this_join:
                 gap = seq != self.next_in
                 self.next_in = seq + 1
                 self.answered = True
-            self.current = join == self.join and not gap
+            self.current = this_join and not gap
             self.on_frame(parts[1])
-            if gap:
+            if gap and join == self.join:  # else a handler opened a new join (workers/follow.py moved on)
                 self.on_gap()
 
     def follow(self, endpoint: str) -> None:
