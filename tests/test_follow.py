@@ -23,6 +23,8 @@ import zmq
 import zmq.auth
 
 from plexmq import wire
+from plexmq.acceptor import config as cfg
+from tests.cli import write
 from tests.conftest import ROOT, free_port, wait_for
 from tests.hosts import make_keys
 from tests.mqtt import Client
@@ -146,6 +148,23 @@ def start_router(processes: list[Process], tmp_path: Path, keys: Path, endpoint:
     processes.append(router)
     router.wait_said("router listening on tcp://", "the router to listen")
     return router
+
+
+def test_a_node_takes_a_list_of_routers_each_checked_and_none_twice(tmp_path: Path, keys: Path) -> None:
+    def load(routers: str) -> dict:
+        return cfg.load(str(write(tmp_path, f'role = "node"\nrouter = "{routers}"\nrouter_curve_dir = "{keys}"\n')), {})
+
+    assert cfg.router_endpoints(load("tcp://10.0.0.1:7883, tcp://[::1]:7883,tcp://r3:7883")["router"]) == \
+        ["tcp://10.0.0.1:7883", "tcp://[::1]:7883", "tcp://r3:7883"]
+    for bad, why in [("tcp://10.0.0.1:7883,tcp://*:7883", "'tcp://*:7883' is not one"),
+                     ("tcp://10.0.0.1:7883,", "'' is not one"),
+                     ("tcp://10.0.0.1:7883,ipc:///tmp/r.ipc", "'ipc:///tmp/r.ipc' is not one"),
+                     ("tcp://10.0.0.1:7883,tcp://10.0.0.1:7883", "must name each router once")]:
+        with pytest.raises(cfg.ConfigError, match=re.escape(why)) as err:
+            load(bad)
+        assert "key 'router'" in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(cfg.ConfigError, match=re.escape("--router: must name each router once")):
+        cfg.load(None, {"role": "node", "router": "tcp://a:1,tcp://a:1", "router_curve_dir": str(keys)})
 
 
 def test_a_standby_sends_the_worker_to_the_active_router_it_names(tmp_path: Path, keys: Path,
