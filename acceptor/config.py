@@ -130,7 +130,7 @@ def _router_bind(value: Any) -> str | None:
 
 def router_endpoints(value: str) -> list[str]:
     """The endpoints of role node's `router`: one, or a comma-separated list of the routers that may
-    be active (a standby answers STANDBY and the node moves on: workers/link.py)."""
+    be active (a standby answers STANDBY and the node moves on: workers/follow.py)."""
     return [endpoint.strip() for endpoint in value.split(",")] if value else []
 
 
