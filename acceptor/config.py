@@ -128,6 +128,24 @@ def _router_bind(value: Any) -> str | None:
     return 'must be empty (ipc:// in run_dir) or "tcp://HOST:PORT" (an IPv4 address, [IPv6] or a name)'
 
 
+def router_endpoints(value: str) -> list[str]:
+    """The endpoints of role node's `router`: one, or a comma-separated list of the routers that may
+    be active (a standby answers STANDBY and the node moves on: workers/follow.py)."""
+    return [endpoint.strip() for endpoint in value.split(",")] if value else []
+
+
+def _router_list(value: Any) -> str | None:
+    """Empty, or router endpoints each fit for `_router_bind` (no ipc://: a node is on another host),
+    none named twice."""
+    endpoints = router_endpoints(value)
+    for endpoint in endpoints:
+        if not endpoint or _router_bind(endpoint):
+            return f'must be "tcp://HOST:PORT" or a comma-separated list of them; {endpoint!r} is not one'
+    if len(set(endpoints)) < len(endpoints):
+        return "must name each router once"
+    return None
+
+
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
@@ -198,7 +216,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                    "router_bind (empty: new keys at each start)"),
         "role": Option(str, "all", _one_of("all", "router", "node"), "all: one host runs everything; router: the "
                        "router alone, binding router_bind; node: listeners and workers joining the router at `router`"),
-        "router": Option(str, "", _router_bind, "role node: the router's tcp://HOST:PORT (its router_bind)"),
+        "router": Option(str, "", _router_list, "role node: the router's tcp://HOST:PORT (its router_bind), or a "
+                         "comma-separated list of them where a standby router may take over"),
         "node_name": Option(str, "", _node_name, "role node: this node's name, unique among the router's nodes "
                             "(empty: the host name)"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "

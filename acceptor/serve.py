@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
-from plexmq.acceptor.config import curve_keys, listeners, security_line
+from plexmq.acceptor.config import curve_keys, listeners, router_endpoints, security_line
 from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
@@ -127,10 +127,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     os.makedirs(run_dir, mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)
     if config["router_bind"] or config["router"]:  # the children learn the keys from their config, never from a log
-        config["router_endpoint"] = config["router_bind"] or config["router"]
+        config["router_endpoints"] = router_endpoints(config["router"]) or [config["router_bind"]]
         config["router_curve"] = curve_keys(config["router_curve_dir"])
     else:
-        config["router_endpoint"] = f"ipc://{os.path.join(run_dir, 'router.ipc')}"
+        config["router_endpoints"] = [f"ipc://{os.path.join(run_dir, 'router.ipc')}"]
+    config["router_endpoint"] = config["router_endpoints"][0]  # the router binds it; a node's workers follow the list
     # handoff.py: a socket's listener byte (acceptor/listening.py keeps it as reloads change the tenants)
     config["listening"] = [[scheme, tenant] for (scheme, _host, _port, tenant), _sock in socks]
     config["config_path"] = os.path.join(run_dir, "config.json")

@@ -195,6 +195,14 @@ def refused(worker: Worker, header: bytes, payload: bytes) -> None:
     worker.loop.call_soon(worker.stop)  # not within the link's drain: stopping closes its socket
 
 
+def standby(worker: Worker, header: bytes, payload: bytes) -> None:
+    """STANDBY: the router this join went to is a standby: the worker follows the active one
+    (workers/follow.py); one of an earlier join is stale. A gap before it is none of its business: a
+    router that stepped down and came back as a standby numbers its answers from 0 again."""
+    if worker.link.this_join:
+        worker.follower.standby(*wire.Standby.decode(header))
+
+
 HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.DELIVER_RAW: deliver_raw,
     wire.DELIVER_RAW_V5: deliver_raw_v5,
@@ -211,4 +219,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.REJOIN: rejoin,
     wire.BEAT: beat,
     wire.REFUSED: refused,
+    wire.STANDBY: standby,
 }

@@ -40,11 +40,13 @@ class RouterLink:
     """Collects the records of one loop turn in `batch`; `send()` ships them as one frame. Each record
     a worker sends has its sender here (plexmq/wire.py defines them)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, endpoint: str, identity: bytes,
+    def __init__(self, loop: asyncio.AbstractEventLoop, endpoints: list[str], identity: bytes,
                  on_frame: Callable[[bytes], None], on_gap: Callable[[], None],
                  curve: dict[str, str] | None = None) -> None:
-        """`curve`: the keys of a tcp:// link (router_bind), which the acceptor hands its children.
-        `on_gap`: called after a frame when frames from the router went missing before it."""
+        """`endpoints`: the routers that may be active, connected one at a time, the first first
+        (workers/follow.py moves on). `curve`: the keys of a tcp:// link (router_bind), which the
+        acceptor hands its children. `on_gap`: called after a frame when frames from the router went
+        missing before it."""
         self.loop = loop
         self.on_frame = on_frame
         self.on_gap = on_gap
@@ -59,17 +61,21 @@ class RouterLink:
             sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server_public"].encode())
             sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["client_public"].encode())
             sock.setsockopt(zmq.CURVE_SECRETKEY, curve["client_secret"].encode())
-        sock.connect(endpoint)
+        sock.connect(endpoints[0])
         self.batch = wire.Batch()
         self.unrouted = 0  # PUB and PUB0 records the router has not yet confirmed (ROUTED)
         self.join = 0  # this worker's joins with the router: each starts with HELLO
         self.seq = 0  # frames sent in this join
         self.next_in = 0  # the router's next frame in this join
-        self.current = False  # whether the frame being handled answers this join (else its ROUTED is stale)
+        self.this_join = False  # whether the frame being handled is tagged with this join
+        self.current = False  # whether it answers this join, none lost before it (else its ROUTED is stale)
         self.answered = False  # whether the router has answered this join (accepted its HELLO)
         self.opened_at = 0.0  # loop.time() of this join's HELLO
         self.warned = False  # whether the worker has said that this join goes unanswered
-        self.endpoint = endpoint
+        self.endpoints = endpoints
+        self.endpoint = endpoints[0]  # the one connected
+        self.heard_at = loop.time()  # when the last frame came from it (or when it was connected)
+        self.standby = False  # whether it answered this join with STANDBY
         self.fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int option (stubs: int | bytes)
         loop.add_reader(self.fd, self.drain)
 
@@ -80,7 +86,7 @@ class RouterLink:
         self.batch.take()
         self.join += 1
         self.seq = self.next_in = self.unrouted = 0
-        self.answered = self.warned = False
+        self.answered = self.warned = self.standby = False
         self.opened_at = self.loop.time()
         self.batch.add(wire.HELLO, hello.encode())
 
@@ -91,15 +97,25 @@ class RouterLink:
         while sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
             parts = sock.recv_multipart(_NOBLOCK, copy=True)
             join, seq = _unpack_link(parts[0])
+            self.heard_at = self.loop.time()
             gap = False
-            if join == self.join:
+            this_join = self.this_join = join == self.join
+            if this_join:
                 gap = seq != self.next_in
                 self.next_in = seq + 1
                 self.answered = True
-            self.current = join == self.join and not gap
+            self.current = this_join and not gap
             self.on_frame(parts[1])
-            if gap:
+            if gap and join == self.join:  # else a handler opened a new join (workers/follow.py moved on)
                 self.on_gap()
+
+    def follow(self, endpoint: str) -> None:
+        """Leave the router connected for `endpoint` (what is queued for it is dropped); the caller
+        opens a new join there (Worker.rejoin)."""
+        self.sock.disconnect(self.endpoint)
+        self.endpoint = endpoint
+        self.sock.connect(endpoint)
+        self.heard_at = self.loop.time()
 
     def send(self) -> None:
         """The batch to the router; nothing once the link is closed (a flush the loop had scheduled

@@ -36,6 +36,7 @@ from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
 from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
+from plexmq.workers.follow import Follower
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
@@ -98,9 +99,10 @@ class Worker:
         self.unanswered = 0  # SUBSCRIBE and UNSUBSCRIBE records of live connections the router has not answered
         self.wheel = TimerWheel(loop.time())
         self.poller = Poller(loop)  # plain TCP and WebSocket sockets; TLS ones get uvloop's transport
-        self.link = RouterLink(loop, config["router_endpoint"], self.identity, self.on_frame,
+        self.link = RouterLink(loop, config["router_endpoints"], self.identity, self.on_frame,
                                lambda: self.rejoin("frames from the router were lost"), config.get("router_curve"))
         self.link.open(self._hello([]))
+        self.follower = Follower(self)
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -432,9 +434,10 @@ class Worker:
     def _hello(self, live: list[int]) -> wire.Hello:
         return wire.Hello(wire.PROTOCOL, self.worker_id, self.node, self.address, os.getpid(), live)
 
-    def rejoin(self, why: str) -> None:
+    def rejoin(self, why: str, level: int = logging.WARNING) -> None:
         """The router does not take this join any more (it restarted, frames were lost on the link,
-        or it took this worker for dead): register every live session with it again, then send again
+        or it took this worker for dead), or the link moved to another router (workers/follow.py,
+        which says at what `level` to log it): register every live session with it again, then send again
         the QoS 1/2 PUBLISHes it had not confirmed (at least once: never lost). A connection still
         waiting for an answer is closed: the answer may never come."""
         live = []
@@ -453,8 +456,8 @@ class Worker:
             if topic is not None:
                 self.link.pub(conn.conn_id, packet_id, qos, retain, topic, payload, carried, expiry, conn.v5 is not None)
         self.awaiting = awaiting
-        log.warning("joined the router again (%s): %d sessions registered again, %d publishes sent again",
-                    why, len(live), len(awaiting))
+        log.log(level, "joined the router again (%s): %d sessions registered again, %d publishes sent again",
+                why, len(live), len(awaiting))
         self.flush_soon()
 
     def _report_load(self) -> None:
