@@ -137,6 +137,13 @@ def _node_name(value: Any) -> str | None:
     return "must be empty or up to 63 letters, digits, '.', '_' or '-' (a letter or digit first)"
 
 
+def _router_name(value: Any) -> str | None:
+    """It names a $SYS topic level (`$SYS/broker/router/members/NAME/state`): no '/', '+', '#'."""
+    if any(char in value for char in "/+#\0") or len(value) > 255:
+        return "must be at most 255 characters, without '/', '+', '#' or U+0000 (it names a $SYS topic level)"
+    return None
+
+
 def _separator(value: Any) -> str | None:
     """Empty, or characters that no tenant name holds (else `a.b` could be a user or a tenant)."""
     if any(tenants.NAME.fullmatch(char) for char in value):
@@ -201,6 +208,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "router": Option(str, "", _router_bind, "role node: the router's tcp://HOST:PORT (its router_bind)"),
         "node_name": Option(str, "", _node_name, "role node: this node's name, unique among the router's nodes "
                             "(empty: the host name)"),
+        # standby routers (issue 24): meaningful only with a PostgreSQL store, which several routers share
+        "router_lease": Option(float, 2.0, _range(0.5, 60), "with a postgresql:// store: seconds the active router's "
+                               "lease lasts without renewal (a standby takes over within about this, plus lease/8)"),
+        "router_name": Option(str, "", _router_name, "with a postgresql:// store: this router's name in the lease "
+                              "and the ops output, unique among the routers (empty: HOST:PORT of router_bind)"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
                                "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),

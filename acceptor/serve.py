@@ -12,6 +12,7 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
@@ -88,6 +89,9 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["workers"] = default_workers(config["max_connections"], per_worker, role)
     if role == "node" and not config["node_name"]:
         config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
+    if role != "node" and not config["router_name"]:  # names the router in the lease (a PostgreSQL store)
+        config["router_name"] = socket.gethostname() + (f":{urlsplit(config['router_bind']).port}"
+                                                        if config["router_bind"] else "")
     socks: list[tuple[tuple[str, str, int, str], socket.socket]] = []
     for scheme, host, port, tenant in listeners(config) if role != "router" else []:
         try:

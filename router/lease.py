@@ -53,6 +53,15 @@ _SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (
 _MEMBERS = "SELECT name, state, extract(epoch FROM now() - seen)::float8 FROM router_members ORDER BY name"
 
 
+def is_postgres(store: str) -> bool:
+    """Whether the `store` setting names a PostgreSQL database (shared by routers: a lease decides)."""
+    return store.startswith(("postgresql://", "postgres://"))
+
+
+class SteppedDown(Exception):
+    """The active router stops acting: its line for the log (router/main.py exits STEPPED_DOWN)."""
+
+
 class Taken(NamedTuple):
     """The lease as this router acquired it."""
 
@@ -123,6 +132,9 @@ class Lease:
         """time.monotonic() by which the active must renew (an empty commit if no other came first)."""
         return self.last_renewal + RENEW_EVERY * self.seconds - now
 
+    def since_renewal(self) -> float:
+        return time.monotonic() - self.last_renewal
+
     def must_step_down(self, now: float) -> bool:
         """Whether the last successful renewal started so long ago (by this process's monotonic clock)
         that the lease may soon lapse in the database: the active stops acting at once."""
@@ -152,6 +164,7 @@ class Members(threading.Thread):
     def __init__(self, lease: Lease, interval: float = 1.0) -> None:
         super().__init__(name="router-members", daemon=True)
         self.lease, self.interval = lease, interval
+        self.silent_after = 3 * max(interval, lease.seconds)  # seconds: a member silent this long is taken for gone
         self.seen: list[Member] = []
         self.stopping = threading.Event()
 
