@@ -21,7 +21,7 @@ from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, raise_fd_limit
-from plexmq.router.store import Store, StoreError
+from plexmq.router.store import StoreError, open_store
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -60,9 +60,10 @@ def claim_data_dir(data_dir: str) -> int:
     return fd
 
 
-def check_store(data_dir: str, sync: str) -> None:
+def check_store(config: dict) -> None:
     """Open and check the store before anything starts: a damaged one stops startup (StoreError)."""
-    store = Store(data_dir, sync)
+    store = open_store(config)
+    assert store is not None, "persistence is on"
     try:
         store.verify()
     finally:
@@ -110,7 +111,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
             claim = claim_data_dir(config["data_dir"])
-            check_store(config["data_dir"], config["sync"])
+            check_store(config)
         except StoreError as exc:
             print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
             return 1

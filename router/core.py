@@ -185,7 +185,7 @@ class Router(Lifecycle, Subscribing):
         self.journal.seq = loaded.next_seq
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants",
-                 store.path, len(kept), sum(len(s.unacked) for s in kept),
+                 store.name, len(kept), sum(len(s.unacked) for s in kept),
                  sum(len(r) for r in loaded.retained.values()), len(self.tenants))
 
     # -- frames in, batches out ---------------------------------------------------------------

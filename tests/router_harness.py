@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from plexmq import wire
 from plexmq.mqtt import v4
 from plexmq.router.core import Router
-from plexmq.router.store import Store
+from plexmq.router.store_sqlite import SqliteStore
 from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Unsuback
 from tests.connection_harness import FakeLink, FakeLoop
 
@@ -141,7 +141,7 @@ class RouterHarness:
                  link_timeout: float = 5.0) -> None:
         self.tmp_path = tmp_path
         self.settings = (max_inflight, max_queued, max_queued_bytes)
-        self.store = Store(str(tmp_path / "data"), "normal") if tmp_path is not None else None
+        self.store = SqliteStore(str(tmp_path / "data"), "normal") if tmp_path is not None else None
         self.router = Router(max_inflight, max_queued, max_queued_bytes, self.store, expiration, share_strategy,
                              link_timeout)
         self.workers: dict[bytes, WorkerEnd] = {}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from plexmq.router.store import SCHEMA_VERSION, Store
+from plexmq.router.store import SCHEMA_VERSION
+from plexmq.router.store_sqlite import SqliteStore
 
 # the tables of schema 5, as a plexmq before tenants made them
 _VERSION_5 = """
@@ -42,7 +43,7 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
     with sqlite3.connect(data / "plexmq.db") as db:
         db.executescript(_VERSION_5)
     db.close()
-    store = Store(str(data), "normal")
+    store = SqliteStore(str(data), "normal")
     rows = {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
     assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (6,)
     assert {table: [row[0] for row in found] for table, found in rows.items() if table != "messages"} == \
