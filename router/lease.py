@@ -105,7 +105,7 @@ class Lease:
             with self._db.transaction():
                 self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 for statement in _SCHEMA:
-                    self._db.execute(statement)  # type: ignore[arg-type]  # constants of this module
+                    self._db.execute(statement)
         return self._db
 
     def try_acquire(self) -> Taken | None:

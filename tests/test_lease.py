@@ -72,7 +72,7 @@ def test_fenced_commit_of_the_old_holder_writes_nothing(dsn: str, leases: Callab
         def commit(lease: Lease, n: int) -> None:
             with store.transaction():
                 sql, args = lease.fence()
-                store.execute(sql, args)  # type: ignore[arg-type]  # the lease's constant
+                store.execute(sql, args)
                 store.execute("INSERT INTO rows VALUES (%s)", (n,))
 
         commit(a, 1)  # a's fence passes while it holds the lease (and renews it)
@@ -91,7 +91,7 @@ def test_renewal_keeps_the_lease(leases: Callable[[str], Lease], dsn: str) -> No
         deadline = time.monotonic() + 3 * LEASE
         while time.monotonic() < deadline:
             sql, args = a.fence()
-            store.execute(sql, args)  # type: ignore[arg-type]  # the lease's constant
+            store.execute(sql, args)
             assert b.try_acquire() is None
             time.sleep(LEASE / 8)  # the active's renewal period, and the standby's tries
 
