@@ -218,6 +218,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
         "persistence": Option(bool, True, doc="keep the store on disk (false: everything in memory only)"),
         "sync": Option(str, "normal", _one_of("normal", "full"), "SQLite synchronous mode: normal or full"),
+        "store": Option(str, "", doc="where the router keeps its state: empty (SQLite in data_dir) or a PostgreSQL "
+                        "DSN, postgresql://USER:PASSWORD@HOST:PORT/DB (shared by standby routers)"),
         "persistent_client_expiration": Option(str, "", _duration_or_never,
                                                "remove persistent sessions offline this long, e.g. 30d (empty: never)"),
         "sys_interval": Option(float, 10.0, _range(0), "seconds between $SYS updates (0: none)"),
@@ -427,7 +429,23 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     _check_listeners(config, origins)
     _check_tls(config)
     _check_router_link(config)
+    _check_store(config)
     return config
+
+
+def _check_store(config: dict[str, Any]) -> None:
+    """`store`: empty or a PostgreSQL DSN, for a host that runs the router. The lines never repeat the
+    value: a DSN may hold a password."""
+    store = config["store"]
+    if not store:
+        return
+    if not store.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("store: must be empty (SQLite in data_dir) or a PostgreSQL DSN (postgresql://... or "
+                          "postgres://...)")
+    if config["role"] == "node":
+        raise ConfigError("store: not for role node (the router keeps the store)")
+    if not config["persistence"]:
+        raise ConfigError("store: a PostgreSQL store needs persistence = true")
 
 
 def _check_auth_files(config: dict[str, Any]) -> None:

@@ -108,12 +108,13 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             return 1
     claim = -1  # the data dir's lock, held while the router may use the store
     if config["persistence"] and role != "node":
-        config["data_dir"] = os.path.abspath(config["data_dir"])
         try:
-            claim = claim_data_dir(config["data_dir"])
+            if not config["store"]:  # SQLite in the data dir, which is this broker's alone (PostgreSQL: shared)
+                config["data_dir"] = os.path.abspath(config["data_dir"])
+                claim = claim_data_dir(config["data_dir"])
             check_store(config)
         except StoreError as exc:
-            print(f"plexmq: cannot use the data dir: {exc}", file=sys.stderr)
+            print(f"plexmq: cannot use the {'data dir' if not config['store'] else 'store'}: {exc}", file=sys.stderr)
             return 1
     archive = config["archive"]
     if archive["enabled"] and role != "router":

@@ -180,7 +180,7 @@ def serve(config: dict) -> None:
         if store is not None and (durable or lease is not None and lease.renew_due(now) <= 0):
             # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk; with a lease
             # the commit carries its fence and renews it (an empty one while idle)
-            _commit(store, lease)
+            commit(store, lease)
         if lease is not None and lease.must_step_down(time.monotonic()):
             raise SteppedDown(f"router {lease.name}: no renewal of the lease for {lease.since_renewal():.1f} s "
                               "(the database is slow or unreachable): stepping down")
@@ -203,21 +203,25 @@ def _close(ctx: zmq.Context, sock: zmq.Socket, auth: ThreadAuthenticator | None)
     ctx.term()
 
 
-def _commit(store: Store, lease: Lease | None) -> None:
-    """The turn's commit; with a lease, a renewal of it when it succeeds, and a step-down when it fails
-    (the fence's division by zero: another router holds the lease; any other error: the database is
-    unreachable, and a standby may take over meanwhile)."""
-    if lease is None:
-        store.commit()
-        return
+def commit(store: Store, lease: Lease | None) -> None:
+    """`Store.commit`; with a lease, a renewal of it (the commit carries its fence). When it fails:
+    without a lease the router ends (status 1: the supervisor restarts it, and the new router starts from
+    the last commit; not STORE_FAILED, which means "cannot open": a database that went away for a moment
+    may be back); with one it steps down (the fence's division by zero: another router holds the lease;
+    any other error: the database is unreachable, and a standby may take over meanwhile)."""
     started = time.monotonic()
     try:
         store.commit()
     except StoreError as exc:
+        if lease is None:
+            log.critical("router stops: the store failed: %s", exc)
+            logging.shutdown()
+            os._exit(1)
         if "division by zero" in str(exc) or "division by zero" in str(exc.__cause__):
             raise SteppedDown(f"another router took the lease (epoch {lease.epoch}): stepping down") from exc
         raise SteppedDown(f"router {lease.name}: the store failed ({exc}): stepping down") from exc
-    lease.renewed(started)
+    if lease is not None:
+        lease.renewed(started)
 
 
 def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:

@@ -107,9 +107,14 @@ class Store:
 
 
 def open_store(config: dict, fence: Fence | None = None) -> Store | None:
-    """The store the config names; None when persistence is off."""
+    """The store the config names (`store`: a PostgreSQL DSN, or empty for SQLite in `data_dir`); None
+    when persistence is off. `fence`: see router/store_pg.py (SQLite has none: one router per file)."""
     if not config["persistence"]:
         return None
+    if config["store"]:
+        from plexmq.router.store_pg import PgStore  # psycopg is imported only where PostgreSQL is used
+
+        return PgStore(config["store"], fence)
     from plexmq.router.store_sqlite import SqliteStore
 
     return SqliteStore(config["data_dir"], config["sync"])

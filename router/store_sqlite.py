@@ -183,10 +183,13 @@ class SqliteStore(Store):
     def commit(self) -> None:
         ops = self.ops
         db = self.db
-        db.execute("BEGIN")
-        for kind, group in groupby(ops, key=lambda change: change[0]):
-            db.executemany(_SQL[kind], [args for _, args in group])
-        db.execute("COMMIT")
+        try:
+            db.execute("BEGIN")
+            for kind, group in groupby(ops, key=lambda change: change[0]):
+                db.executemany(_SQL[kind], [args for _, args in group])
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self.failed(exc) from None
         ops.clear()  # the list itself stays: the journal appends to it
 
     def close(self) -> None:

@@ -1,13 +1,27 @@
-"""The router's store file (router/store.py) on its own: an older schema is upgraded in place and
-nothing it held is lost."""
+"""The router's stores on their own: an older SQLite schema is upgraded in place and nothing it held is
+lost; every backend (SQLite, PostgreSQL: a private server, a fresh database per test) keeps what the
+journal writes through the same cases; PostgreSQL's fence, schema version and failures."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from plexmq.router.store import SCHEMA_VERSION
+import psycopg
+import pytest
+
+from plexmq.router import journal, store_pg, store_sqlite
+from plexmq.router.journal import Journal
+from plexmq.router.message import Message
+from plexmq.router.outbox import QUEUED, RELEASING, SENT, Pending
+from plexmq.router.sessions import NEVER, Session, Will
+from plexmq.router.store import SCHEMA_VERSION, Store, StoreError
+from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
+from tests.postgres import PostgreSQL
+from tests.postgres import installed as postgres_installed
+from tests.steps import uid
 
 # the tables of schema 5, as a plexmq before tenants made them
 _VERSION_5 = """
@@ -62,3 +76,168 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
                      "VALUES ('acme', 'dev', 3, x'', x'', 1, 0, 0)")
     assert sorted(store.load().sessions) == ["", "acme"]
     store.close()
+
+
+# -- every backend, through the same cases ------------------------------------------------------------
+
+Opener = Callable[[], Store]
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgreSQL]:
+    if not postgres_installed():
+        pytest.skip("no PostgreSQL server installed")
+    server = PostgreSQL()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the store of this test (again after a close): SQLite in tmp_path, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return lambda: SqliteStore(str(tmp_path / "data"), "normal")
+    server: PostgreSQL = request.getfixturevalue("pg")
+    dsn = _fresh_database(server)
+    return lambda: PgStore(dsn, None)
+
+
+def _fresh_database(server: PostgreSQL) -> str:
+    name = f"t_{uid()}".lower().replace("-", "_")
+    server.sql(f"CREATE DATABASE {name}")
+    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _session(client_id: str, tenant: str = "") -> Session:
+    session = Session(client_id, True, tenant)
+    session.expiry = NEVER
+    return session
+
+
+def test_every_op_has_sql_in_every_backend() -> None:
+    assert sorted(store_sqlite._SQL) == sorted(store_pg._SQL) == list(journal.OPS)
+
+
+def test_what_is_committed_comes_back_after_a_reopen(backend: Opener) -> None:
+    store = backend()
+    j = Journal(store)
+    dev, other = _session("dev"), _session("dev", "acme")
+    j.session_saved(dev, 10.5)
+    j.session_saved(other, 11.0)
+    j.subscription_added(dev, "a/#", 1)
+    j.subscription_added(dev, "b", 2)
+    j.subscription_added(dev, "b", 1)  # replaced
+    j.subscription_added(other, "x", 0)
+    for pid, payload in ((1, b"one"), (2, b"two"), (3, b"three")):
+        j.message_kept(dev, pid, Pending(b"a/b", payload, 1, pid == 2, b"\x01", 99))
+    j.message_sent(dev, 1)
+    j.message_kept(dev, 4, Pending(b"q2", b"gone soon", 2, False))
+    j.message_received(dev, 4)
+    j.message_done(dev, 3)
+    j.message_kept(other, 1, Pending(b"x", b"theirs", 1, False))
+    j.incoming_added(dev, 7)
+    j.incoming_added(dev, 7)  # a resend: kept once
+    j.incoming_added(dev, 8)
+    j.incoming_released(dev, 8)
+    dev.will_at = 123.5
+    j.will_saved(dev, Will(b"w", b"bye", 1, True, b"", 5))
+    j.retained_set("", "r/1", Message(b"r/1", b"kept", 1, True, b"", 0))
+    j.retained_set("", "r/2", Message(b"r/2", b"cleared", 0, True))
+    j.retained_set("", "r/2", Message(b"r/2", b"", 0, True))
+    j.retained_set("acme", "r/1", Message(b"r/1", b"theirs", 0, True))
+    j.retained_set("", "$SYS/broker/uptime", Message(b"$SYS/broker/uptime", b"1", 0, True))  # never kept
+    store.commit()
+    store.close()
+
+    store = backend()
+    loaded = store.load()
+    session = loaded.sessions[""]["dev"]
+    assert (session.tenant, session.seen, session.expiry, session.subs) == ("", 10.5, NEVER, {"a/#": 1, "b": 1})
+    assert [(pid, m.payload, m.retain, m.props, m.expires_at, m.state) for pid, m in session.unacked.items()] == \
+        [(1, b"one", False, b"\x01", 99, SENT), (2, b"two", True, b"\x01", 99, QUEUED), (4, b"", False, b"", 0, RELEASING)]
+    assert session.incoming == {7} and session.will_at == 123.5
+    assert session.will is not None and (session.will.payload, session.will.retain, session.will.expiry) == (b"bye", True, 5)
+    assert list(loaded.sessions["acme"]["dev"].subs) == ["x"]
+    assert {tenant: {topic: m.payload for topic, m in kept.items()} for tenant, kept in loaded.retained.items()} == \
+        {"": {"r/1": b"kept"}, "acme": {"r/1": b"theirs"}}
+    assert loaded.next_seq == j.seq + 1  # stored messages go on past the last one
+
+    j = Journal(store)
+    j.seq = loaded.next_seq
+    j.session_dropped(session)
+    j.will_dropped(loaded.sessions["acme"]["dev"])
+    j.subscription_removed(loaded.sessions["acme"]["dev"], "x")
+    j.retained_cleared("acme", "r/1")
+    store.commit()
+    loaded = store.load()
+    assert list(loaded.sessions) == ["acme"] and loaded.sessions["acme"]["dev"].subs == {}
+    assert list(loaded.sessions["acme"]["dev"].unacked) == [1] and list(loaded.retained) == [""]
+    store.verify()
+    store.close()
+
+
+def test_a_commit_writes_all_of_a_turn_or_nothing(backend: Opener) -> None:
+    """A failing statement in a turn leaves none of its changes (one transaction)."""
+    store = backend()
+    j = Journal(store)
+    dev = _session("dev")
+    j.session_saved(dev, 1.0)
+    store.ops.append((journal.SUBSCRIPTION_SAVE, ("", "dev", "a", None)))  # NOT NULL qos: the statement fails
+    with pytest.raises(StoreError):
+        store.commit()
+    store.db.close()  # as the router's end: nothing more is written
+    assert backend().load().sessions == {}
+
+
+# -- PostgreSQL only ------------------------------------------------------------------------------------
+
+def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
+    dsn = _fresh_database(pg)
+    PgStore(dsn).close()
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (SCHEMA_VERSION + 1,))
+    with pytest.raises(StoreError, match=f"store schema version {SCHEMA_VERSION + 1}, this plexmq reads {SCHEMA_VERSION}"):
+        PgStore(dsn)
+
+
+def test_pg_the_fence_runs_first_in_every_commit_even_an_empty_one(pg: PostgreSQL) -> None:
+    dsn = _fresh_database(pg)
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("CREATE TABLE fence (epoch bigint, renewals bigint)")
+        db.execute("INSERT INTO fence VALUES (1, 0)")
+    fence = ("WITH f AS (UPDATE fence SET renewals = renewals + 1 WHERE epoch = %s RETURNING 1) SELECT 1 / count(*) FROM f",
+             (1,))
+    store = PgStore(dsn, fence)
+    store.commit()  # nothing to write: the fence runs all the same
+    Journal(store).session_saved(_session("dev"), 1.0)
+    store.commit()
+    with psycopg.connect(dsn) as db:
+        assert db.execute("SELECT renewals FROM fence").fetchone() == (2,)
+        db.execute("UPDATE fence SET epoch = 2")  # another router took the lease
+    Journal(store).session_saved(_session("late"), 1.0)
+    with pytest.raises(StoreError, match="division by zero"):
+        store.commit()
+    store.db.close()
+    assert list(PgStore(dsn).load().sessions[""]) == ["dev"]  # nothing of the fenced turn
+
+
+def test_pg_a_dead_database_fails_a_commit_with_one_line_without_the_password(tmp_path: Path) -> None:
+    if not postgres_installed():
+        pytest.skip("no PostgreSQL server installed")
+    server = PostgreSQL()
+    try:
+        server.sql("ALTER USER postgres PASSWORD 'sekrit'")
+        dsn = server.dsn.replace("postgres@", "postgres:sekrit@")
+        store = PgStore(dsn)
+        server.kill()
+        Journal(store).session_saved(_session("dev"), 1.0)
+        with pytest.raises(StoreError) as caught:
+            store.commit()
+        line = str(caught.value)
+        assert "\n" not in line and "sekrit" not in line
+        assert line.startswith(f"postgresql://{server.host}:{server.port}/postgres: ")
+        with pytest.raises(StoreError, match=f"^postgresql://{server.host}:{server.port}/postgres: ") as caught:
+            PgStore(dsn)  # and so does opening it
+        assert "sekrit" not in str(caught.value) and "\n" not in str(caught.value)
+    finally:
+        server.remove()

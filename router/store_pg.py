@@ -1,0 +1,169 @@
+"""The PostgreSQL store (router/store.py says what a store is): the state a standby router takes over
+(issue 24), in the same tables and columns as SQLite's (BYTEA for BLOB, BIGINT seq and expiry).
+
+Why it is shaped this way: the router's loop is synchronous, so psycopg 3 in its synchronous mode; a
+turn's statements go in one pipeline (one round trip for the whole commit: the fence, every
+`executemany`, COMMIT). `fence` is `(sql, args)`, a statement that fails when this router no longer
+holds the lease (router/lease.py); every commit runs it first, in the same transaction, so an old
+active router can write nothing, and a commit with no changes still runs it (the lease's renewal).
+A dead or unreachable database fails a commit (StoreError: the router exits and is restarted) within
+about `timeout` seconds, never hangs: connect_timeout, TCP keepalives and user timeout, statement_timeout.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from itertools import groupby
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from plexmq.router import journal as op
+from plexmq.router.store import SCHEMA_VERSION, Fence, Store, StoreError
+
+TIMEOUT = 5.0  # seconds a connect, a statement or an unanswered send may take
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, last_seen DOUBLE PRECISION NOT NULL,
+    expiry BIGINT NOT NULL DEFAULT -1, PRIMARY KEY (tenant, client_id)
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, filter TEXT NOT NULL, qos INTEGER NOT NULL,
+    PRIMARY KEY (tenant, client_id, filter)
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq BIGINT PRIMARY KEY, tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+    topic BYTEA NOT NULL, payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, state INTEGER NOT NULL,
+    props BYTEA NOT NULL DEFAULT '', expiry BIGINT NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX IF NOT EXISTS message_ids ON messages (tenant, client_id, packet_id);
+CREATE TABLE IF NOT EXISTS incoming (
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, packet_id INTEGER NOT NULL,
+    PRIMARY KEY (tenant, client_id, packet_id)
+);
+CREATE TABLE IF NOT EXISTS retained (
+    tenant TEXT NOT NULL DEFAULT '', topic TEXT NOT NULL, payload BYTEA NOT NULL, qos INTEGER NOT NULL,
+    props BYTEA NOT NULL DEFAULT '', expiry BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (tenant, topic)
+);
+CREATE TABLE IF NOT EXISTS wills (
+    tenant TEXT NOT NULL DEFAULT '', client_id TEXT NOT NULL, due DOUBLE PRECISION NOT NULL, topic BYTEA NOT NULL,
+    payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BYTEA NOT NULL, expiry BIGINT NOT NULL,
+    PRIMARY KEY (tenant, client_id)
+);
+"""
+_SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
+
+# router/journal.py's OPs; `retain` comes as a bool, the column is an integer as in SQLite (`%s::int`)
+_SQL: dict[int, str] = {
+    op.SESSION_SAVE: "INSERT INTO sessions (tenant, client_id, last_seen, expiry) VALUES (%s, %s, %s, %s) "
+                     "ON CONFLICT (tenant, client_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, expiry = EXCLUDED.expiry",
+    op.SESSION_DELETE: "DELETE FROM sessions WHERE tenant = %s AND client_id = %s",
+    op.SUBSCRIPTIONS_DELETE: "DELETE FROM subscriptions WHERE tenant = %s AND client_id = %s",
+    op.MESSAGES_DELETE: "DELETE FROM messages WHERE tenant = %s AND client_id = %s",
+    op.SUBSCRIPTION_SAVE: "INSERT INTO subscriptions (tenant, client_id, filter, qos) VALUES (%s, %s, %s, %s) "
+                          "ON CONFLICT (tenant, client_id, filter) DO UPDATE SET qos = EXCLUDED.qos",
+    op.SUBSCRIPTION_DELETE: "DELETE FROM subscriptions WHERE tenant = %s AND client_id = %s AND filter = %s",
+    op.MESSAGE_SAVE: "INSERT INTO messages (tenant, client_id, packet_id, seq, topic, payload, qos, retain, state, props, "
+                     "expiry) VALUES (%s, %s, %s, %s, %s, %s, %s, %s::int, %s, %s, %s) "
+                     "ON CONFLICT (tenant, client_id, packet_id) DO UPDATE SET seq = EXCLUDED.seq, topic = EXCLUDED.topic, "
+                     "payload = EXCLUDED.payload, qos = EXCLUDED.qos, retain = EXCLUDED.retain, state = EXCLUDED.state, "
+                     "props = EXCLUDED.props, expiry = EXCLUDED.expiry",
+    op.MESSAGE_STATE: "UPDATE messages SET state = %s WHERE tenant = %s AND client_id = %s AND packet_id = %s",
+    op.MESSAGE_RECEIVED: "UPDATE messages SET state = %s, payload = ''::bytea "
+                         "WHERE tenant = %s AND client_id = %s AND packet_id = %s",
+    op.MESSAGE_DELETE: "DELETE FROM messages WHERE tenant = %s AND client_id = %s AND packet_id = %s",
+    op.INCOMING_SAVE: "INSERT INTO incoming (tenant, client_id, packet_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+    op.INCOMING_DELETE_ONE: "DELETE FROM incoming WHERE tenant = %s AND client_id = %s AND packet_id = %s",
+    op.INCOMING_DELETE: "DELETE FROM incoming WHERE tenant = %s AND client_id = %s",
+    op.RETAINED_SAVE: "INSERT INTO retained (tenant, topic, payload, qos, props, expiry) VALUES (%s, %s, %s, %s, %s, %s) "
+                      "ON CONFLICT (tenant, topic) DO UPDATE SET payload = EXCLUDED.payload, qos = EXCLUDED.qos, "
+                      "props = EXCLUDED.props, expiry = EXCLUDED.expiry",
+    op.RETAINED_DELETE: "DELETE FROM retained WHERE tenant = %s AND topic = %s",
+    op.WILL_SAVE: "INSERT INTO wills (tenant, client_id, due, topic, payload, qos, retain, props, expiry) "
+                  "VALUES (%s, %s, %s, %s, %s, %s, %s::int, %s, %s) ON CONFLICT (tenant, client_id) DO UPDATE SET "
+                  "due = EXCLUDED.due, topic = EXCLUDED.topic, payload = EXCLUDED.payload, qos = EXCLUDED.qos, "
+                  "retain = EXCLUDED.retain, props = EXCLUDED.props, expiry = EXCLUDED.expiry",
+    op.WILL_DELETE: "DELETE FROM wills WHERE tenant = %s AND client_id = %s",
+}
+
+
+def describe(dsn: str) -> str:
+    """The DSN as log lines name it: host, port and database, never the user's password."""
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql (an invalid DSN)"
+    return f"postgresql://{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+def connect(dsn: str, timeout: float = TIMEOUT) -> psycopg.Connection:
+    """A connection that fails instead of hanging when the database goes away (libpq's parameters);
+    not in autocommit: the first statement begins a transaction. psycopg.Error when it cannot."""
+    seconds = max(2, math.ceil(timeout))  # libpq's connect_timeout: whole seconds, at least 2
+    return psycopg.connect(dsn, autocommit=False, connect_timeout=seconds, keepalives=1, keepalives_idle=1,
+                           keepalives_interval=1, keepalives_count=seconds, tcp_user_timeout=int(timeout * 1000),
+                           options=f"-c statement_timeout={int(timeout * 1000)}")
+
+
+class PgStore(Store):
+    """The open connection; many routers may open the same database (one of them active: the lease)."""
+
+    errors = (psycopg.Error,)
+
+    def __init__(self, dsn: str, fence: Fence | None = None, timeout: float = TIMEOUT) -> None:
+        super().__init__()
+        self.name = describe(dsn)
+        self.fence = fence
+        try:
+            self.db = connect(dsn, timeout)
+            with self.db.transaction():
+                self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                self.db.execute(_TABLES)
+                self.db.execute("INSERT INTO meta VALUES ('schema', %s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
+        except psycopg.Error as exc:
+            raise self.failed(exc) from None
+        self.verify()
+
+    def failed(self, exc: Exception) -> StoreError:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        return StoreError(f"{self.name}: {'; '.join(lines) or type(exc).__name__}")
+
+    def verify(self) -> None:
+        """The schema version only: the database keeps its pages itself. A newer plexmq's store is refused."""
+        try:
+            with self.db.transaction():
+                row = self.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        except psycopg.Error as exc:
+            raise self.failed(exc) from None
+        version = row[0] if row else None
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{self.name}: store schema version {version}, this plexmq reads {SCHEMA_VERSION}")
+
+    def _rows(self, query: str) -> Iterable[tuple]:
+        with self.db.transaction():
+            return self.db.execute(query).fetchall()  # store.py's constant text
+
+    def commit(self) -> None:
+        ops = self.ops
+        db = self.db
+        try:
+            with db.pipeline():
+                cursor = db.cursor()
+                if self.fence is not None:
+                    cursor.execute(*self.fence)  # router/lease.py's constant text
+                for kind, group in groupby(ops, key=lambda change: change[0]):
+                    cursor.executemany(_SQL[kind], [args for _, args in group])
+                db.commit()
+        except psycopg.Error as exc:
+            raise self.failed(exc) from None
+        ops.clear()  # the list itself stays: the journal appends to it
+
+    def close(self) -> None:
+        try:
+            if self.ops:
+                self.commit()
+        finally:
+            self.db.close()
