@@ -28,7 +28,7 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
     """Answer the workers with STANDBY until `lease` is acquired (the lease as taken) or `stopping()`
     says so (SIGTERM: None)."""
     holder = Holder("", "", 0)
-    said = False  # the "is a standby" line is logged once
+    said: Holder | None = None  # the active the last "is a standby" line named: one line per change
     failing = False  # a database outage is logged once
     next_try = time.monotonic()
     while not stopping():
@@ -50,8 +50,8 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
             if failing:
                 log.info("router %s: the database answers again", lease.name)
                 failing = False
-            if not said:
-                said = True
+            if said is None or holder[:2] != said[:2]:
+                said = holder
                 log.info("router %s is a standby (active: %s)", lease.name,
                          f"{holder.name} at {holder.endpoint}" if holder.endpoint else "none yet")
         answer(sock, lease.name, holder.endpoint, max(0, int((next_try - time.monotonic()) * 1000)))

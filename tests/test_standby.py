@@ -151,8 +151,12 @@ def test_one_active_the_other_standby_and_a_kill_fails_over(routers: Callable[[s
     assert wire.STANDBY not in [kind for kind, _ in answer_to_hello(a, keys)]
 
     url = f"http://127.0.0.1:{a.metrics_port}"
-    line = wait_for(lambda: "standby b" in (router_line(scrape(url)) or "") and router_line(scrape(url)), 10,
-                    "a's metrics to show b")
+
+    def shown() -> str | None:
+        line = router_line(scrape(url))
+        return line if line is not None and "standby b (seen " in line else None
+
+    line = wait_for(shown, 10, "a's metrics to show b")
     assert line.startswith("router: a active, epoch 1, since "), line
 
     router_a = a.router()
