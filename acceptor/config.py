@@ -10,10 +10,12 @@ import ipaddress
 import logging
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import zmq
 import zmq.auth
@@ -142,6 +144,12 @@ def _router_name(value: Any) -> str | None:
     if any(char in value for char in "/+#\0") or len(value) > 255:
         return "must be at most 255 characters, without '/', '+', '#' or U+0000 (it names a $SYS topic level)"
     return None
+
+
+def default_router_name(router_bind: str) -> str:
+    """The host name, and the port of a tcp:// router_bind: unique among routers on distinct hosts or ports."""
+    port = urlsplit(router_bind).port if router_bind else None
+    return socket.gethostname() + (f":{port}" if port else "")
 
 
 def _separator(value: Any) -> str | None:

@@ -12,11 +12,10 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
-from plexmq.acceptor.config import curve_keys, listeners, security_line
+from plexmq.acceptor.config import curve_keys, default_router_name, listeners, security_line
 from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
@@ -91,8 +90,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     if role == "node" and not config["node_name"]:
         config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
     if role != "node" and not config["router_name"]:  # names the router in the lease (a PostgreSQL store)
-        config["router_name"] = socket.gethostname() + (f":{urlsplit(config['router_bind']).port}"
-                                                        if config["router_bind"] else "")
+        config["router_name"] = default_router_name(config["router_bind"])
     socks: list[tuple[tuple[str, str, int, str], socket.socket]] = []
     for scheme, host, port, tenant in listeners(config) if role != "router" else []:
         try:

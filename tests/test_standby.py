@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ import pytest
 import zmq.auth
 
 from plexmq import wire
+from plexmq.acceptor import config as cfg
 from plexmq.acceptor.status import router_line, scrape
 from plexmq.acceptor.supervisor import CRASH_LIMIT, Supervisor
 from plexmq.process import STEPPED_DOWN
@@ -222,3 +224,24 @@ def test_step_downs_are_no_crashes() -> None:
     finally:
         loop.close()
     assert reasons == [] and not router.crashes
+
+
+@pytest.mark.parametrize("text, key", [
+    ("router_lease = 0.1\n", "router_lease"),
+    ("router_lease = 61\n", "router_lease"),
+    ('router_name = "a/b"\n', "router_name"),
+    ('router_name = "a#"\n', "router_name"),
+])
+def test_bad_router_lease_settings_stop_startup_with_one_line(tmp_path: Path, text: str, key: str) -> None:
+    path = tmp_path / "plexmq.toml"
+    path.write_text(text)
+    with pytest.raises(cfg.ConfigError, match=key):
+        cfg.load(str(path), {})
+
+
+def test_a_router_name_defaults_to_the_host_and_port_of_router_bind() -> None:
+    config = cfg.load(None, {"router_name": "a", "router_lease": 0.5})
+    assert (config["router_name"], config["router_lease"]) == ("a", 0.5)
+    assert cfg.default_router_name("tcp://127.0.0.1:7883") == f"{socket.gethostname()}:7883"
+    assert cfg.default_router_name("tcp://[::1]:7883") == f"{socket.gethostname()}:7883"
+    assert cfg.default_router_name("") == socket.gethostname()
