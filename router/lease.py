@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import psycopg
@@ -123,6 +125,30 @@ class Lease:
         """(sql, args) that the store runs first in every commit while this router is active."""
         assert self.epoch, "fence() before the lease is held"
         return FENCE, (self.seconds, self.epoch)
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Keep the lease renewed from a thread (on the lease's own connection) while the new active
+        loads its store: a load longer than the lease must not hand the lease on, nor make the router
+        step down at its first turn. A failed renewal ends the thread: the first commit then says why."""
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(RENEW_EVERY * self.seconds):
+                started = time.monotonic()
+                try:
+                    self._conn().execute(FENCE, (self.seconds, self.epoch))
+                except psycopg.Error:
+                    return
+                self.renewed(started)
+
+        thread = threading.Thread(target=renew, name="lease-renewal", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def renewed(self, started: float) -> None:
         """A commit that carried the fence succeeded; it started at time.monotonic() `started`."""

@@ -9,6 +9,7 @@ import queue
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import orjson
@@ -66,10 +67,11 @@ def serve(config: dict) -> None:
         lease.close()
         _close(ctx, sock, auth)
         return
-    store = open_store(config, lease.fence() if lease is not None else None)
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
-    router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
-                    config["shared_subscription_strategy"], config["link_timeout"])
+    with lease.held() if lease is not None else nullcontext():  # the load may take longer than the lease
+        store = open_store(config, lease.fence() if lease is not None else None)
+        router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store,
+                        expiration, config["shared_subscription_strategy"], config["link_timeout"])
     apply_tenants(router, config)
     links = router.links
     log.info("router listening on %s", config["router_endpoint"])

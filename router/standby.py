@@ -4,7 +4,8 @@ Why it binds at once: a node tries its routers in turn, and a standby that answe
 STANDBY (naming the active's endpoint when the lease names one) sends it on at once, where a socket
 that is not there would cost it a silence timeout (docs/architecture.md §12). It tries to acquire the
 lease every lease/8 and says in router_members that it is a standby; database errors are logged once
-per outage and it keeps trying: a standby never exits for them.
+per outage and it keeps trying: a standby never exits for them. A router that finds its own previous
+run holding the lease (killed, or stepped down) waits a lease before trying: the other standbys first.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
             if failing:
                 log.info("router %s: the database answers again", lease.name)
                 failing = False
+            if said is None and holder.name == lease.name and holder.endpoint:
+                # this router's previous run died (or stepped down) holding the lease: another standby,
+                # which has not just failed, gets the first chance at it; alone, this one takes it a
+                # lease later
+                next_try = now + lease.seconds
             if said is None or holder[:2] != said[:2]:
                 said = holder
                 log.info("router %s is a standby (active: %s)", lease.name,

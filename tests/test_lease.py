@@ -96,6 +96,19 @@ def test_renewal_keeps_the_lease(leases: Callable[[str], Lease], dsn: str) -> No
             time.sleep(LEASE / 8)  # the active's renewal period, and the standby's tries
 
 
+def test_held_renews_while_the_new_active_loads(leases: Callable[[str], Lease]) -> None:
+    """A store load longer than the lease: the lease stays with the router that loads."""
+    a, b = leases("a"), leases("b")
+    assert a.try_acquire() is not None
+    with a.held():
+        deadline = time.monotonic() + 3 * LEASE
+        while time.monotonic() < deadline:
+            assert b.try_acquire() is None
+            time.sleep(LEASE / 8)
+        assert not a.must_step_down(time.monotonic())
+    wait_for(b.try_acquire, LEASE + 5, "b to take the lease once a no longer renews it")
+
+
 def test_step_down_bookkeeping(leases: Callable[[str], Lease]) -> None:
     a = leases("a")
     assert a.try_acquire() is not None
