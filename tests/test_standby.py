@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import re
 import socket
 import subprocess
@@ -22,16 +23,21 @@ import psutil
 import psycopg
 import pytest
 import zmq.auth
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from plexmq import wire
 from plexmq.acceptor import config as cfg
 from plexmq.acceptor.status import router_line, scrape
 from plexmq.acceptor.supervisor import CRASH_LIMIT, Supervisor
 from plexmq.process import STEPPED_DOWN
+from plexmq.router.lease import Lease, Member, Members
+from plexmq.router.stats import Stats
 from tests import postgres
 from tests.conftest import ROOT, free_port, wait_for
 from tests.hosts import alive, make_keys
 from tests.link_peer import hello, link_peer
+from tests.router_harness import RouterHarness
 
 LEASE = 1.0  # seconds: short, so that a takeover comes quickly
 MARGIN = 2.0  # seconds beyond the lease for a takeover after a kill -9 (the issue's goal is 5 s in all)
@@ -245,3 +251,32 @@ def test_a_router_name_defaults_to_the_host_and_port_of_router_bind() -> None:
     assert cfg.default_router_name("tcp://127.0.0.1:7883") == f"{socket.gethostname()}:7883"
     assert cfg.default_router_name("tcp://[::1]:7883") == f"{socket.gethostname()}:7883"
     assert cfg.default_router_name("") == socket.gethostname()
+
+
+def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status() -> None:
+    """The ops output from the active's Stats: the lease it holds and each member's last word."""
+    lease = Lease("postgresql://unused/db", "a", "tcp://a:7883", LEASE)  # never connects here
+    lease.epoch, lease.since = 3, 1_800_000_000.0
+    members = Members(lease)  # not started: its last read set by hand
+    members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0)]
+    stats = Stats(RouterHarness().router, os.getpid(), members=members)
+    stats.refresh(time.time())
+    sys_topics = {topic: payload for _tenant, topic, payload in stats.sys_messages(time.time())
+                  if topic.startswith("$SYS/broker/router/")}
+    assert sys_topics == {
+        "$SYS/broker/router/name": b"a", "$SYS/broker/router/epoch": b"3", "$SYS/broker/router/failovers": b"2",
+        "$SYS/broker/router/active_since": b"1800000000",
+        "$SYS/broker/router/members/a/state": b"active", "$SYS/broker/router/members/b/state": b"standby",
+        "$SYS/broker/router/members/c/state": b"gone"}
+    registry = CollectorRegistry()
+    registry.register(stats)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(generate_latest(registry).decode())
+               for s in family.samples}
+    assert samples[("plexmq_router_epoch", (("name", "a"),))] == 3
+    assert samples[("plexmq_router_active_since_seconds", (("name", "a"),))] == 1_800_000_000
+    assert samples[("plexmq_router_member_up", (("name", "b"), ("state", "standby")))] == 1
+    assert samples[("plexmq_router_member_up", (("name", "c"), ("state", "standby")))] == 0
+    line = router_line(samples)
+    assert line is not None and line.startswith("router: a active, epoch 3, since ")
+    assert line.endswith("; standby b (seen 0.1s ago); standby c (seen 60.0s ago, gone)"), line
