@@ -66,6 +66,7 @@ def serve(config: dict) -> None:
     if lease is not None and taken is None:  # SIGTERM while a standby
         lease.close()
         _close(ctx, sock, auth)
+        log.info("router stopped")
         return
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
     with lease.held() if lease is not None else nullcontext():  # the load may take longer than the lease

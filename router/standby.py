@@ -51,7 +51,8 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
             if failing:
                 log.info("router %s: the database answers again", lease.name)
                 failing = False
-            if said is None and holder.name == lease.name and holder.endpoint:
+            mine = holder.name == lease.name and bool(holder.endpoint)
+            if said is None and mine:
                 # this router's previous run died (or stepped down) holding the lease: another standby,
                 # which has not just failed, gets the first chance at it; alone, this one takes it a
                 # lease later
@@ -59,6 +60,7 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
             if said is None or holder[:2] != said[:2]:
                 said = holder
                 log.info("router %s is a standby (active: %s)", lease.name,
+                         "its own previous run, until its lease lapses: other standbys try first" if mine else
                          f"{holder.name} at {holder.endpoint}" if holder.endpoint else "none yet")
         answer(sock, lease.name, holder.endpoint, max(0, int((next_try - time.monotonic()) * 1000)))
     return None

@@ -181,6 +181,9 @@ def test_one_active_the_other_standby_and_a_kill_fails_over(routers: Callable[[s
              START_LIMIT, "a's restarted router to come back as a standby")
     assert active_line(a, mark_a) is None
     assert answer_to_hello(a, keys) == [(wire.STANDBY, wire.Standby("a", b.endpoint).encode())]
+    mark_a = len(a.output())
+    a.stop()  # a standby stops at once on SIGTERM
+    assert re.search(r"router stopped\n.*acceptor.*: stopped", a.output()[mark_a:], re.S), a.output()[mark_a:]
     print(f"takeover {took:.2f} s after the kill")
 
 
