@@ -16,7 +16,7 @@ from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.outbox import QUEUED, RELEASING, SENT, Pending
 from plexmq.router.sessions import NEVER, Session, Will
-from plexmq.router.store import SCHEMA_VERSION, Store, StoreError
+from plexmq.router.store import SCHEMA_VERSION, StoreError
 from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
 from tests.postgres import PostgreSQL
@@ -80,7 +80,7 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
 
 # -- every backend, through the same cases ------------------------------------------------------------
 
-Opener = Callable[[], Store]
+Opener = Callable[[], SqliteStore | PgStore]
 
 
 @pytest.fixture(scope="module")
