@@ -222,7 +222,7 @@ def commit(store: Store, lease: Lease | None) -> None:
             os._exit(1)
         if "division by zero" in str(exc) or "division by zero" in str(exc.__cause__):
             raise SteppedDown(f"another router took the lease (epoch {lease.epoch}): stepping down") from exc
-        raise SteppedDown(f"router {lease.name}: the store failed ({exc}): stepping down") from exc
+        raise SteppedDown(f"router stops: the store failed: {exc}: stepping down") from exc
     if lease is not None:
         lease.renewed(started)
 
