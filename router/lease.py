@@ -16,6 +16,7 @@ trying, the active's member thread logs it once per outage.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 import psycopg
+
+from plexmq.process import STEPPED_DOWN
 
 log = logging.getLogger("plexmq.router")
 
@@ -158,8 +161,21 @@ class Lease:
         """time.monotonic() by which the active must renew (an empty commit if no other came first)."""
         return self.last_renewal + RENEW_EVERY * self.seconds - now
 
-    def since_renewal(self) -> float:
-        return time.monotonic() - self.last_renewal
+    def watch(self) -> None:
+        """From now on, step down (exit STEPPED_DOWN) the moment `must_step_down` holds, from a thread of
+        its own: the router's loop may be waiting in a commit to a database that does not answer, and
+        the lease may lapse there (and a standby take it) before that commit times out."""
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            now = time.monotonic()
+            if self.must_step_down(now):
+                log.error("router %s: no renewal of the lease for %.1f s (the database is slow or unreachable): "
+                          "stepping down", self.name, now - self.last_renewal)
+                logging.shutdown()
+                os._exit(STEPPED_DOWN)  # nothing the router would send after this may go: no cleanup
+            time.sleep(self.last_renewal + STEP_DOWN_AT * self.seconds - now + 0.001)
 
     def must_step_down(self, now: float) -> bool:
         """Whether the last successful renewal started so long ago (by this process's monotonic clock)

@@ -69,6 +69,8 @@ def serve(config: dict) -> None:
         log.info("router stopped")
         return
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
+    if lease is not None:
+        lease.watch()  # steps down when renewals stop, even while the loop waits in a commit
     with lease.held() if lease is not None else nullcontext():  # the load may take longer than the lease
         store = open_store(config, lease.fence() if lease is not None else None)
         router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store,
@@ -184,9 +186,6 @@ def serve(config: dict) -> None:
             # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk; with a lease
             # the commit carries its fence and renews it (an empty one while idle)
             commit(store, lease)
-        if lease is not None and lease.must_step_down(time.monotonic()):
-            raise SteppedDown(f"router {lease.name}: no renewal of the lease for {lease.since_renewal():.1f} s "
-                              "(the database is slow or unreachable): stepping down")
         for worker, _, later in frames:
             send(worker, later)
         if drained:

@@ -209,6 +209,31 @@ def test_a_router_whose_lease_is_taken_steps_down_and_comes_back_as_a_standby(
 
 
 @needs_pg
+def test_an_active_whose_database_stops_answering_steps_down_in_time_and_takes_the_lease_again(
+        routers: Callable[[str], RouterHost], pg: postgres.PostgreSQL) -> None:
+    """The database paused (SIGSTOP: every statement hangs, nothing fails): the active steps down
+    within its lease by its own clock, not when a commit times out; once the database answers again,
+    it comes back and, alone, takes the lease again."""
+    a = routers("a")
+    a.start()
+    wait_for(lambda: active_line(a), START_LIMIT, "a to become active")
+    mark = len(a.output())
+    assert pg.proc is not None
+    server = psutil.Process(pg.proc.pid)
+    paused = [server, *server.children()]  # each backend is a process group of its own
+    for proc in paused:
+        proc.suspend()
+    try:
+        wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \(the database is slow or "
+                                  r"unreachable\): stepping down", mark), LEASE + MARGIN, "a to step down")
+    finally:
+        for proc in paused:
+            proc.resume()
+    found = wait_for(lambda: active_line(a, mark), START_LIMIT, "a to take the lease again")
+    assert found.group(1) == "2", found.group(0)
+
+
+@needs_pg
 def test_both_started_at_once_exactly_one_is_active(routers: Callable[[str], RouterHost]) -> None:
     a, b = routers("a"), routers("b")
     a.start()
