@@ -158,7 +158,8 @@ class Lease:
         self.last_renewal = started
 
     def renew_due(self, now: float) -> float:
-        """time.monotonic() by which the active must renew (an empty commit if no other came first)."""
+        """Seconds from `now` (time.monotonic()) until the active must renew (an empty commit if no other
+        came first); 0 or less: now."""
         return self.last_renewal + RENEW_EVERY * self.seconds - now
 
     def watch(self) -> None:

@@ -119,7 +119,7 @@ def serve(config: dict) -> None:
     accept = links.accept
     deadlines = router.deadlines
     while not stopping:
-        try:  # wait no longer than the once-a-second work or the first deadline
+        try:  # wait no longer than the once-a-second work, the first deadline or the lease's renewal
             now = time.monotonic()
             ready = poller.poll(_wait_ms(next_refresh - now, deadlines.first - time.time(),
                                          lease.renew_due(now) if lease is not None else math.inf))
