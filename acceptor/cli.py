@@ -29,6 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--router-bind", metavar="tcp://HOST:PORT", help="where the router listens for workers and nodes")
     serve.add_argument("--router-curve-dir", metavar="DIR", help="the CURVE keys router and nodes share (deploy/nodes.md)")
     serve.add_argument("--node-name", metavar="NAME", help="role node: its name among the router's nodes (default: host name)")
+    serve.add_argument("--router-lease", type=float, metavar="SECONDS",
+                       help="with a PostgreSQL store: how long the active router's lease lasts unrenewed (default 2)")
+    serve.add_argument("--router-name", metavar="NAME",
+                       help="with a PostgreSQL store: this router's name in the lease (default HOST:PORT of router_bind)")
     serve.add_argument("--log-level", choices=cfg.LOG_LEVELS, help="default info")
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",

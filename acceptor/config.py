@@ -10,10 +10,12 @@ import ipaddress
 import logging
 import os
 import re
+import socket
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import zmq
 import zmq.auth
@@ -155,6 +157,19 @@ def _node_name(value: Any) -> str | None:
     return "must be empty or up to 63 letters, digits, '.', '_' or '-' (a letter or digit first)"
 
 
+def _router_name(value: Any) -> str | None:
+    """It names a $SYS topic level (`$SYS/broker/router/members/NAME/state`): no '/', '+', '#'."""
+    if any(char in value for char in "/+#\0") or len(value) > 255:
+        return "must be at most 255 characters, without '/', '+', '#' or U+0000 (it names a $SYS topic level)"
+    return None
+
+
+def default_router_name(router_bind: str) -> str:
+    """The host name, and the port of a tcp:// router_bind: unique among routers on distinct hosts or ports."""
+    port = urlsplit(router_bind).port if router_bind else None
+    return socket.gethostname() + (f":{port}" if port else "")
+
+
 def _separator(value: Any) -> str | None:
     """Empty, or characters that no tenant name holds (else `a.b` could be a user or a tenant)."""
     if any(tenants.NAME.fullmatch(char) for char in value):
@@ -220,6 +235,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
                          "comma-separated list of them where a standby router may take over"),
         "node_name": Option(str, "", _node_name, "role node: this node's name, unique among the router's nodes "
                             "(empty: the host name)"),
+        # standby routers (issue 24): meaningful only with a PostgreSQL store, which several routers share
+        "router_lease": Option(float, 2.0, _range(0.5, 60), "with a postgresql:// store: seconds the active router's "
+                               "lease lasts without renewal (a standby takes over within about this, plus lease/8)"),
+        "router_name": Option(str, "", _router_name, "with a postgresql:// store: this router's name in the lease "
+                              "and the ops output, unique among the routers (empty: HOST:PORT of router_bind)"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
                                "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),

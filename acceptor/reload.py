@@ -62,6 +62,7 @@ def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[
         if os.path.abspath(new[key]) == os.path.abspath(old[key]):
             new[key] = old[key]
     new["workers"] = new["workers"] or old["workers"]  # 0: the default serve worked out
+    new["router_name"] = new["router_name"] or old["router_name"]  # "": the default serve worked out
     changed = sorted(k for k in new if new[k] != old[k] and k in RELOADABLE)
     restart = sorted(k for k in new if new[k] != old[k] and k not in RELOADABLE)
     merged = orjson.loads(orjson.dumps(current))

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from plexmq.acceptor import reload
 from plexmq.acceptor.admission import Admission
-from plexmq.acceptor.config import curve_keys, listeners, router_endpoints, security_line
+from plexmq.acceptor.config import curve_keys, default_router_name, listeners, router_endpoints, security_line
 from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
@@ -89,6 +89,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         config["workers"] = default_workers(config["max_connections"], per_worker, role)
     if role == "node" and not config["node_name"]:
         config["node_name"] = socket.gethostname().split(".")[0]  # a DNS label: letters, digits, '-'
+    if role != "node" and not config["router_name"]:  # names the router in the lease (a PostgreSQL store)
+        config["router_name"] = default_router_name(config["router_bind"])
     socks: list[tuple[tuple[str, str, int, str], socket.socket]] = []
     for scheme, host, port, tenant in listeners(config) if role != "router" else []:
         try:

@@ -58,7 +58,29 @@ def table(now: Samples, before: Samples | None, seconds: float) -> str:
         for name, (address, up) in sorted(nodes.items()):
             lines.append(f"{name:<16} {address:<20} {'up' if up else 'lost':<5} {workers.get(name, 0):>7.0f} "
                          f"{node_clients.get(name, 0):>8.0f}")
+    routers = router_line(now)
+    if routers:
+        lines.append(routers)
     return "\n".join(lines)
+
+
+def router_line(now: Samples) -> str | None:
+    """With a PostgreSQL store (standby routers): `router: a active, epoch 3, since ...; standby b (seen
+    0.2s ago)`; None without (no lease: nothing to say)."""
+    epochs = _by_label(now, "plexmq_router_epoch", "name")
+    if not epochs:
+        return None
+    name, epoch = next(iter(epochs.items()))
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now.get(
+        ("plexmq_router_active_since_seconds", (("name", name),)), 0.0)))
+    parts = [f"router: {name} active, epoch {epoch:.0f}, since {since}"]
+    seen = _by_label(now, "plexmq_router_member_seen_seconds", "name")
+    for (metric, labels), up in sorted(now.items()):
+        member = dict(labels)
+        if metric == "plexmq_router_member_up" and member["name"] != name:
+            gone = "" if up else ", gone"
+            parts.append(f"{member['state']} {member['name']} (seen {seen.get(member['name'], 0):.1f}s ago{gone})")
+    return "; ".join(parts)
 
 
 def tenant_table(now: Samples, before: Samples | None, seconds: float, tenant: str) -> str | None:

@@ -3,7 +3,9 @@
 Children are fresh interpreters (`python -m plexmq.router`, `python -m plexmq.workers`) that read their config from
 the environment; each dies with the acceptor (PR_SET_PDEATHSIG), so no orphan survives even a SIGKILL.
 A child that dies is restarted at once and the reason logged; one that keeps dying stops the broker, and
-so does one whose exit status says that a restart would not help (STORE_FAILED, LINK_REFUSED).
+so does one whose exit status says that a restart would not help (STORE_FAILED, LINK_REFUSED). A router
+that stepped down (STEPPED_DOWN: it lost its lease) is restarted too, as a standby, and that is no crash:
+a flapping database must not make the broker give up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from plexmq.process import CONFIG_ENV, LINK_REFUSED, STORE_FAILED, child_env
+from plexmq.process import CONFIG_ENV, LINK_REFUSED, STEPPED_DOWN, STORE_FAILED, child_env
 from plexmq.workers import handoff
 
 log = logging.getLogger("plexmq.acceptor")
@@ -110,6 +112,11 @@ class Supervisor:
             if child.worker_id is not None and child.proc.returncode == LINK_REFUSED:
                 self.on_give_up(f"the router refused {child.name}'s link (see the line above)")
                 return
+            if child.worker_id is None and child.proc.returncode == STEPPED_DOWN:
+                # its own line says why; a standby waits for the lease, so no delay beyond the first's
+                log.info("router (pid %d) stepped down: restarting it as a standby", child.proc.pid)
+                self._restart_later(child, RESTART_DELAY)
+                continue
             now = time.monotonic()
             child.crashes.append(now)
             while child.crashes and now - child.crashes[0] > CRASH_WINDOW:
@@ -119,9 +126,12 @@ class Supervisor:
                 return
             delay = min(RESTART_DELAY * 2 ** (len(child.crashes) - 1), RESTART_DELAY_MAX)
             log.error("%s (pid %d) %s: restarting it in %.1f s", child.name, child.proc.pid, reason, delay)
-            child.proc = None  # reaped: the next SIGCHLD must not see it again
-            self._close_channel(child)
-            self.loop.call_later(delay, self._restart, child)
+            self._restart_later(child, delay)
+
+    def _restart_later(self, child: Child, delay: float) -> None:
+        child.proc = None  # reaped: the next SIGCHLD must not see it again
+        self._close_channel(child)
+        self.loop.call_later(delay, self._restart, child)
 
     def _restart(self, child: Child) -> None:
         if self.stopping:

@@ -23,6 +23,9 @@ PR_SET_PDEATHSIG = 1
 CONFIG_ENV = "PLEXMQ_CONFIG"
 STORE_FAILED = 3  # the router's exit status when it cannot open its store: restarting would not help
 LINK_REFUSED = 4  # a node's worker's exit status when the router speaks another link protocol: nor would this
+# the router's exit status when it lost its lease or could not renew it in time (a PostgreSQL store):
+# not a crash, and restarted at once, it comes back as a standby
+STEPPED_DOWN = 5
 
 LOG_FORMAT = "%(asctime)s %(levelname)s plexmq.{role}[%(process)d]: %(message)s"  # role: acceptor, router, worker-N
 

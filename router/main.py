@@ -9,16 +9,19 @@ import queue
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from plexmq.process import STORE_FAILED, become_child, child_config, missed_reload
+from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload
 from plexmq.router.core import Router
+from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
 from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
+from plexmq.router.standby import wait_for_lease
 from plexmq.router.stats import Stats
 from plexmq.router.store import Store, StoreError, open_store
 from plexmq.router.tenants import UNLIMITED
@@ -56,16 +59,34 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
     sock.bind(config["router_endpoint"])
-    store = open_store(config)
+    # a PostgreSQL store is shared by several routers: this one is a standby until it holds the lease
+    lease = Lease(config["store"], config["router_name"], config["router_endpoint"], config["router_lease"]) \
+        if is_postgres(config["store"]) else None
+    taken = wait_for_lease(sock, lease, lambda: stopping) if lease is not None else None
+    if lease is not None and taken is None:  # SIGTERM while a standby
+        lease.close()
+        _close(ctx, sock, auth)
+        log.info("router stopped")
+        return
     expiration = parse_duration(config["persistent_client_expiration"] or "0")
-    router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store, expiration,
-                    config["shared_subscription_strategy"], config["link_timeout"])
+    if lease is not None:
+        lease.watch()  # steps down when renewals stop, even while the loop waits in a commit
+    with lease.held() if lease is not None else nullcontext():  # the load may take longer than the lease
+        store = open_store(config, lease.fence() if lease is not None else None)
+        router = Router(config["max_inflight"], config["max_queued_messages"], config["max_queued_bytes"], store,
+                        expiration, config["shared_subscription_strategy"], config["link_timeout"])
     apply_tenants(router, config)
     links = router.links
     log.info("router listening on %s", config["router_endpoint"])
+    members = None
+    if lease is not None and taken is not None:
+        log.info("router %s is active, epoch %d, %s", lease.name, taken.epoch,
+                 f"took over from {taken.previous} after {taken.gap:.1f} s" if taken.previous else "the first holder")
+        members = Members(lease)
+        members.start()
     expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval
-    stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"])
+    stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"], members)
     turns = TurnMetrics()
     listings: queue.Queue[Request] = queue.Queue()
     if config["metrics_port"] >= 0:
@@ -98,8 +119,10 @@ def serve(config: dict) -> None:
     accept = links.accept
     deadlines = router.deadlines
     while not stopping:
-        try:  # wait no longer than the once-a-second work or the first deadline
-            ready = poller.poll(_wait_ms(next_refresh - time.monotonic(), deadlines.first - time.time()))
+        try:  # wait no longer than the once-a-second work, the first deadline or the lease's renewal
+            now = time.monotonic()
+            ready = poller.poll(_wait_ms(next_refresh - now, deadlines.first - time.time(),
+                                         lease.renew_due(now) if lease is not None else math.inf))
         except zmq.ZMQError:
             continue  # interrupted by a signal
         drained = 0
@@ -159,31 +182,48 @@ def serve(config: dict) -> None:
         frames = router.take_frames(split=durable)
         for worker, at_once, _ in frames:
             send(worker, at_once)
-        if durable and store is not None:
-            commit(store)  # before any acknowledgement: what a PUBACK or SUBACK acknowledges is stored
+        if store is not None and (durable or lease is not None and lease.renew_due(now) <= 0):
+            # before any acknowledgement: what a PUBACK or SUBACK acknowledges is on disk; with a lease
+            # the commit carries its fence and renews it (an empty one while idle)
+            commit(store, lease)
         for worker, _, later in frames:
             send(worker, later)
         if drained:
             turns.observe(drained, time.perf_counter() - started)
     if store is not None:
         store.close()
+    if members is not None:
+        members.stopping.set()
+    _close(ctx, sock, auth)
+    log.info("router stopped")
+
+
+def _close(ctx: zmq.Context, sock: zmq.Socket, auth: ThreadAuthenticator | None) -> None:
     sock.close(0)
     if auth is not None:
         auth.stop()  # its sockets would keep ctx.term() waiting
     ctx.term()
-    log.info("router stopped")
 
 
-def commit(store: Store) -> None:
-    """`Store.commit`, or the router's end when it fails (status 1: the supervisor restarts it, and the
-    new router starts from the last commit). Not STORE_FAILED: that one means "cannot open", which a
-    restart would not mend, whereas a database that went away for a moment may be back."""
+def commit(store: Store, lease: Lease | None) -> None:
+    """`Store.commit`; with a lease, a renewal of it (the commit carries its fence). When it fails:
+    without a lease the router ends (status 1: the supervisor restarts it, and the new router starts from
+    the last commit; not STORE_FAILED, which means "cannot open": a database that went away for a moment
+    may be back); with one it steps down (the fence's division by zero: another router holds the lease;
+    any other error: the database is unreachable, and a standby may take over meanwhile)."""
+    started = time.monotonic()
     try:
         store.commit()
     except StoreError as exc:
-        log.critical("router stops: the store failed: %s", exc)
-        logging.shutdown()
-        os._exit(1)
+        if lease is None:
+            log.critical("router stops: the store failed: %s", exc)
+            logging.shutdown()
+            os._exit(1)
+        if "division by zero" in str(exc) or "division by zero" in str(exc.__cause__):
+            raise SteppedDown(f"another router took the lease (epoch {lease.epoch}): stepping down") from exc
+        raise SteppedDown(f"router stops: the store failed: {exc}: stepping down") from exc
+    if lease is not None:
+        lease.renewed(started)
 
 
 def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:
@@ -252,6 +292,10 @@ def main() -> None:
     except StoreError as exc:
         log.critical("cannot open the store: %s", exc)
         sys.exit(STORE_FAILED)
+    except SteppedDown as exc:
+        log.error("%s", exc)
+        logging.shutdown()
+        os._exit(STEPPED_DOWN)  # as a standby the supervisor's restart brings it back
     logging.shutdown()
     os._exit(0)  # the store is closed: freeing millions of queued messages one by one would only delay the exit
 

@@ -26,6 +26,7 @@ from plexmq.mqtt import PROTOCOLS
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
+    from plexmq.router.lease import Members
     from plexmq.router.tenants import Tenant
 
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")
@@ -42,8 +43,10 @@ class Stats:
     """Worker reports and the router's counters. The router's loop calls `refresh` once a second;
     the metrics thread reads only the snapshot it leaves (never the router's live dicts)."""
 
-    def __init__(self, router: Router, acceptor_pid: int, per_tenant: bool = True, declared: Iterable[str] = ()) -> None:
+    def __init__(self, router: Router, acceptor_pid: int, per_tenant: bool = True, declared: Iterable[str] = (),
+                 members: Members | None = None) -> None:
         self.router = router
+        self.members = members  # the routers sharing a PostgreSQL store (None: SQLite, no lease)
         self.per_tenant = per_tenant  # metrics_tenants
         self.declared = set(declared)  # the config's tenants, which exist before any client names them
         self.started = time.time()
@@ -71,6 +74,7 @@ class Stats:
             **{name: sum(h[name] for h in held.values()) for name in HELD},
             **totals,
             "tenants": self._tenants(workers, held) if self.per_tenant else {},
+            "router": self._router(),
         }
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
 
@@ -118,6 +122,16 @@ class Stats:
             if report.get("node") in nodes:
                 nodes[report["node"]]["clients"] += report["clients"]
         return dict(sorted(nodes.items()))
+
+    def _router(self) -> dict[str, Any]:
+        """This (active) router's lease and every router's last word in router_members; {} without a lease.
+        failovers: the lease has passed on epoch - 1 times since the first router took it."""
+        if self.members is None:
+            return {}
+        lease = self.members.lease
+        return {"name": lease.name, "epoch": lease.epoch, "active_since": lease.since, "failovers": lease.epoch - 1,
+                "members": {m.name: {"state": m.state, "seen": m.age, "up": m.age <= self.members.silent_after}
+                            for m in self.members.seen}}
 
     def _update_loads(self, now: float, received: int, sent: int) -> None:
         """Exponentially averaged messages per minute over 1, 5 and 15 minutes."""
@@ -183,6 +197,12 @@ class Stats:
             for key in ("address", "state", "workers"):
                 yield f"$SYS/broker/nodes/{name}/{key}", str(node[key]).encode()
             yield f"$SYS/broker/nodes/{name}/clients/connected", str(node["clients"]).encode()
+        if snap["router"]:
+            for key in ("name", "epoch", "failovers"):
+                yield f"$SYS/broker/router/{key}", str(snap["router"][key]).encode()
+            yield "$SYS/broker/router/active_since", str(int(snap["router"]["active_since"])).encode()
+            for name, member in snap["router"]["members"].items():
+                yield f"$SYS/broker/router/members/{name}/state", (member["state"] if member["up"] else "gone").encode()
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus view of the same numbers (prometheus_client calls it on each scrape)."""
@@ -205,6 +225,8 @@ class Stats:
                 node_workers.add_metric([name], node["workers"])
                 node_clients.add_metric([name], node["clients"])
             yield from (up, node_workers, node_clients)
+        if snap["router"]:
+            yield from _router_metrics(snap["router"])
         protocols = GaugeMetricFamily("plexmq_clients_protocol", "Connected clients (CONNACK sent), by MQTT version",
                                       labels=["protocol"])
         for protocol, count in snap["protocols"].items():
@@ -260,6 +282,24 @@ class Stats:
 
 # what the router holds of each tenant, summed for the broker-wide figures (`_held`)
 HELD = ("sessions", "offline", "subscriptions", "session_queued", "retained")
+
+
+def _router_metrics(router: dict[str, Any]) -> Iterator[Metric]:
+    """The lease as the active router holds it, and each router's state (a standby serves no /metrics)."""
+    epoch = GaugeMetricFamily("plexmq_router_epoch", "The lease's epoch the active router holds (one more at each "
+                              "takeover)", labels=["name"])
+    epoch.add_metric([router["name"]], router["epoch"])
+    since = GaugeMetricFamily("plexmq_router_active_since_seconds", "Unix time the active router took the lease",
+                              labels=["name"])
+    since.add_metric([router["name"]], router["active_since"])
+    up = GaugeMetricFamily("plexmq_router_member_up", "Whether a router sharing the store said its state lately (1) "
+                           "or not (0)", labels=["name", "state"])
+    seen = GaugeMetricFamily("plexmq_router_member_seen_seconds", "Seconds since a router sharing the store last "
+                             "said its state", labels=["name"])
+    for name, member in router["members"].items():
+        up.add_metric([name, member["state"]], member["up"])
+        seen.add_metric([name], member["seen"])
+    yield from (epoch, since, up, seen)
 
 
 def _unused() -> dict:
