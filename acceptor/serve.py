@@ -112,8 +112,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
                 claim = claim_data_dir(config["data_dir"])
             check_store(config)
         except StoreError as exc:
-            print(f"plexmq: cannot use the {'data dir' if not config['store'] else 'store'}: {exc}", file=sys.stderr)
-            return 1
+            if not exc.unreachable:
+                print(f"plexmq: cannot use the {'data dir' if not config['store'] else 'store'}: {exc}",
+                      file=sys.stderr)
+                return 1
+            log.warning("the store does not answer yet: %s (the router waits for it as a standby)", exc)
     archive = config["archive"]
     if archive["enabled"] and role != "router":
         archive["dir"] = os.path.abspath(archive["dir"])

@@ -32,7 +32,13 @@ Fence = tuple[str, tuple]  # a statement every PostgreSQL commit runs first (the
 
 
 class StoreError(Exception):
-    """One line naming the store (file, or host/port/database) and what is wrong with it."""
+    """One line naming the store (file, or host/port/database) and what is wrong with it. `unreachable`:
+    a shared store's server did not answer (it may come back: the routers wait for it), as opposed to
+    one that refused us or holds what this plexmq cannot read."""
+
+    def __init__(self, line: str, unreachable: bool = False) -> None:
+        super().__init__(line)
+        self.unreachable = unreachable
 
 
 class Carried(NamedTuple):

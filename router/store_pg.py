@@ -13,6 +13,7 @@ about `timeout` seconds, never hangs: connect_timeout, TCP keepalives and user t
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from itertools import groupby
 
@@ -110,6 +111,11 @@ def describe(dsn: str) -> str:
     return f"postgresql://{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
+# a server that answered and refused us (a wrong user, password, database or pg_hba.conf): a config
+# error to stop at; any other failure to connect is an outage the routers wait out
+_REFUSED = re.compile(r"authentication|pg_hba\.conf|does not exist|permission denied|invalid", re.I)
+
+
 def connect(dsn: str, timeout: float = TIMEOUT) -> psycopg.Connection:
     """A connection that fails instead of hanging when the database goes away (libpq's parameters);
     not in autocommit: the first statement begins a transaction. psycopg.Error when it cannot."""
@@ -131,6 +137,9 @@ class PgStore(Store):
         self.fence = fence
         try:
             self.db = connect(dsn, timeout)
+        except psycopg.OperationalError as exc:
+            raise self.failed(exc, unreachable=not _REFUSED.search(str(exc))) from None
+        try:
             with self.db.transaction():
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 self.db.execute(_TABLES)
@@ -142,9 +151,9 @@ class PgStore(Store):
             raise self.failed(exc) from None
         self.verify()
 
-    def failed(self, exc: Exception) -> StoreError:
+    def failed(self, exc: Exception, unreachable: bool = False) -> StoreError:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        return StoreError(f"{self.name}: {'; '.join(lines) or type(exc).__name__}")
+        return StoreError(f"{self.name}: {'; '.join(lines) or type(exc).__name__}", unreachable)
 
     def verify(self) -> None:
         """The schema version only: the database keeps its pages itself. A newer plexmq's store is refused."""
