@@ -41,6 +41,7 @@ from plexmq.mqtt.v4 import decode_connack, encode_connect, encode_puback, encode
 
 SEQ = struct.Struct(">Id")  # sequence number, publish time (time.time())
 TOPIC = b"failover/stream"
+QUEUE = 20_000  # max_queued_messages: the backlog of a failover must not overflow the subscriber's queue
 READY_WAIT = 30.0  # seconds a router, the node or a takeover may take before the run fails
 
 
@@ -70,7 +71,7 @@ class Routers:
     def _serve(self, name: str, *args: str, config: str = "") -> None:
         conf = os.path.join(self.base, f"{name}.toml")
         with open(conf, "w") as f:
-            f.write(f'run_dir = "{os.path.join(self.base, name + "-run")}"\n{config}')
+            f.write(f'run_dir = "{os.path.join(self.base, name + "-run")}"\nmax_queued_messages = {QUEUE}\n{config}')
         log = open(os.path.join(self.base, f"{name}.log"), "ab")  # noqa: SIM115  # the child holds it
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", conf, "--router-curve-dir", self.keys,
@@ -111,9 +112,10 @@ class Routers:
         return (row[0], row[1]) if row else None
 
 
-async def until(predicate: Callable[[], object], limit: float, what: str) -> None:
+async def until(predicate: Callable[[], object], limit: float, what: str, check: Callable[[], None] = lambda: None) -> None:
     deadline = time.monotonic() + limit
     while not predicate():
+        check()
         if time.monotonic() > deadline:
             raise TimeoutError(f"no {what} within {limit:g} s")
         await asyncio.sleep(0.01)
@@ -166,14 +168,15 @@ async def publish(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
                     stream.acked.add(seq)
 
     reading = asyncio.ensure_future(acks())
-    started = time.monotonic()
+    due = time.monotonic()
     while not stop.is_set():
-        due = started + stream.sent / rate
         if (wait := due - time.monotonic()) > 0:
             await asyncio.sleep(wait)
         if len(pending) >= window:
             await asyncio.sleep(0.005)
+            due = time.monotonic()  # a device that waited does not burst to catch up afterwards
             continue
+        due += 1 / rate
         seq = stream.sent
         pid = seq % 65535 + 1
         pending[pid] = seq
@@ -195,10 +198,16 @@ async def measure(routers: Routers, runs: int, rate: float) -> dict:
     stop = asyncio.Event()
     publishing = asyncio.ensure_future(publish(*pub, stream, rate, stop))
     takeovers, resumptions = [], []
+
+    def check() -> None:  # a client task that died says why, instead of a wait that times out
+        for task in (receiving, publishing):
+            if task.done() and task.exception() is not None:
+                raise RuntimeError(f"a client failed: {task.exception()!r}")
+
     try:
         for _ in range(runs):
             await until(lambda: len(stream.got) > stream.sent - rate / 2 and stream.sent > rate, READY_WAIT,
-                        "a steady stream")
+                        "a steady stream", check)
             active = routers.holder()
             assert active is not None
             name, epoch = active
