@@ -52,6 +52,7 @@ _ACQUIRE = ("UPDATE router_lease l SET epoch = l.epoch + 1, holder = %s, endpoin
 # transaction when the epoch is no longer ours (another router took the lease)
 FENCE = ("WITH f AS (UPDATE router_lease SET expires = now() + make_interval(secs => %s) WHERE id = 1 AND epoch = %s "
          "RETURNING 1) SELECT 1 / count(*) FROM f")
+_RELEASE = "UPDATE router_lease SET expires = now() WHERE id = 1 AND epoch = %s"
 _HOLDER = ("SELECT holder, CASE WHEN expires > now() THEN endpoint ELSE '' END, epoch FROM router_lease WHERE id = 1")
 _SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (name) DO UPDATE "
         "SET endpoint = excluded.endpoint, state = excluded.state, epoch = excluded.epoch, seen = excluded.seen")
@@ -193,6 +194,15 @@ class Lease:
 
     def members(self) -> list[Member]:
         return [Member(*row) for row in self._conn().execute(_MEMBERS).fetchall()]
+
+    def release(self) -> None:
+        """A graceful stop of the active: the lease lapses now, so a standby takes over within lease/8
+        instead of waiting out the lease (its epoch fences nothing more: this router has committed its last)."""
+        try:
+            self._conn().execute(_RELEASE, (self.epoch,))
+        except psycopg.Error as exc:
+            log.warning("router %s could not hand the lease back: %s (a standby takes it when it lapses)",
+                        self.name, one_line(exc))
 
     def close(self) -> None:
         if self._db is not None:

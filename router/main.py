@@ -194,6 +194,10 @@ def serve(config: dict) -> None:
         store.close()
     if members is not None:
         members.stopping.set()
+        members.join(2 * lease.seconds if lease is not None else 1.0)  # the lease's connection is ours again
+    if lease is not None and taken is not None:
+        lease.release()
+        lease.close()
     _close(ctx, sock, auth)
     log.info("router stopped")
 

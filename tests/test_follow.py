@@ -207,6 +207,47 @@ def test_a_silent_router_is_left_after_1_5_s_and_a_round_of_silence_said_once(
     assert "no answer from the router at" not in log, "the one-router warning is for one router"
 
 
+def test_a_worker_waits_at_a_standby_naming_the_router_that_went_silent_until_it_takes_over(
+        tmp_path: Path, keys: Path, fakes: list[FakeRouter], processes: list[Process]) -> None:
+    """The active router dies: its lease has not yet lapsed, so the standby still names it. Going back
+    to it would cost another 1.5 s of silence; the worker waits at the standby, joining it again every
+    0.5 s, and stays there once it answers as the active router."""
+    first = FakeRouter(keys, "active")
+    second = FakeRouter(keys, "standby")
+    fakes += [first, second]
+    second.active = first.endpoint
+    node, _port = start_node(processes, tmp_path, keys, [first.endpoint, second.endpoint])
+    wait_for(first.hellos, START_LIMIT, "the worker's HELLO at the first router")
+    first.mode = "silent"  # killed
+    node.wait_said(rf"router at {re.escape(second.endpoint)} is a standby and the active one is "
+                   rf"{re.escape(first.endpoint)}, silent here: waiting", "the worker to wait at the standby")
+    wait_for(lambda: len(second.hellos()) >= 3, START_LIMIT, "joins sent again to the standby")
+    hellos_at_first = len(first.hellos())
+    second.mode = "active"  # it took the lease over
+    joined = len(second.hellos())
+    wait_for(lambda: len(second.frames) > joined + 2, START_LIMIT, "the worker's frames at the new active router")
+    assert len(first.hellos()) == hellos_at_first, "the worker went back to the silent router"
+    assert len(second.hellos()) <= joined + 1, "the worker kept joining the router that answers"
+
+
+def test_a_worker_goes_back_to_a_router_silent_to_it_alone_after_waiting_3_s(
+        tmp_path: Path, keys: Path, fakes: list[FakeRouter], processes: list[Process]) -> None:
+    """A router silent to this node only keeps its lease (the standby names it for ever): after 3 s
+    at the standby the worker tries it again."""
+    first = FakeRouter(keys, "active")
+    second = FakeRouter(keys, "standby")
+    fakes += [first, second]
+    second.active = first.endpoint
+    node, _port = start_node(processes, tmp_path, keys, [first.endpoint, second.endpoint])
+    wait_for(first.hellos, START_LIMIT, "the worker's HELLO at the first router")
+    first.mode = "silent"
+    node.wait_said("waiting for it to take over", "the worker to wait at the standby")
+    hellos_at_first = len(first.hellos())
+    first.mode = "active"  # back for this node (a healed partition)
+    wait_for(lambda: len(first.hellos()) > hellos_at_first, START_LIMIT, "the worker to go back to the first router")
+    assert f"trying again: {first.endpoint}" in node.output()
+
+
 def test_the_live_sessions_are_registered_again_at_the_router_the_worker_follows(
         tmp_path: Path, keys: Path, fakes: list[FakeRouter], processes: list[Process]) -> None:
     first, second = FakeRouter(keys, "active"), FakeRouter(keys, "active")

@@ -20,6 +20,12 @@ log = logging.getLogger("plexmq.worker")
 FOLLOW_SILENCE = 1.5  # seconds without a frame before the router is taken for gone (it BEATs every second)
 FOLLOW_PAUSE = 0.5  # least seconds between two moves: while every router is a standby, no tight loop of joins
 WATCH_EVERY = 0.25  # seconds between two looks at the silence
+# seconds a worker stays at a standby that is about to take over: the active it names is the router this
+# worker left for silence (its lease not yet lapsed), or it names none (the lease has lapsed): going back
+# to the silent one would cost another FOLLOW_SILENCE. Bounded: a router silent to this node alone keeps
+# its lease, and the worker must go back to it.
+STAY = 3.0
+NUDGE_EVERY = 0.5  # seconds between two joins sent to the standby it stays at: the first after it takes over is taken
 
 
 class Follower:
@@ -31,6 +37,10 @@ class Follower:
         self.moves = 0  # moves since an active router last answered
         self.moved_at = worker.loop.time() - FOLLOW_PAUSE
         self.addresses = {worker.link.endpoint: worker.address}  # endpoint -> this host's address towards it
+        self.left = ""  # the endpoint the link last left for silence
+        self.left_at = 0.0
+        self.staying = 0.0  # loop.time() the worker began to stay at a standby (0: it is not staying)
+        self.standby_join = 0  # the last join a standby answered while the worker stays there
         if len(worker.link.endpoints) > 1:
             worker.loop.call_later(WATCH_EVERY, self._watch)
 
@@ -41,6 +51,15 @@ class Follower:
         link.next_in = 0
         if link.standby:
             return  # a move is due already (or, with one endpoint, the worker waits)
+        now = self.worker.loop.time()
+        if len(link.endpoints) > 1 and (not active or active == self.left) and now - self.left_at < STAY:
+            self.standby_join = link.join
+            if not self.staying:
+                self.staying = now
+                log.info("router at %s is a standby and the active one is %s: waiting for it to take over",
+                         link.endpoint, f"{active}, silent here" if active else "none")
+            return  # _watch joins it again every NUDGE_EVERY; after STAY the next STANDBY moves on
+        self.staying = 0.0
         link.standby = True
         if len(link.endpoints) == 1:
             log.info("router at %s is a standby (%s, active: %s): waiting for it to take over", link.endpoint, router,
@@ -63,10 +82,16 @@ class Follower:
         if worker.stopped:
             return
         link = worker.link
-        if worker.loop.time() - link.heard_at >= FOLLOW_SILENCE:
+        now = worker.loop.time()
+        if now - link.heard_at >= FOLLOW_SILENCE:
             target = self._next()
+            self.left, self.left_at, self.staying = link.endpoint, now, 0.0
             self._move(link.join, target, f"router at {link.endpoint} silent for {FOLLOW_SILENCE:g} s: trying {target}")
-        elif link.answered and not link.standby:
+        elif self.staying and link.answered and self.standby_join != link.join:
+            self.staying = 0.0  # the standby took over: it answered this join as the active one
+        elif self.staying and now - link.opened_at >= NUDGE_EVERY:
+            worker.rejoin("waiting at a standby about to take over", logging.DEBUG)
+        elif link.answered and not link.standby and not self.staying:
             self.moves = 0
         worker.loop.call_later(WATCH_EVERY, self._watch)
 
