@@ -200,6 +200,7 @@ class Lease:
         instead of waiting out the lease (its epoch fences nothing more: this router has committed its last)."""
         try:
             self._conn().execute(_RELEASE, (self.epoch,))
+            log.info("router %s hands the lease back (epoch %d): a standby takes over now", self.name, self.epoch)
         except psycopg.Error as exc:
             log.warning("router %s could not hand the lease back: %s (a standby takes it when it lapses)",
                         self.name, one_line(exc))

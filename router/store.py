@@ -142,9 +142,10 @@ def open_store(config: dict, fence: Fence | None = None) -> Store | None:
     if not config["persistence"]:
         return None
     if config["store"]:
-        from plexmq.router.store_pg import PgStore  # psycopg is imported only where PostgreSQL is used
+        from plexmq.router.store_pg import TIMEOUT, PgStore  # psycopg is imported only where PostgreSQL is used
 
-        return PgStore(config["store"], fence)
+        # with a lease, nothing may wait longer than the lease: its holder steps down at 0.75 of it anyway
+        return PgStore(config["store"], fence, min(config["router_lease"], TIMEOUT) if fence else TIMEOUT)
     from plexmq.router.store_sqlite import SqliteStore
 
     return SqliteStore(config["data_dir"], config["sync"])

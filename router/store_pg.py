@@ -122,7 +122,10 @@ def connect(dsn: str, timeout: float = TIMEOUT) -> psycopg.Connection:
     seconds = max(2, math.ceil(timeout))  # libpq's connect_timeout: whole seconds, at least 2
     return psycopg.connect(dsn, autocommit=False, connect_timeout=seconds, keepalives=1, keepalives_idle=1,
                            keepalives_interval=1, keepalives_count=seconds, tcp_user_timeout=int(timeout * 1000),
-                           options=f"-c statement_timeout={int(timeout * 1000)}")
+                           # a transaction whose client went silent mid-way (a cut link) would keep the
+                           # lease row locked: the server ends it (a turn's transaction is sent whole)
+                           options=f"-c statement_timeout={int(timeout * 1000)} "
+                                   f"-c idle_in_transaction_session_timeout={int(timeout * 1000)}")
 
 
 class PgStore(Store):
@@ -168,6 +171,7 @@ class PgStore(Store):
 
     def _rows(self, query: str) -> Iterable[tuple]:
         with self.db.transaction():
+            self.db.execute("SET LOCAL statement_timeout = 0")  # a load takes what it takes (the lease is kept)
             return self.db.execute(query).fetchall()  # store.py's constant text
 
     def commit(self) -> None:

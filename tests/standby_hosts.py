@@ -76,19 +76,21 @@ class StandbyNet(Net):
         return (rows[0][0], rows[0][1]) if rows else None
 
     def active(self, timeout: float = START_LIMIT) -> Host:
-        """The router holding the lease, once one does and serves its metrics."""
-        found = wait_for(self.lease, timeout, "a router to hold the lease")
-        r = self.hosts[found[0]]
-        self.metrics_url = f"http://{r.front_ip}:{METRICS_PORT}"
-        wait_for(lambda: self._serves(), timeout, f"the active router {r.name} to serve its metrics")
-        return r
-
-    def _serves(self) -> bool:
-        try:
-            scrape(self.metrics_url)
-        except OSError:
-            return False
-        return True
+        """The router holding the lease, once one does and serves its metrics (right after a kill the
+        lease still names the dead router until it lapses: asked again each time)."""
+        def serving() -> Host | None:
+            found = self.lease()
+            if found is None:
+                return None
+            r = self.hosts[found[0]]
+            url = f"http://{r.front_ip}:{METRICS_PORT}"
+            try:
+                scrape(url)
+            except OSError:
+                return None
+            self.metrics_url = url
+            return r
+        return wait_for(serving, timeout, "a router to hold the lease and serve its metrics")
 
     def metrics(self) -> Samples:
         """As Net.metrics, of whichever router is active now."""

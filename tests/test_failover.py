@@ -4,7 +4,8 @@ own, nodes list both, clients stay on their nodes (tests/standby_hosts.py).
 Faults, each on hosts of its own: kill -9 of the active router's host during QoS 1 streams and with
 an offline session queued; its link cut (it steps down before the standby takes the lease) and healed
 (it comes back as a standby, never a second active); the database down for a while; both routers
-started at once (the fixture does, every time: exactly one is active). The only timing assertion is
+started at once (the fixture does, every time: exactly one is active). Queued messages and retained
+messages carry over; carried wills are tested in-process (tests/test_carried_wills.py). The only timing assertion is
 the issue's failover bound, with a margin for this 2-core machine.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.mqtt import v4 as p
 from tests.conftest import wait_for
 from tests.standby_hosts import LEASE, ROUTERS, StandbyNet, open_standby_net, when
 from tests.steps import ping, publish, receive, subscribe, sync, uid
@@ -64,6 +66,8 @@ def test_sigkill_of_the_active_routers_host_loses_no_acknowledged_message(net: S
     feeder = net.host("n2").client()
     for i, payload in enumerate(queued, 1):
         publish(feeder, queued_t, payload, 1, packet_id=i)
+    retained_t = f"fo/ret/{uid()}"
+    publish(feeder, retained_t, b"kept", 1, retain=True, packet_id=len(queued) + 1)
     _cid, topic, reader, pub = across(net, "fo")
     epoch = (net.lease() or ("", 0))[1]
     killed_at: list[float] = []
@@ -90,6 +94,10 @@ def test_sigkill_of_the_active_routers_host_loses_no_acknowledged_message(net: S
     check_all_acked_came(acked, reader.stop(), sync(reader.c))
     back = net.host("n2").client(queued_id, clean=False)
     assert [m.payload for m in receive(back, payloads=queued, timeout=10)] == queued
+    late = net.host("n1").client()
+    assert subscribe(late, 1, [(retained_t, 1)]) == [1]
+    assert [(m.payload, m.retain) for m in receive(late, count=1)] == [(b"kept", True)], "the retained message"
+    bye(late)
     net.start_router_named(first.name)
     wait_for(lambda: "standby" in first.since_start(), 10, f"{first.name} to come back as a standby")
     assert (net.lease() or ("", 0))[0] == holder[0], "the restarted router took the lease back"
@@ -123,38 +131,43 @@ def test_a_cut_active_router_steps_down_before_the_standby_takes_over_and_comes_
     bye(c, d)
 
 
-def test_the_database_down_for_a_while_loses_nothing_acknowledged(net: StandbyNet) -> None:
-    """PostgreSQL killed mid-stream, then started again: the active router cannot commit and steps
-    down, the clients stay connected and get no PUBACK meanwhile; once the database is back one router
-    takes the lease and every acknowledged message arrives."""
+@pytest.mark.parametrize("fault", ["killed", "cut off"])
+def test_the_database_down_for_a_while_loses_nothing_acknowledged(net: StandbyNet, fault: str) -> None:
+    """PostgreSQL killed (then started again) or cut off from the routers (then healed) mid-stream: the
+    active router cannot commit and steps down, the clients stay connected and get no PUBACK meanwhile;
+    once the database is back one router takes the lease and every acknowledged message arrives."""
     assert net.pg is not None
     n = 2000
     first = net.active()
     _cid, topic, reader, pub = across(net, "db")
-    killed = []
+    pg_host = net.host("pg")
+    down: list[float] = []
 
-    def kill_db() -> None:
+    def fail() -> None:
         assert net.pg is not None
-        net.pg.kill()
-        killed.append(time.monotonic())
+        if fault == "killed":
+            net.pg.kill()
+        else:
+            pg_host.cut()
+        down.append(time.monotonic())
 
-    restarted = []
+    back: list[float] = []
 
-    def restart_later() -> None:
+    def recover() -> None:
+        wait_for(lambda: down, 60, "the fault")
         wait_for(lambda: STEPPED_DOWN in first.output(), 15, "the active router to step down")
         assert net.pg is not None
-        net.pg.start()
-        restarted.append(time.monotonic())
+        if fault == "killed":
+            net.pg.start()
+        else:
+            pg_host.heal()
+        back.append(time.monotonic())
 
-    def after_the_kill() -> None:
-        wait_for(lambda: killed, 60, "the kill")
-        restart_later()
-
-    helper = threading.Thread(target=after_the_kill, daemon=True)
+    helper = threading.Thread(target=recover, daemon=True)
     helper.start()
-    acked = stream(pub, topic, n, kill_at=n // 3, kill=kill_db, stall=40.0)
+    acked = stream(pub, topic, n, kill_at=n // 3, kill=fail, stall=40.0)
     helper.join(30)
-    assert restarted, "the database was not started again"
+    assert back, "the database did not come back"
     net.active(timeout=30)
     for node in ("n1", "n2"):
         net.wait_joined(node, timeout=30)
@@ -165,3 +178,23 @@ def test_the_database_down_for_a_while_loses_nothing_acknowledged(net: StandbyNe
              "every acknowledged message to reach the subscriber")
     check_all_acked_came(acked, reader.stop(), sync(reader.c))
     bye(reader.c, pub)
+
+
+def test_the_will_of_a_client_whose_node_died_with_the_router_is_published_once(net: StandbyNet) -> None:
+    """n1 and the active router's host die together: the new active router has the will of n1's
+    client from the store (a shared store carries the wills of live connections) and, n1 never
+    joining it, publishes it once after link_timeout."""
+    first = net.active()
+    will_t = f"fo/will/{uid()}"
+    watcher = net.host("n2").client()
+    assert subscribe(watcher, 1, [(will_t, 1)]) == [1]
+    net.host("n1").client(f"fo-will-{uid()}", will=p.Will(will_t, b"gone", 1, False))
+    ping(watcher)  # a round trip through the router after the CONNECT: its will is committed by now
+    net.host("n1").kill()
+    first.kill()
+    net.active(timeout=TAKEOVER_LIMIT + 10)
+    net.wait_joined("n2")  # before the barrier below: a join renewed under a SUBSCRIBE closes its client
+    got = receive(watcher, count=1, timeout=20)
+    assert [(m.topic, m.payload) for m in got] == [(will_t, b"gone")]
+    assert sync(watcher) == [], "the will was published more than once"
+    bye(watcher)

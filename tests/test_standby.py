@@ -188,6 +188,25 @@ def test_one_active_the_other_standby_and_a_kill_fails_over(routers: Callable[[s
 
 
 @needs_pg
+def test_a_graceful_stop_of_the_active_hands_the_lease_over_at_once(routers: Callable[[str], RouterHost]) -> None:
+    """SIGTERM (an upgrade, systemctl restart): the active router hands the lease back after its last
+    commit, so the standby takes over without waiting the lease out (a lease of 30 s here: a takeover
+    that waited for it would miss the bound)."""
+    a, b = routers("a"), routers("b")
+    for r in (a, b):
+        r.args[r.args.index("--router-lease") + 1] = "30"
+    a.start()
+    wait_for(lambda: active_line(a), START_LIMIT, "a to become active")
+    b.start()
+    wait_for(lambda: b.logged(r"router b is a standby \(active: a at "), START_LIMIT, "b to become a standby")
+    mark = len(b.output())
+    a.stop()
+    assert "router a hands the lease back" in a.output(), a.output()[-2000:]
+    found = wait_for(lambda: active_line(b, mark), 15, "b to take over long before a's 30 s lease lapses")
+    assert (found.group(1), found.group(3)) == ("2", "a"), found.group(0)
+
+
+@needs_pg
 def test_a_router_whose_lease_is_taken_steps_down_and_comes_back_as_a_standby(
         routers: Callable[[str], RouterHost]) -> None:
     a = routers("a")
