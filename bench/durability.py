@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 import psutil
 
 from plexmq.bench.brokers import BrokerSpec, RunningBroker
-from plexmq.bench.monitor import process_name
+from plexmq.bench.monitor import cpu_seconds, process_name
 from plexmq.mqtt.v4 import (
     MalformedPacket,
     decode_connack,
@@ -375,7 +375,12 @@ def run(plan: Plan, workers: int, extra: list[str], data_dir: str | None, timeou
         result["rss_sessions_mb"] = rss_mb(broker)
         say(f"  {result['sessions_ok']:,} sessions in {result['sessions_s']} s; "
             f"router {result['rss_sessions_mb']['router']} MB. Publishing {plan.sessions * plan.messages:,} messages")
+        router = router_of(broker)
+        cpu_before = cpu_seconds([router]) if router is not None else 0.0
         result.update(uvloop.run(fill(plan)))
+        if router is not None:  # what the store costs the router per message kept (the fill is all QoS 1 to stored sessions)
+            result["fill_router_cpu_s"] = round(cpu_seconds([router]) - cpu_before, 2)
+            result["fill_router_us_per_msg"] = round(1e6 * result["fill_router_cpu_s"] / max(result["published"], 1), 1)
         time.sleep(1.0)
         result["rss_filled_mb"] = rss_mb(broker)
         result["disk_filled"] = disk(data_dir)
@@ -428,7 +433,8 @@ def table(r: dict) -> str:
         ("sessions", f"{r.get('sessions_ok', 0):,} in {r.get('sessions_s', '-')} s "
                      f"({r.get('sessions_rate', 0):,}/s), refused {r.get('sessions_refused', 0)}, "
                      f"errors {r.get('sessions_errors', 0)} {r.get('sessions_error') or ''}".rstrip()),
-        ("fill", f"{r.get('published', 0):,} acknowledged in {r.get('fill_s', '-')} s ({r.get('fill_rate', 0):,}/s)"),
+        ("fill", f"{r.get('published', 0):,} acknowledged in {r.get('fill_s', '-')} s ({r.get('fill_rate', 0):,}/s); "
+                 f"router CPU {r.get('fill_router_cpu_s', '-')} s, {r.get('fill_router_us_per_msg', '-')} us per message"),
         ("rss empty", mb(r.get("rss_empty_mb"))),
         ("rss sessions", mb(r.get("rss_sessions_mb"))),
         ("rss filled", mb(r.get("rss_filled_mb"))),

@@ -126,7 +126,7 @@ class Store:
                     "FROM live_wills"):
                 will = Will(topic, payload, qos, bool(retain), props, expiry, delay)
                 loaded.carried.append(Carried(tenant, client_id, worker.encode(), conn_id, will))
-            loaded.next_seq = (next(iter(rows("SELECT max(seq) FROM messages")))[0] or 0) + 1
+            loaded.next_seq = (list(rows("SELECT max(seq) FROM messages"))[0][0] or 0) + 1
         except self.errors as exc:
             raise self.failed(exc) from None
         return loaded

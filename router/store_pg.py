@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterator
 from itertools import groupby
 
 import psycopg
@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from plexmq.router import journal as op
 from plexmq.router.store import SCHEMA_VERSION, Fence, Store, StoreError
 
+LOAD_BATCH = 5000  # rows converted at a time while a router loads the store
 TIMEOUT = 5.0  # seconds a connect, a statement or an unanswered send may take
 
 _TABLES = """
@@ -169,10 +170,14 @@ class PgStore(Store):
         if version != SCHEMA_VERSION:
             raise StoreError(f"{self.name}: store schema version {version}, this plexmq reads {SCHEMA_VERSION}")
 
-    def _rows(self, query: str) -> Iterable[tuple]:
+    def _rows(self, query: str) -> Iterator[tuple]:
+        """The rows in batches of LOAD_BATCH from a server-side cursor: converting a million rows at once
+        would hold the GIL for seconds, and the threads that renew and watch the lease meanwhile need it."""
         with self.db.transaction():
             self.db.execute("SET LOCAL statement_timeout = 0")  # a load takes what it takes (the lease is kept)
-            return self.db.execute(query).fetchall()  # store.py's constant text
+            with self.db.cursor(name="load") as cursor:
+                cursor.itersize = LOAD_BATCH
+                yield from cursor.execute(query)  # store.py's constant text
 
     def commit(self) -> None:
         ops = self.ops
