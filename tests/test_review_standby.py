@@ -1,0 +1,95 @@
+"""Adversarial review of issue 24 (standby routers on PostgreSQL): each test here states a promise of
+docs/architecture.md §12 / the issue and fails while the product breaks it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from plexmq.bench import postgres
+from tests.conftest import ROOT, free_port
+from tests.hosts import make_keys
+from tests.test_standby import RouterHost
+
+needs_pg = pytest.mark.skipif(not postgres.installed(), reason="no PostgreSQL server installed")
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[postgres.PostgreSQL]:
+    server = postgres.PostgreSQL()
+    yield server
+    server.remove()
+
+
+def _serve_router(tmp_path: Path, dsn: str, seconds: float) -> subprocess.CompletedProcess[str]:
+    """`plexmq serve --role router --store DSN` for at most `seconds` (then SIGTERM): its output."""
+    keys = make_keys(tmp_path / "keys")
+    (tmp_path / "plexmq.toml").write_text("")
+    args = [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(tmp_path / "plexmq.toml"),
+            "--role", "router", "--router-bind", f"tcp://127.0.0.1:{free_port()}", "--router-curve-dir", str(keys),
+            "--store", dsn, "--metrics-port", "-1", "--data-dir", str(tmp_path / "data")]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=15)
+    return subprocess.CompletedProcess(args, proc.returncode, out, "")
+
+
+# --- config errors stop startup with one line and never print the DSN password -------------------------
+
+@pytest.mark.parametrize("dsn, secret", [
+    ("postgresql://plexmq:p%ZZs3cretword@127.0.0.1:1/plexmq", "s3cretword"),  # a '%' not percent-encoded
+    ("postgresql://plexmq:s3cretword@127.0.0.1:1/plexmq?bogus=1", None),  # an unknown URI query parameter
+])
+def test_an_invalid_store_dsn_stops_startup_with_one_line_without_the_password(tmp_path: Path, dsn: str,
+                                                                              secret: str | None) -> None:
+    done = _serve_router(tmp_path, dsn, 8)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 1, done.stdout
+    assert len(lines) == 1 and lines[0].startswith("plexmq: "), done.stdout  # today: a 36-line traceback
+    if secret is not None:
+        assert secret not in done.stdout
+
+
+def test_a_password_with_an_unencoded_at_sign_is_not_logged_as_the_host(tmp_path: Path) -> None:
+    # libpq splits the authority at the first '@': the rest of the password becomes the host, which
+    # store_pg.describe() puts in every log line ("the store does not answer yet: postgresql://w0rd-s3cret@...")
+    done = _serve_router(tmp_path, "postgresql://plexmq:p@ssw0rd-s3cret@127.0.0.1:1/plexmq", 5)
+    assert "ssw0rd-s3cret" not in done.stdout, done.stdout
+
+
+# --- a standby never exits on database errors ---------------------------------------------------------
+
+@needs_pg
+def test_a_database_error_right_after_the_takeover_does_not_stop_the_broker(pg: postgres.PostgreSQL,
+                                                                             tmp_path: Path) -> None:
+    """The router takes the lease on its lease connection, then opens the store on a second one. Any
+    database error there (here: the role's connection limit, as "too many clients" or a database that
+    restarts at that moment would) makes router/main.py exit STORE_FAILED, and the supervisor then stops
+    the whole broker ("the router cannot open its store"), although the error is an outage (StoreError
+    .unreachable): the router should step down and wait as a standby, as it does for the same error
+    one statement earlier."""
+    pg.sql("CREATE ROLE review_lim LOGIN CONNECTION LIMIT 1")
+    pg.sql("CREATE DATABASE review_lim OWNER review_lim")
+    dsn = pg.dsn.replace("postgres@", "review_lim@").rsplit("/", 1)[0] + "/review_lim"
+    keys = make_keys(tmp_path / "keys")
+    a = RouterHost(tmp_path, "a", dsn, keys)
+    a.start()
+    try:
+        time.sleep(8)
+        assert a.proc is not None and a.proc.poll() is None, f"the broker stopped:\n{a.output()}"
+        pg.sql("ALTER ROLE review_lim CONNECTION LIMIT -1")  # the outage is over: it must become active
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not a.logged(r"router a is active"):
+            time.sleep(0.2)
+        assert a.logged(r"router a is active"), a.output()
+    finally:
+        a.stop()
