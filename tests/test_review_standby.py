@@ -93,3 +93,30 @@ def test_a_database_error_right_after_the_takeover_does_not_stop_the_broker(pg: 
         assert a.logged(r"router a is active"), a.output()
     finally:
         a.stop()
+
+
+
+# --- plexmq status / $SYS / metrics show the right active router --------------------------------------
+
+@needs_pg
+def test_two_routers_with_the_same_router_name_do_not_hide_the_active_one(pg: postgres.PostgreSQL) -> None:
+    """router_name is free text and nothing checks that it is unique among the routers of one store:
+    router_members is keyed by it, so a standby with the active's name overwrites the active's row
+    ("standby"), and `plexmq status`/$SYS/metrics read from the members list that no router is
+    active (and the standby also takes the active for "its own previous run")."""
+    from plexmq.router.lease import Lease
+    from tests.test_store import fresh_database
+
+    dsn = fresh_database(pg)
+    a, b = Lease(dsn, "same", "tcp://10.0.0.1:7883", 2.0), Lease(dsn, "same", "tcp://10.0.0.2:7883", 2.0)
+    try:
+        assert a.try_acquire() is not None
+        a.say("active")  # Members, once a second
+        assert b.try_acquire() is None
+        b.say("standby")  # wait_for_lease, every lease/8
+        members = a.members()
+        assert [m.state for m in members].count("active") == 1, members
+        assert len(members) == 2, members
+    finally:
+        a.close()
+        b.close()
