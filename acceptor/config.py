@@ -473,6 +473,16 @@ def _check_store(config: dict[str, Any]) -> None:
         raise ConfigError("store: not for role node (the router keeps the store)")
     if not config["persistence"]:
         raise ConfigError("store: a PostgreSQL store needs persistence = true")
+    from psycopg import Error
+    from psycopg.conninfo import conninfo_to_dict  # only where a PostgreSQL store is named
+
+    try:
+        host = str(conninfo_to_dict(store).get("host", ""))
+    except Error:  # its text would repeat the DSN's parts, the password among them
+        raise ConfigError("store: not a valid PostgreSQL URL (percent-encode any special character in the user "
+                          "name or password, and use only libpq's parameters after '?')") from None
+    if "@" in host:  # an unencoded '@' in the password: the rest of it would be taken for the host, and logged
+        raise ConfigError("store: the host part holds an '@': percent-encode it in the password (%40)")
 
 
 def _check_auth_files(config: dict[str, Any]) -> None:

@@ -35,8 +35,10 @@ RENEW_EVERY = 0.25  # of the lease: how often the active renews it at least (an 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS router_lease (id int PRIMARY KEY, epoch bigint NOT NULL, holder text NOT NULL, "
     "endpoint text NOT NULL, expires timestamptz NOT NULL, since timestamptz NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS router_members (name text PRIMARY KEY, endpoint text NOT NULL, state text NOT NULL, "
-    "epoch bigint NOT NULL, seen timestamptz NOT NULL)",
+    # keyed by name and endpoint: two routers given the same router_name by mistake stay two rows (and
+    # the standby says so in its log) instead of overwriting each other's state
+    "CREATE TABLE IF NOT EXISTS router_members (name text NOT NULL, endpoint text NOT NULL, state text NOT NULL, "
+    "epoch bigint NOT NULL, seen timestamptz NOT NULL, PRIMARY KEY (name, endpoint))",
     # the one row, lapsed since ever: the first router to try takes it
     "INSERT INTO router_lease VALUES (1, 0, '', '', '-infinity', '-infinity') ON CONFLICT DO NOTHING",
 )
@@ -54,8 +56,8 @@ FENCE = ("WITH f AS (UPDATE router_lease SET expires = now() + make_interval(sec
          "RETURNING 1) SELECT 1 / count(*) FROM f")
 _RELEASE = "UPDATE router_lease SET expires = now() WHERE id = 1 AND epoch = %s"
 _HOLDER = ("SELECT holder, CASE WHEN expires > now() THEN endpoint ELSE '' END, epoch FROM router_lease WHERE id = 1")
-_SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (name) DO UPDATE "
-        "SET endpoint = excluded.endpoint, state = excluded.state, epoch = excluded.epoch, seen = excluded.seen")
+_SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (name, endpoint) DO UPDATE "
+        "SET state = excluded.state, epoch = excluded.epoch, seen = excluded.seen")
 _MEMBERS = "SELECT name, state, extract(epoch FROM now() - seen)::float8 FROM router_members ORDER BY name"
 
 

@@ -180,6 +180,8 @@ def serve(config: dict) -> None:
             router.due(wall)
         durable = store is not None and bool(store.ops)
         frames = router.take_frames(split=durable)
+        if lease is not None and lease.must_step_down(time.monotonic()):  # paused past the lease (SIGSTOP, swap):
+            raise SteppedDown(f"router {lease.name}: no renewal of the lease for too long: stepping down")  # send nothing
         for worker, at_once, _ in frames:
             send(worker, at_once)
         if store is not None and (durable or lease is not None and lease.renew_due(now) <= 0):
@@ -294,6 +296,10 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     except StoreError as exc:
+        if exc.unreachable and is_postgres(config["store"]):  # it may be back soon: wait for it as a standby
+            log.error("the store does not answer: %s: stepping down", exc)
+            logging.shutdown()
+            os._exit(STEPPED_DOWN)
         log.critical("cannot open the store: %s", exc)
         sys.exit(STORE_FAILED)
     except SteppedDown as exc:

@@ -51,7 +51,11 @@ def wait_for_lease(sock: zmq.Socket, lease: Lease, stopping: Callable[[], bool])
             if failing:
                 log.info("router %s: the database answers again", lease.name)
                 failing = False
-            mine = holder.name == lease.name and bool(holder.endpoint)
+            mine = holder.name == lease.name and holder.endpoint == lease.endpoint
+            if holder.name == lease.name and holder.endpoint and not mine and (said is None or said != holder):
+                log.error("router %s: another router (at %s) holds the lease under this router's name: give each "
+                          "router its own router_name, or status, $SYS and metrics mix the two up", lease.name,
+                          holder.endpoint)
             if said is None and mine:
                 # this router's previous run died (or stepped down) holding the lease: another standby,
                 # which has not just failed, gets the first chance at it; alone, this one takes it a

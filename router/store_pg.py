@@ -143,6 +143,8 @@ class PgStore(Store):
             self.db = connect(dsn, timeout)
         except psycopg.OperationalError as exc:
             raise self.failed(exc, unreachable=not _REFUSED.search(str(exc))) from None
+        except psycopg.Error:  # a DSN libpq cannot parse: its text would repeat the DSN, password and all
+            raise StoreError(f"{self.name}: not a valid PostgreSQL URL") from None
         try:
             with self.db.transaction():
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -155,8 +157,12 @@ class PgStore(Store):
             raise self.failed(exc) from None
         self.verify()
 
-    def failed(self, exc: Exception, unreachable: bool = False) -> StoreError:
+    def failed(self, exc: Exception, unreachable: bool | None = None) -> StoreError:
+        """`unreachable` unless said: a connection that failed or broke (the server went away, or is
+        restarting), as opposed to an error the server answered with."""
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        if unreachable is None:
+            unreachable = isinstance(exc, psycopg.OperationalError) and not _REFUSED.search(str(exc))
         return StoreError(f"{self.name}: {'; '.join(lines) or type(exc).__name__}", unreachable)
 
     def verify(self) -> None:
