@@ -292,6 +292,9 @@ class Net:
     def close(self) -> None:
         """Stop every process, then remove the veths, bridges and namespaces (whatever failed before)."""
         try:
+            for h in self.hosts.values():  # all at once: each stop below then mostly waits for an exit under way
+                if h.proc is not None and h.proc.poll() is None:
+                    h.proc.send_signal(signal.SIGTERM)
             for h in self.hosts.values():
                 h.stop()
         finally:
