@@ -534,14 +534,17 @@ def _check_tenant_logins(config: dict[str, Any], origins: Origins) -> None:
 
 def _check_tenant_database(name: str, table: dict[str, Any], origins: Origins) -> None:
     """A tenant's auth_database checked as the broker's is (the URL only, said without it: it holds a password)."""
-    where = f"{origins[name]('auth_database')}: key 'tenants.{name}.auth_database'"
+
+    def where() -> str:  # only for an error (origins scan the file)
+        return f"{origins[name]('auth_database')}: key 'tenants.{name}.auth_database'"
+
     if table["auth_database"] and table["password_file"]:
-        raise ConfigError(f"{where}: set it or tenants.{name}.password_file, not both")
+        raise ConfigError(f"{where()}: set it or tenants.{name}.password_file, not both")
     if table["auth_database"]:
         try:
             connect_args(table["auth_database"])
         except ValueError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            raise ConfigError(f"{where()}: {exc}") from None
     if table["auth_database_acl"] and (table["acl_file"] or not table["auth_database"]):
         raise ConfigError(f"{origins[name]('auth_database_acl')}: key 'tenants.{name}.auth_database_acl': needs "
                           f"tenants.{name}.auth_database, and tenants.{name}.acl_file empty")
@@ -775,11 +778,14 @@ def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, 
     """Check `key` of `section` into `target`; `found_in`: the section `text` sets it in, when not
     `section` (a tenants_dir file sets a tenant's keys at its top)."""
     name = f"{section}.{key}" if section else key
-    where = f"{path}:{_line_of(text, section if found_in is None else found_in, key)}"
+
+    def where() -> str:  # only for an error: finding the line scans the file (2,000 tenants: 2,000 scans)
+        return f"{path}:{_line_of(text, section if found_in is None else found_in, key)}"
+
     option = _options(section).get(key)
     if option is None:
-        raise ConfigError(f"{where}: unknown key '{name}'")
+        raise ConfigError(f"{where()}: unknown key '{name}'")
     try:
         target[key] = _coerce(option, value)
     except ValueError as exc:
-        raise ConfigError(f"{where}: key '{name}' {exc}") from None
+        raise ConfigError(f"{where()}: key '{name}' {exc}") from None
