@@ -175,7 +175,7 @@ def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
     clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level],
                 c.tenant] for c in worker.conns.values()
                if c.state == CONNECTED and (tenant is None or c.tenant == tenant)
-               and (everyone or text in c.client_id or text in (c.username or "") or text in str(c.peer))]
+               and (everyone or text in c.client_id or text in (c.username or "") or text in c.peer)]
     worker.link.clients(request, worker.label, clients)
 
 
