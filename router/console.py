@@ -32,7 +32,7 @@ ASSETS = resources.files("plexmq.router") / "console_assets"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
          ".svg": "image/svg+xml"}
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
-            ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer"), ("Cache-Control", "no-store")]
+            ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 PAGES = {"/": "overview.html", "/clients": "clients.html"}
 MAX_FORM = 4096  # bytes of a login or logout form
 
