@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=("text", "json"), help="json: one object per line (default text)")
     serve.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="Prometheus endpoint on metrics_host (default 9883; 0: any free port; -1: none)")
+    serve.add_argument("--console-port", type=int, metavar="PORT",
+                       help="web console on console_host (default 18083; 0: any free port; -1: none)")
     serve.add_argument("--data-dir", metavar="DIR",
                        help="where sessions, queues and retained messages are kept (default ./plexmq-data)")
     serve.add_argument("--no-persistence", dest="persistence", action="store_const", const=False,

@@ -29,7 +29,8 @@ def main(argv: list[str]) -> int:
                         help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
     parser.add_argument("--token-file", metavar="FILE",
                         help="the broker's admin token (default: RUN_DIR/admin-PORT.token of this user's broker on that port)")
-    parser.add_argument("--filter", default="", help="only client ids that contain this text")
+    parser.add_argument("--filter", default="",
+                        help="only clients whose id, username, address or worker (NODE/wN) contains this text")
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")

@@ -254,6 +254,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "metrics_port": Option(int, 9883, _range(-1, 65535), "Prometheus endpoint port (0: any free port, -1: none)"),
         "metrics_tenants": Option(bool, True, doc="per-tenant numbers: /metrics series with a tenant label and each "
                                   "tenant's own $SYS (false: none, for brokers with thousands of tenants)"),
+        "console_host": Option(str, "127.0.0.1", doc="address of the operators' web console"),
+        "console_port": Option(int, 18083, _range(-1, 65535), "web console port (0: any free port, -1: no console)"),
+        "console_admins": Option(str, "", doc="the console's admins and their password hashes (plexmq passwd); "
+                                 "empty: every console login is refused"),
         "memory_limit": Option(int, 0, _range(0), "worker RSS in bytes above which QoS 0 deliveries are shed (0: no limit)"),
         "max_connections": Option(int, 0, _range(0), "connections the broker holds at most (0: no limit)"),
         "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),
@@ -501,6 +505,9 @@ def _check_auth_files(config: dict[str, Any]) -> None:
         if config["password_file"]:
             PasswordFile.load(config["password_file"])
             _check_private(config["password_file"], config["strict_file_modes"])
+        if config["console_admins"]:
+            PasswordFile.load(config["console_admins"])
+            _check_private(config["console_admins"], config["strict_file_modes"])
         if config["acl_file"]:
             AclFile.load(config["acl_file"])
         if config["jwt_jwks_file"]:

@@ -69,23 +69,49 @@ def find(port: int) -> list[str]:
     return found
 
 
-class Gate:
-    """Admits or refuses each admin request to the endpoint on `port` (bound to `host`) and logs it."""
+class Names:
+    """Whether a request names the endpoint on `port` (bound to `host`) as its own: a DNS-rebound name
+    reaches us under the attacker's name, and a page of another origin says so in `Origin`. Shared by
+    the admin requests and the web console (router/console.py)."""
 
-    def __init__(self, token: str, host: str, port: int) -> None:
-        self._token = token.encode()
+    def __init__(self, host: str, port: int) -> None:
         self._names = {"localhost", host.lower()}
         self._port = port
 
     def refusal(self, environ: dict) -> Refusal | None:
-        """Why this request may not act, or None. Checked without the token first, so a request a
-        browser was made to send is refused whatever it guessed."""
+        """Why this request is not one of ours (Host, Origin), or None."""
         local = environ.get("SERVER_ADDR", "")
         if not self._ours(environ.get("HTTP_HOST", ""), local):
             return "421 Misdirected Request", f"Host {environ.get('HTTP_HOST', '(none)')!r} is not this endpoint"
         origin = environ.get("HTTP_ORIGIN")
         if origin is not None and not (origin.startswith("http://") and self._ours(origin[7:], local)):
             return "403 Forbidden", f"Origin {origin!r} is not this endpoint"
+        return None
+
+    def _ours(self, authority: str, local: str) -> bool:
+        """`authority` (HOST:PORT) names this endpoint: its port, and localhost, the configured
+        host or the address the request came in on."""
+        try:
+            parts = urlsplit(f"//{authority}")
+            name, port = parts.hostname, parts.port
+        except ValueError:
+            return False
+        return port == self._port and name is not None and (name in self._names or name == local)
+
+
+class Gate(Names):
+    """Admits or refuses each admin request to the endpoint on `port` (bound to `host`) and logs it."""
+
+    def __init__(self, token: str, host: str, port: int) -> None:
+        super().__init__(host, port)
+        self._token = token.encode()
+
+    def refusal(self, environ: dict) -> Refusal | None:
+        """Why this request may not act, or None. Checked without the token first, so a request a
+        browser was made to send is refused whatever it guessed."""
+        misdirected = super().refusal(environ)
+        if misdirected is not None:
+            return misdirected
         if environ.get("REQUEST_METHOD") not in ("GET", "HEAD") and \
                 environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower() != "application/json":
             return "415 Unsupported Media Type", "a request that acts must be application/json"
@@ -93,16 +119,6 @@ class Gate:
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
             return "401 Unauthorized", "no valid admin token"
         return None
-
-    def _ours(self, authority: str, local: str) -> bool:
-        """`authority` (HOST:PORT) names this endpoint: its port, and localhost, the configured
-        metrics_host or the address the request came in on."""
-        try:
-            parts = urlsplit(f"//{authority}")
-            name, port = parts.hostname, parts.port
-        except ValueError:
-            return False
-        return port == self._port and name is not None and (name in self._names or name == local)
 
     @staticmethod
     def record(environ: dict, outcome: str) -> None:

@@ -54,8 +54,9 @@ class _Handler(WSGIRequestHandler):
 
     timeout = TIMEOUT  # for writing the answer
 
-    def __init__(self, sock: socket.socket, address: tuple, server: Endpoint, data: bytes) -> None:
+    def __init__(self, sock: socket.socket, address: tuple, server: Endpoint, data: bytes, extra: dict) -> None:
         self.data = data
+        self.extra = extra
         super().__init__(sock, address, server)
 
     def setup(self) -> None:
@@ -68,6 +69,7 @@ class _Handler(WSGIRequestHandler):
         environ = super().get_environ()
         environ["REMOTE_PORT"] = str(self.client_address[1])
         environ["SERVER_ADDR"] = self.connection.getsockname()[0]
+        environ.update(self.extra)
         return environ
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
@@ -140,13 +142,18 @@ class Endpoint(WSGIServer):
             sock.setblocking(True)
             with self._lock:
                 self._answering += 1
-            self._pool.submit(self._answer, sock, wait.address, bytes(wait.data))
+            self._hand(sock, wait.address, bytes(wait.data))
 
-    def _answer(self, sock: socket.socket, address: tuple, data: bytes) -> None:
-        """In a pool thread: answer the request, close the connection."""
+    def _hand(self, sock: socket.socket, address: tuple, data: bytes) -> None:
+        """Give a whole request to a thread that answers it (a subclass may keep threads of its own for
+        some requests: router/console_events.py)."""
+        self._pool.submit(self._answer, sock, address, data)
+
+    def _answer(self, sock: socket.socket, address: tuple, data: bytes, extra: dict | None = None) -> None:
+        """In a pool thread: answer the request (`extra` added to its environ), close the connection."""
         try:
             with contextlib.suppress(OSError):  # the client left, or stopped reading for TIMEOUT
-                _Handler(sock, address, self, data)
+                _Handler(sock, address, self, data, extra or {})
         finally:
             self.shutdown_request(sock)
             with self._lock:

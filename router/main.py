@@ -17,6 +17,7 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload
+from plexmq.router.console import serve_console
 from plexmq.router.core import Router
 from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
 from plexmq.router.listing import ClientListing, Request
@@ -92,6 +93,8 @@ def serve(config: dict) -> None:
     if config["metrics_port"] >= 0:
         serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"],
                       os.path.dirname(config["config_path"]))
+    if config["console_port"] >= 0:
+        serve_console(stats, listings, config["console_host"], config["console_port"], config["console_admins"])
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 

@@ -13,6 +13,7 @@ the router, or reported by a worker: a worker tallies only tenants it placed a c
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -54,6 +55,7 @@ class Stats:
         self.loads: dict[str, dict[int, float]] = {"received": {}, "sent": {}}  # msgs/minute, averaged
         self.snapshot: dict[str, Any] = {}  # numbers, and the workers, nodes and protocols as dicts
         self._last: tuple[float, int, int] | None = None
+        self.refreshed = threading.Condition()  # notified after each refresh: the console's streams wait on it
 
     def refresh(self, now: float) -> None:
         """Take every number once (main thread), and the load averages with them."""
@@ -62,6 +64,7 @@ class Stats:
         totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
         held = {tenant.name: _held(tenant) for tenant in router.tenants.values()}  # one walk of the sessions
         self.snapshot = {
+            "at": now,
             "workers": workers,
             "nodes": self._nodes(workers),
             "clients": sum(w["clients"] for w in workers.values()),
@@ -77,6 +80,8 @@ class Stats:
             "router": self._router(),
         }
         self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
+        with self.refreshed:
+            self.refreshed.notify_all()
 
     def _tenants(self, workers: dict[str, dict], held: dict[str, dict[str, int]]) -> dict[str, dict]:
         """Each tenant in use (the router holds it or a worker reported it), by name: what the router
@@ -275,9 +280,13 @@ class Stats:
 
     def healthy(self) -> bool:
         """Every worker reported within link_timeout (read from the snapshot: any thread)."""
+        reporting = self.reporting()
+        return bool(reporting) and all(reporting.values())
+
+    def reporting(self) -> dict[str, bool]:
+        """Each worker of the snapshot: whether it reported within link_timeout (any thread)."""
         now, limit = time.monotonic(), self.router.links.timeout
-        workers = self.snapshot.get("workers") or {}
-        return bool(workers) and all(now - w["at"] < limit for w in workers.values())
+        return {label: now - w["at"] < limit for label, w in (self.snapshot.get("workers") or {}).items()}
 
 
 # what the router holds of each tenant, summed for the broker-wide figures (`_held`)

@@ -54,6 +54,8 @@ class Broker:
             args = [*args, "--data-dir", str(log_path.with_suffix(".data"))]
         if "--metrics-port" not in args:  # brokers side by side: each its own metrics port
             args = [*args, "--metrics-port", "0"]
+        if "--console-port" not in args:  # no console unless a test asks for one (18083 is one port for all)
+            args = [*args, "--console-port", "-1"]
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)

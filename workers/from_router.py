@@ -167,12 +167,15 @@ def close(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
-    """`plexmq clients`: the connected clients whose id contains the filter (of the tenant asked for,
-    if one is), for the router."""
+    """`plexmq clients` and the console: the connected clients whose id, username or address contains the
+    filter, or all of them when this worker's label (NODE/wN) does (of the tenant asked for, if one is),
+    for the router."""
     request, text, tenant = wire.ListClients.decode(header)
+    everyone = text in worker.label
     clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level],
                 c.tenant] for c in worker.conns.values()
-               if c.state == CONNECTED and text in c.client_id and (tenant is None or c.tenant == tenant)]
+               if c.state == CONNECTED and (tenant is None or c.tenant == tenant)
+               and (everyone or text in c.client_id or text in (c.username or "") or text in c.peer)]
     worker.link.clients(request, worker.label, clients)
 
 

@@ -1,0 +1,37 @@
+// The clients page: a search through the admin listing (GET /api/clients) and a disconnect button
+// (POST /api/clients/disconnect with the session's CSRF token).
+"use strict";
+const csrf = document.querySelector('meta[name="csrf"]').content;
+const summary = document.getElementById("summary");
+async function search() {
+  const filter = document.getElementById("filter").value;
+  const answer = await fetch("/api/clients?limit=200&filter=" + encodeURIComponent(filter));
+  if (!answer.ok) { summary.textContent = await answer.text(); return; }
+  const listing = await answer.json();
+  summary.textContent = listing.total + " clients" + (listing.complete ? "" : " (a worker did not answer)");
+  document.getElementById("clients").replaceChildren(...listing.clients.map(client => {
+    const tr = document.createElement("tr");
+    for (const value of client) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      tr.append(td);
+    }
+    const td = document.createElement("td"), button = document.createElement("button");
+    button.textContent = "Disconnect";
+    button.className = "disconnect";
+    button.onclick = () => disconnect(client[0], client[8]);
+    td.append(button);
+    tr.append(td);
+    return tr;
+  }));
+}
+async function disconnect(clientId, tenant) {
+  const answer = await fetch("/api/clients/disconnect", {
+    method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+    body: JSON.stringify({client_id: clientId, tenant: tenant}),
+  });
+  summary.textContent = (await answer.text()).trim();
+  if (answer.ok) setTimeout(search, 500);
+}
+document.getElementById("search").onsubmit = (event) => { event.preventDefault(); search(); };
+search();
