@@ -123,10 +123,18 @@ def connect(dsn: str, timeout: float = TIMEOUT) -> psycopg.Connection:
     seconds = max(2, math.ceil(timeout))  # libpq's connect_timeout: whole seconds, at least 2
     return psycopg.connect(dsn, autocommit=False, connect_timeout=seconds, keepalives=1, keepalives_idle=1,
                            keepalives_interval=1, keepalives_count=seconds, tcp_user_timeout=int(timeout * 1000),
-                           # a transaction whose client went silent mid-way (a cut link) would keep the
-                           # lease row locked: the server ends it (a turn's transaction is sent whole)
-                           options=f"-c statement_timeout={int(timeout * 1000)} "
-                                   f"-c idle_in_transaction_session_timeout={int(timeout * 1000)}")
+                           options=_server_side(timeout))
+
+
+def _server_side(timeout: float) -> str:
+    """The session settings that free what a client cut off mid-transaction holds (the lease row's lock
+    above all, which would block every standby): a transaction left waiting for its next statement ends
+    after `timeout`, and the server's own TCP keepalives find a client that is gone within about
+    `timeout` even while a statement is half received (a link cut in the middle of a turn's pipeline),
+    where the idle timeout does not apply."""
+    ms, seconds = int(timeout * 1000), max(2, math.ceil(timeout))
+    return (f"-c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms} -c tcp_keepalives_idle=1 "
+            f"-c tcp_keepalives_interval=1 -c tcp_keepalives_count={seconds} -c tcp_user_timeout={ms}")
 
 
 class PgStore(Store):
