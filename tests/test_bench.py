@@ -118,15 +118,16 @@ def test_profile_summary_merges_lines_of_a_function() -> None:
 
 
 def test_floor_measures_a_bare_connection_both_ways() -> None:
-    """bench.floor holds real connections and says what each costs: a uvloop transport is over a
-    kilobyte, the worker's Poller well under half of that (each run as its own process: RSS growth
+    """bench.floor holds real connections and says what each costs: a uvloop transport about a
+    kilobyte (RSS growth over 2,000 connections: 999 to 1,100 bytes each here, so no sharp line at
+    1,000), the worker's Poller well under half of that (each run as its own process: RSS growth
     means nothing in one that has freed memory before)."""
     def per_connection(*how: str) -> int:
         said = subprocess.run([sys.executable, "-m", "plexmq.bench.floor", "-n", "2000", *how], capture_output=True,
                               text=True, check=True, timeout=120, cwd=ROOT).stdout
         return int(re.search(r"one-slot protocol: (\d+) bytes of RSS each", said).group(1))  # type: ignore[union-attr]  # the probe prints it
     uvloop_transport = per_connection("--uvloop")
-    assert uvloop_transport > 1000
+    assert uvloop_transport > 800
     assert per_connection() < uvloop_transport / 2
 
 
