@@ -369,6 +369,8 @@ TENANT: dict[str, Option] = {
     # logins (wave 2: logins): where a tenant has none of its own, the broker's apply
     "password_file": Option(str, "", doc="the tenant's users (tenant-local names); set: the broker's are not asked"),
     "acl_file": Option(str, "", doc="the tenant's ACL (%u: the tenant-local name), instead of the broker's"),
+    "console_admins": Option(str, "", doc="the tenant's console admins (plexmq passwd): they log in with the "
+                             "tenant's name and see and act on this tenant only"),
     "jwt_jwks_file": Option(str, "", doc="keys that sign the tenant's tokens; set: the broker's are not asked"),
     "jwt_audience": Option(str, "", doc="the audience the tenant's tokens must name (empty: not checked)"),
     "jwt_issuer": Option(str, "", doc="the issuer the tenant's tokens must name (empty: not checked)"),
@@ -530,7 +532,7 @@ def _check_tenant_logins(config: dict[str, Any], origins: Origins) -> None:
         for key in ("jwt_audience", "jwt_issuer"):
             if table[key] and not table["jwt_jwks_file"]:
                 raise ConfigError(f"{origins[name](key)}: key 'tenants.{name}.{key}' needs tenants.{name}.jwt_jwks_file")
-        for key in ("password_file", "acl_file", "jwt_jwks_file"):
+        for key in ("password_file", "acl_file", "jwt_jwks_file", "console_admins"):
             if table[key]:
                 try:
                     _read_tenant_file(key, table, config)
@@ -560,7 +562,7 @@ def _check_tenant_database(name: str, table: dict[str, Any], origins: Origins) -
 def _read_tenant_file(key: str, table: dict[str, Any], config: dict[str, Any]) -> None:
     """Read a tenant's `key` file as a worker will; ValueError (file:line: why) when it cannot be."""
     path = table[key]
-    if key == "password_file":
+    if key in ("password_file", "console_admins"):
         PasswordFile.load(path)
         _check_private(path, config["strict_file_modes"])
     elif key == "acl_file":

@@ -1,29 +1,30 @@
-"""The operators' web console (`console_port`, `console_host`): its routes and pages, served by the
-router on a listener of its own.
+"""The operators' web console (`console_port`, `console_host`): sessions, the pages' frame and the
+routing, served by the router on a listener of its own.
 
 Every page and request needs a session (router/console_auth.py) but the login page and the assets;
 every request must name this console (`admin.Names`: Host and Origin), and every POST must carry the
-session's CSRF token (form field `csrf` or header X-CSRF-Token). The clients are listed and
-disconnected through the admin endpoint's own path (router/listing.py and the `listings` queue), the
-live figures come from `Stats` (router/console_events.py). The pages, scripts and styles are files of
-the package (router/console_assets/): nothing is loaded from elsewhere, and the Content-Security-Policy
-says so to the browser.
+session's CSRF token (form field `csrf` or header X-CSRF-Token). Each page's module
+(router/console_*.py, listed in FEATURES) brings its pages and routes (router/console_http.py); what
+they need of the router's state they ask its loop (router/asks.py), the live figures come from `Stats`
+(router/console_events.py). The pages, scripts and styles are files of the package
+(router/console_assets/): nothing is loaded from elsewhere, and the Content-Security-Policy says so to
+the browser.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
-from urllib.parse import parse_qs
 
-from plexmq.router import listing
+from plexmq.router import console_clients
 from plexmq.router.admin import Names
+from plexmq.router.asks import Asks
 from plexmq.router.console_auth import COOKIE, Admins, Session
 from plexmq.router.console_events import STREAM, StreamingEndpoint, events
+from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
 
 log = logging.getLogger("plexmq.router")
@@ -33,10 +34,8 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
          ".svg": "image/svg+xml"}
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
-PAGES = {"/": "overview.html", "/clients": "clients.html"}
-MAX_FORM = 4096  # bytes of a login or logout form
-
-Reply = tuple[str, list[tuple[str, str]], bytes]
+OVERVIEW: Page = ("/", "Overview", "overview.html")
+FEATURES = (console_clients,)  # each with PAGES and ROUTES, in the navigation's order
 
 
 def asset(name: str) -> bytes:
@@ -44,14 +43,19 @@ def asset(name: str) -> bytes:
 
 
 class Console:
-    """The WSGI app: one method per route."""
+    """The WSGI app: the routes of every feature, behind the login."""
 
-    def __init__(self, admins: Admins, stats: Stats, listings: queue.Queue[listing.Request], names: Names) -> None:
+    def __init__(self, admins: Admins, stats: Stats, asks: Asks, names: Names) -> None:
         self.admins = admins
         self.stats = stats
-        self.listings = listings
+        self.asks = asks
         self.names = names
         self.assets = {item.name for item in ASSETS.iterdir() if not item.name.endswith(".html")}
+        self.pages: list[Page] = [OVERVIEW]
+        self.routes: Routes = {}
+        for feature in FEATURES:
+            self.pages.extend(feature.PAGES)
+            self.routes.update(feature.ROUTES)
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         status, headers, body = self.route(environ)
@@ -65,76 +69,78 @@ class Console:
         """The answer; status "stream" for the event stream (`__call__` streams it)."""
         refused = self.names.refusal(environ)
         if refused is not None:
-            return _text(refused[0], refused[1])
+            return text(refused[0], refused[1])
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
         if path.startswith("/assets/"):
             name = path[len("/assets/"):]
             if name not in self.assets:
-                return _text("404 Not Found", "no such asset")
+                return text("404 Not Found", "no such asset")
             return "200 OK", [("Content-Type", TYPES.get(name[name.rfind("."):], "application/octet-stream"))], asset(name)
         if path == "/login":
             return self.login(environ) if method == "POST" else self.login_page()
         session = self.admins.session(environ.get("HTTP_COOKIE", ""))
+        page = next((p for p in self.pages if p[0] == path), None)
         if session is None:
-            if method == "GET" and path in PAGES:
+            if method == "GET" and page is not None:
                 return "303 See Other", [("Location", "/login")], b""
-            return _text("401 Unauthorized", "log in first")
+            return text("401 Unauthorized", "log in first")
         if method == "POST":  # pages and /events are GET only; any POST is an action
             return self.act(environ, session, path)
-        if path in PAGES:
-            page = asset(PAGES[path]).replace(b"{{csrf}}", session.csrf.encode())
-            page = page.replace(b"{{user}}", html.escape(session.user).encode())
-            return "200 OK", [("Content-Type", TYPES[".html"])], page
+        if page is not None:
+            return "200 OK", [("Content-Type", TYPES[".html"])], self.render(page, session)
         if path == "/events":
             if not environ.get(STREAM):
-                return _text("503 Service Unavailable", "too many open consoles: close one")
+                return text("503 Service Unavailable", "too many open consoles: close one")
             return "stream", [], b""
-        if path == "/api/clients":
-            status, kind, body, _outcome = listing.answer_listing(self.listings, environ)
-            return status, [("Content-Type", kind)], body
-        return _text("404 Not Found", "no such page")
+        handler = self.routes.get((method, path))
+        return text("404 Not Found", "no such page") if handler is None else handler(self, environ, session)
+
+    def render(self, page: Page, session: Session) -> bytes:
+        """A page's HTML with the frame filled in: the navigation (this page marked), who is logged in,
+        the CSRF token."""
+        links = " ".join(f'<a href="{path}"{" class=here" if path == page[0] else ""}>{name}</a>'
+                         for path, name, _ in self.pages)
+        who = session.user if session.tenant is None else f"{session.user} (tenant {session.tenant})"
+        nav = (f'<nav><b>plexmq</b> {links} <span class="who">{html.escape(who)} <form method="post" action="/logout">'
+               f'<input type="hidden" name="csrf" value="{session.csrf}"><button>Log out</button></form></span></nav>')
+        return asset(page[2]).replace(b"{{nav}}", nav.encode()).replace(b"{{csrf}}", session.csrf.encode())
 
     def act(self, environ: dict, session: Session, path: str) -> Reply:
         """A POST: only with the session's CSRF token; logged with who asked."""
-        form: dict[str, list[str]] = {}
+        fields: dict[str, list[str]] = {}
         if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
-            form = _form(environ)
-        given = environ.get("HTTP_X_CSRF_TOKEN") or form.get("csrf", [""])[0]
+            fields = form(environ)
+        given = environ.get("HTTP_X_CSRF_TOKEN") or fields.get("csrf", [""])[0]
         if not self.admins.csrf_ok(session, given):
             log.warning("console: %s %s by %r from %s refused: no valid CSRF token", "POST", path, session.user,
                         environ.get("REMOTE_ADDR"))
-            return _text("403 Forbidden", "no valid CSRF token: reload the page")
+            return text("403 Forbidden", "no valid CSRF token: reload the page")
         if path == "/logout":
             self.admins.logout(environ.get("HTTP_COOKIE", ""))
             return "303 See Other", [("Location", "/login"), ("Set-Cookie", _cookie("", 0))], b""
-        if path == "/api/clients/disconnect":
-            status, kind, body, outcome = listing.answer_disconnect(self.listings, environ)
-            log.info("console: %r from %s: %s", session.user, environ.get("REMOTE_ADDR"), outcome)
-            return status, [("Content-Type", kind)], body
-        return _text("404 Not Found", "no such action")
+        handler = self.routes.get(("POST", path))
+        return text("404 Not Found", "no such action") if handler is None else handler(self, environ, session)
 
     def login_page(self, error: str = "", status: str = "200 OK") -> Reply:
-        if self.admins.file is None:
+        if not self.admins.any:
             error = "The console has no admins (console_admins is empty): every login is refused."
-        page = asset("login.html").replace(b"{{error}}", html.escape(error).encode())
+        tenant = ('<label>Tenant <input name="tenant" id="tenant" placeholder="empty: the broker\'s admins"></label>'
+                  if self.admins.tenants else "")
+        page = asset("login.html").replace(b"{{error}}", html.escape(error).encode()).replace(b"{{tenant}}", tenant.encode())
         return status, [("Content-Type", TYPES[".html"])], page
 
     def login(self, environ: dict) -> Reply:
         address = environ.get("REMOTE_ADDR", "")
         if self.admins.throttled(address):
             log.warning("console login from %s refused: too many failed logins", address)
-            return "429 Too Many Requests", [("Content-Type", TYPES[".html"]), ("Retry-After", "60")], \
-                asset("login.html").replace(b"{{error}}", b"Too many failed logins: wait a minute.")
-        form = _form(environ)
-        token = self.admins.login(form.get("user", [""])[0], form.get("password", [""])[0], address)
+            status, headers, body = self.login_page("Too many failed logins: wait a minute.", "429 Too Many Requests")
+            return status, [*headers, ("Retry-After", "60")], body
+        fields = form(environ)
+        token = self.admins.login(fields.get("user", [""])[0], fields.get("password", [""])[0], address,
+                                  fields.get("tenant", [""])[0])
         if token is None:
             return self.login_page("Wrong user or password.", "401 Unauthorized")
         return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None))], b""
-
-
-def _form(environ: dict) -> dict[str, list[str]]:
-    length = min(int(environ.get("CONTENT_LENGTH") or 0), MAX_FORM)
-    return parse_qs(environ["wsgi.input"].read(length).decode(errors="replace"))
 
 
 def _cookie(value: str, max_age: int | None) -> str:
@@ -142,14 +148,10 @@ def _cookie(value: str, max_age: int | None) -> str:
     return f"{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/" + ("" if max_age is None else f"; Max-Age={max_age}")
 
 
-def _text(status: str, text: str) -> Reply:
-    return status, [("Content-Type", "text/plain; charset=utf-8")], f"{text}\n".encode()
-
-
-def serve_console(stats: Stats, listings: queue.Queue[listing.Request], host: str, port: int,
-                  admins_path: str) -> tuple[str, int] | None:
+def serve_console(stats: Stats, asks: Asks, host: str, port: int, admins_path: str,
+                  tenant_admins: dict[str, str]) -> tuple[str, int] | None:
     """Start the console; its (host, port), or None when the port cannot be had (logged)."""
-    admins = Admins(admins_path)
+    admins = Admins(admins_path, tenant_admins)
     console: Console | None = None
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -162,7 +164,7 @@ def serve_console(stats: Stats, listings: queue.Queue[listing.Request], host: st
         log.error("no console: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
     bound = server.socket.getsockname()[:2]
-    console = Console(admins, stats, listings, Names(host, bound[1]))
+    console = Console(admins, stats, asks, Names(host, bound[1]))
     threading.Thread(target=server.run, name="plexmq-console", daemon=True).start()
-    log.info("console on http://%s:%d/%s", bound[0], bound[1], "" if admins.file else " (no console_admins: every login refused)")
+    log.info("console on http://%s:%d/%s", bound[0], bound[1], "" if admins.any else " (no console_admins: every login refused)")
     return bound[0], bound[1]

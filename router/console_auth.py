@@ -1,6 +1,8 @@
 """Who may use the web console: its admins (a file of `user:hash` lines, the password file's format,
-checked by workers/passwords.py), their sessions (a random cookie, forgotten after IDLE), each session's
-CSRF token, and a bound on failed logins per address (a password cannot be guessed at HTTP speed).
+checked by workers/passwords.py; the broker's `console_admins` see every tenant, a tenant's
+`tenants.NAME.console_admins` log in with the tenant's name and see that tenant only), their
+sessions (a random cookie, forgotten after IDLE), each session's CSRF token, and a bound on failed
+logins per address (a password cannot be guessed at HTTP speed).
 
 Sessions live in the router's memory only: a restart logs every operator out, which is the safe way.
 """
@@ -28,6 +30,7 @@ COOKIE = "plexmq_console"
 @dataclass
 class Session:
     user: str
+    tenant: str | None = None  # a tenant admin's tenant; None: a broker admin (every tenant)
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     seen: float = field(default_factory=time.monotonic)
 
@@ -35,9 +38,11 @@ class Session:
 class Admins:
     """Logins, sessions and the failed-login bound; safe to use from the HTTP threads."""
 
-    def __init__(self, path: str) -> None:
-        """`path`: the admins file ("": no admins, every login refused); read once, at start."""
+    def __init__(self, path: str, tenants: dict[str, str] | None = None) -> None:
+        """`path`: the broker's admins file ("": none); `tenants`: tenant name -> its admins file. Read
+        once, at start."""
         self.file = PasswordFile.load(path) if path else None
+        self.tenants = {name: PasswordFile.load(file) for name, file in (tenants or {}).items() if file}
         self._sessions: dict[str, Session] = {}
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
@@ -47,18 +52,26 @@ class Admins:
         with self._lock:
             return self._recent(address) >= FAILURES
 
-    def login(self, user: str, password: str, address: str) -> str | None:
-        """A new session's cookie value when `user` and `password` match an admin, else None (logged,
-        and counted against `address`). Slow (the hash): called from an HTTP thread, never the loop."""
-        if self.file is not None and self.file.check(user, password):
+    @property
+    def any(self) -> bool:
+        """Whether anyone at all may log in."""
+        return self.file is not None or bool(self.tenants)
+
+    def login(self, user: str, password: str, address: str, tenant: str = "") -> str | None:
+        """A new session's cookie value when `user` and `password` match an admin (of `tenant`, "": the
+        broker's), else None (logged, and counted against `address`). Slow (the hash): called from an
+        HTTP thread, never the loop."""
+        file = self.tenants.get(tenant) if tenant else self.file
+        who = f"{user!r} of tenant {tenant!r}" if tenant else repr(user)
+        if file is not None and file.check(user, password):
             token = secrets.token_urlsafe(32)
             with self._lock:
-                self._sessions[token] = Session(user)
-            log.info("console login by %r from %s", user, address)
+                self._sessions[token] = Session(user, tenant or None)
+            log.info("console login by %s from %s", who, address)
             return token
         with self._lock:
             self._failures.setdefault(address, deque()).append(time.monotonic())
-        log.warning("console login refused for %r from %s", user, address)
+        log.warning("console login refused for %s from %s", who, address)
         return None
 
     def session(self, cookie_header: str) -> Session | None:

@@ -1,35 +1,40 @@
 """`plexmq clients`: requests from the metrics thread about the connected clients, answered through
 the router: a listing (every worker answers) and a disconnect (the router knows where the client is).
 
-The metrics thread hands a request to the router's loop (a thread-safe queue), the loop asks the
-workers in their batches, and the thread waits for the answers (bounded) on an event.
+Both are asks (router/asks.py): the loop asks the workers in their batches for a listing, and the
+thread waits for the answers (bounded).
 """
 
 from __future__ import annotations
 
 import itertools
-import queue
-import threading
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 import orjson
 
-LISTING_WAIT = 5.0  # seconds an HTTP request waits for the router's (and the workers') answer
+from plexmq.router.asks import Ask, Asks, ask
+
+if TYPE_CHECKING:
+    from plexmq.router.core import Router
 
 _ids = itertools.count(1)
 
 Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and what was done (for the admin log)
 
 
-class ClientListing:
+class ClientListing(Ask):
     def __init__(self, text: str, tenant: str | None = None) -> None:
+        super().__init__()
         self.id = next(_ids)
         self.filter = text
         self.tenant = tenant  # only this tenant's clients (None: every tenant's)
         self.clients: list[list] = []
-        self.done = threading.Event()
         self.answered: set[str] = set()  # worker labels
         self._waiting = 0
+
+    def start(self, router: Router) -> None:
+        router.list_clients(self)
 
     def expect(self, workers: int) -> None:
         self._waiting = workers
@@ -46,33 +51,32 @@ class ClientListing:
             self.done.set()
 
 
-class ClientDisconnect:
+class ClientDisconnect(Ask):
     """`plexmq clients --disconnect ID [--tenant NAME]`: close that client's connection (its session
     stays, its will is published, a 5.0 client hears DISCONNECT 0x98); `found`: whether it was connected.
     A client id names a client only within its tenant ("": the default tenant)."""
 
     def __init__(self, client_id: str, tenant: str = "") -> None:
+        super().__init__()
         self.client_id = client_id
         self.tenant = tenant
         self.found = False
-        self.done = threading.Event()
+
+    def start(self, router: Router) -> None:
+        router.disconnect_client(self)
 
 
-Request = ClientListing | ClientDisconnect
-
-
-def answer_listing(requests: queue.Queue[Request], environ: dict) -> Answer:
+def answer_listing(asks: Asks, environ: dict, only: str | None = None) -> Answer:
     """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME]: one page of the connected clients (of that
-    tenant only, "" the default tenant), sorted by client id."""
+    tenant only, "" the default tenant), sorted by client id. `only`: this tenant's, whatever is asked."""
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)  # tenant= names the default tenant
     try:
         offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
     except ValueError:
         return "400 Bad Request", "text/plain", b"offset and limit are numbers\n", "bad offset or limit"
-    listing = ClientListing(query.get("filter", [""])[0], query["tenant"][0] if "tenant" in query else None)
-    requests.put(listing)
-    complete = listing.done.wait(LISTING_WAIT)
-    listing.done.set()  # a worker that did not answer in time: the router forgets the request
+    tenant = query["tenant"][0] if "tenant" in query else None
+    listing = ClientListing(query.get("filter", [""])[0], tenant if only is None else only)
+    complete = ask(asks, listing)
     clients = sorted(listing.clients)
     body = {"total": len(clients), "complete": complete, "offset": offset,
             "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol",
@@ -81,9 +85,9 @@ def answer_listing(requests: queue.Queue[Request], environ: dict) -> Answer:
     return "200 OK", "application/json", orjson.dumps(body), f"listed {len(clients)} clients"
 
 
-def answer_disconnect(requests: queue.Queue[Request], environ: dict) -> Answer:
+def answer_disconnect(asks: Asks, environ: dict, only: str | None = None) -> Answer:
     """POST /clients/disconnect, body {"client_id": ID, "tenant": NAME} (tenant optional, default ""): 200
-    when it was connected (now closed), 404 when not."""
+    when it was connected (now closed), 404 when not. `only`: a client of this tenant, whatever is asked."""
     try:
         body = orjson.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
         client_id, tenant = body["client_id"], body.get("tenant", "")
@@ -91,9 +95,8 @@ def answer_disconnect(requests: queue.Queue[Request], environ: dict) -> Answer:
         client_id = tenant = None
     if not isinstance(client_id, str) or not isinstance(tenant, str):
         return "400 Bad Request", "text/plain", b'the body is {"client_id": "ID", "tenant": "NAME"}\n', "no client id"
-    request = ClientDisconnect(client_id, tenant)
-    requests.put(request)
-    request.done.wait(LISTING_WAIT)
+    request = ClientDisconnect(client_id, tenant if only is None else only)
+    ask(asks, request)
     who = f"{client_id} of tenant {tenant}" if tenant else client_id
     if request.found:
         return "200 OK", "text/plain", f"disconnected {who}\n".encode(), f"disconnected {who!r}"

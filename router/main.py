@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import queue
 import signal
 import sys
 import time
@@ -17,10 +16,10 @@ import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload
+from plexmq.router.asks import Asks, start_asked
 from plexmq.router.console import serve_console
 from plexmq.router.core import Router
 from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
-from plexmq.router.listing import ClientListing, Request
 from plexmq.router.metrics import TurnMetrics, serve_metrics
 from plexmq.router.standby import wait_for_lease
 from plexmq.router.stats import Stats
@@ -89,12 +88,13 @@ def serve(config: dict) -> None:
     next_expiry = time.monotonic() + expiry_interval
     stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"], members)
     turns = TurnMetrics()
-    listings: queue.Queue[Request] = queue.Queue()
+    asks: Asks = Asks()
     if config["metrics_port"] >= 0:
-        serve_metrics(stats, turns, listings, config["metrics_host"], config["metrics_port"],
+        serve_metrics(stats, turns, asks, config["metrics_host"], config["metrics_port"],
                       os.path.dirname(config["config_path"]))
     if config["console_port"] >= 0:
-        serve_console(stats, listings, config["console_host"], config["console_port"], config["console_admins"])
+        serve_console(stats, asks, config["console_host"], config["console_port"], config["console_admins"],
+                      {name: table["console_admins"] for name, table in config["tenants"].items()})
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 
@@ -148,12 +148,7 @@ def serve(config: dict) -> None:
         for worker in links.gaps:
             router.link_broken(worker)
         links.gaps.clear()
-        while not listings.empty():
-            request = listings.get_nowait()
-            if isinstance(request, ClientListing):
-                router.list_clients(request)
-            else:
-                router.disconnect_client(request)
+        start_asked(asks, router)
         if router.listings:
             for done in [i for i, listing in router.listings.items() if listing.done.is_set()]:
                 del router.listings[done]

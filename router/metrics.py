@@ -12,7 +12,6 @@ from a queue).
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -21,6 +20,7 @@ from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
 from plexmq.router import admin, listing
 from plexmq.router.admin import Gate
+from plexmq.router.asks import Asks
 from plexmq.router.httpd import Endpoint
 from plexmq.router.stats import Stats
 
@@ -43,7 +43,7 @@ class TurnMetrics:
         self.seconds.observe(seconds)
 
 
-def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listing.Request], host: str,
+def serve_metrics(stats: Stats, turns: TurnMetrics, asks: Asks, host: str,
                   port: int, run_dir: str) -> tuple[str, int] | None:
     """Start the endpoint, its admin token in `run_dir`; its (host, port), or None when the port cannot be
     had (logged)."""
@@ -80,8 +80,8 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, listings: queue.Queue[listin
         start_response(status, headers)
         return [body]
 
-    ADMIN = {"/clients": ("GET", partial(listing.answer_listing, listings)),
-             "/clients/disconnect": ("POST", partial(listing.answer_disconnect, listings))}
+    ADMIN = {"/clients": ("GET", partial(listing.answer_listing, asks)),
+             "/clients/disconnect": ("POST", partial(listing.answer_disconnect, asks))}
 
     try:
         server = Endpoint((host, port), app)
