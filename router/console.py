@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
 
-from plexmq.router import console_clients
+from plexmq.router import console_clients, console_retained
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
 from plexmq.router.console_auth import COOKIE, Admins, Session
@@ -35,7 +35,7 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (console_clients,)  # each with PAGES and ROUTES, in the navigation's order
+FEATURES = (console_clients, console_retained)  # each with PAGES and ROUTES, in the navigation's order
 
 
 def asset(name: str) -> bytes:
@@ -99,7 +99,7 @@ class Console:
         """A page's HTML with the frame filled in: the navigation (this page marked), who is logged in,
         the CSRF token."""
         links = " ".join(f'<a href="{path}"{" class=here" if path == page[0] else ""}>{name}</a>'
-                         for path, name, _ in self.pages)
+                         for path, name, _ in self.pages if name)
         who = session.user if session.tenant is None else f"{session.user} (tenant {session.tenant})"
         nav = (f'<nav><b>plexmq</b> {links} <span class="who">{html.escape(who)} <form method="post" action="/logout">'
                f'<input type="hidden" name="csrf" value="{session.csrf}"><button>Log out</button></form></span></nav>')

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 Reply = tuple[str, list[tuple[str, str]], bytes]  # HTTP status, headers, body
 Handler = Callable[["Console", dict, "Session"], Reply]
 Routes = dict[tuple[str, str], Handler]  # (method, path) -> its handler; a POST only with the CSRF token
-Page = tuple[str, str, str]  # path, its name in the navigation, its HTML asset
+Page = tuple[str, str, str]  # path, its name in the navigation ("": none, a page reached by links), its HTML asset
 
 MAX_FORM = 4096  # bytes of a form (login, logout)
 MAX_JSON = 65536  # bytes of a JSON request body
@@ -45,6 +45,12 @@ def form(environ: dict) -> dict[str, list[str]]:
 def query(environ: dict) -> dict[str, str]:
     """The query string, the first value of each name (blank values kept)."""
     return {name: values[0] for name, values in parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True).items()}
+
+
+def scope(session: Session, asked: str | None) -> str | None:
+    """The tenant a request may see and act on: a tenant admin's own, whatever it names; for a broker
+    admin the one it names ("": the default tenant; None: every tenant, where a page can show them all)."""
+    return asked if session.tenant is None else session.tenant
 
 
 def json_body(environ: dict) -> object:

@@ -380,9 +380,7 @@ class Router(Lifecycle, Subscribing):
             name = topic.decode()
             limit = tenant.retained_limit(topic, payload, props) if tenant.limits_retained else None
             if limit is None:
-                message = Message(topic, payload, qos, True, props, expires_at)
-                tenant.retained.put(name, message)
-                self.journal.retained_set(tenant.name, name, message)
+                self.retain(tenant, name, Message(topic, payload, qos, True, props, expires_at))
             else:  # routed live, not kept
                 tenant.hit(limit)
         targets = tenant.cache.get(topic)
@@ -427,6 +425,13 @@ class Router(Lifecycle, Subscribing):
             if resolved is not None and resolved[0]:
                 keep(session, Pending(topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at))
         return targets
+
+    def retain(self, tenant: Tenant, topic: str, message: Message) -> None:
+        """The topic's retained message replaced, or cleared by an empty payload (MQTT-3.3.1-10), in
+        memory and in the store: for a retained PUBLISH (`route`) and for the console's delete
+        (router/console_retained.py), which delivers nothing."""
+        tenant.retained.put(topic, message)
+        self.journal.retained_set(tenant.name, topic, message)
 
     def _match(self, tenant: Tenant, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}

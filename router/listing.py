@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _ids = itertools.count(1)
 
 Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and what was done (for the admin log)
+FIELDS = ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol", "tenant"]  # a row
 
 
 class ClientListing(Ask):
@@ -79,8 +80,7 @@ def answer_listing(asks: Asks, environ: dict, only: str | None = None) -> Answer
     complete = ask(asks, listing)
     clients = sorted(listing.clients)
     body = {"total": len(clients), "complete": complete, "offset": offset,
-            "fields": ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol",
-                       "tenant"],
+            "fields": FIELDS,
             "clients": clients[offset:offset + limit]}
     return "200 OK", "application/json", orjson.dumps(body), f"listed {len(clients)} clients"
 

@@ -36,14 +36,15 @@ def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None,
         conn.close()
 
 
-def log_in(url: str, password: str = PASSWORD) -> Answer:
-    form = urlencode({"user": ADMIN, "password": password}).encode()
+def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
+    form = urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode()
     return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
 
 
-def session(url: str) -> tuple[dict[str, str], str]:
-    """A logged-in session: its Cookie header and its CSRF token (from the overview page)."""
-    status, headers, _ = log_in(url)
+def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
+    """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
+    and its CSRF token (from the overview page)."""
+    status, headers, _ = log_in(url, tenant=tenant)
     assert status == 303
     cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
     status, _, page = ask(url, "GET", "/", cookie)

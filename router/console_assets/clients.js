@@ -1,5 +1,6 @@
-// The clients page: a search through the admin listing (GET /api/clients) and a disconnect button
-// (POST /api/clients/disconnect with the session's CSRF token).
+// The clients page: a search through the admin listing (GET /api/clients), each client id a link to
+// its own page (/client), and a disconnect button (POST /api/clients/disconnect with the session's
+// CSRF token).
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
 const summary = document.getElementById("summary");
@@ -16,6 +17,11 @@ async function search() {
       td.textContent = value;
       tr.append(td);
     }
+    const page = document.createElement("a");  // the client's own page
+    page.href = "/client?" + new URLSearchParams({id: client[0], tenant: client[8]});
+    page.className = "client";
+    page.textContent = client[0];
+    tr.firstChild.replaceChildren(page);
     const td = document.createElement("td"), button = document.createElement("button");
     button.textContent = "Disconnect";
     button.className = "disconnect";
