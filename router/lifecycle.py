@@ -22,6 +22,7 @@ from plexmq.router.outbox import Outbox
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
 from plexmq.router.tenants import Tenant
+from plexmq.router.topic_rates import TopicRates
 
 if TYPE_CHECKING:
     from plexmq.router.core import Targets
@@ -43,6 +44,7 @@ class Lifecycle:
     outbox: Outbox
     expiration: float
     reports: dict[str, dict]
+    topic_rates: TopicRates
     listings: dict[int, ClientListing]
     routes: RouteTable
     routed: dict[bytes, list[int]]
@@ -188,6 +190,7 @@ class Lifecycle:
     def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
         report: dict = wire.Stats.decode(header)._asdict()
         report["at"] = time.monotonic()
+        self.topic_rates.add(report.pop("topics"), report["at"])
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
