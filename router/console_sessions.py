@@ -7,8 +7,12 @@ scans at most SCAN sessions, filters or groups (`complete` says whether that was
 sorts only what one page shows. A tenant admin sees and removes only the tenant's (`session.tenant`),
 a broker admin every tenant's or one (`tenant=NAME`, "" the default tenant).
 
-The busiest topics are the workers' figures (router/topic_rates.py says why they are counted there,
-and sampled): an estimate of messages per second.
+The busiest topics are an estimate of messages per second, and why: most messages never reach the
+router (a worker delivers them to its own subscribers, docs/architecture.md §4), so only the workers
+see them all; counting every topic there would put a dict update on every PUBLISH, so each worker
+counts its PUBLISHes down and tallies one in 64 (workers/topic_sample.py: one decrement and compare
+per PUBLISH), sends its top few per tenant in its once-a-second STATS, and the router sums the last
+seconds of them (router/topic_rates.py) and counts nothing itself, so no message is counted twice.
 """
 
 from __future__ import annotations
