@@ -15,7 +15,7 @@ nodes left without children or subscribers are pruned on removal, so churn does 
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 
 from plexmq.grants import Matched, merge
 
@@ -175,6 +175,17 @@ class SubscriptionTrie:
                 if wild is not None and wild.subs:
                     _collect(wild.subs, result)
         return result
+
+    def filters(self) -> Iterator[tuple[str, int]]:
+        """Each filter with its number of keys, depth first (the console's busiest filters: the caller
+        takes as many as it may look at)."""
+        stack = [(level, node) for level, node in (self._root.children or {}).items()]
+        while stack:
+            path, node = stack.pop()
+            if node.subs:
+                yield path, len(node.subs)
+            if node.children:
+                stack.extend((f"{path}/{level}", child) for level, child in node.children.items())
 
     def node_count(self) -> int:
         """Introspection for tests and stats: the number of trie nodes, the root included (O(nodes))."""

@@ -31,8 +31,8 @@ import orjson
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
 # 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
-# 5: STANDBY (a standby router answers a join)
-PROTOCOL = 5
+# 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics
+PROTOCOL = 6
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -313,6 +313,9 @@ class Stats(NamedTuple):
     # tenant -> its numbers here: connections, received, sent, bytes_in, bytes_out, dropped, denied,
     # refused {reason: n}, limit_hits {limit: n} (workers/counters.py; {}: metrics_tenants = false)
     tenants: dict[str, dict]
+    # tenant -> its busiest topics here since the last report, sampled: [[topic, estimated messages]]
+    # (workers/topic_sample.py)
+    topics: dict[str, list[list]]
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
 
-from plexmq.router import console_clients, console_retained
+from plexmq.router import console_clients, console_retained, console_sessions
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
 from plexmq.router.console_auth import COOKIE, Admins, Session
@@ -35,7 +35,7 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (console_clients, console_retained)  # each with PAGES and ROUTES, in the navigation's order
+FEATURES = (console_clients, console_sessions, console_retained)  # each with PAGES and ROUTES, in the navigation's order
 
 
 def asset(name: str) -> bytes:

@@ -30,6 +30,7 @@ from plexmq.router.shared import SharedGroup
 from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
 from plexmq.router.tenants import UNLIMITED, Tenant
+from plexmq.router.topic_rates import TopicRates
 from plexmq.tenants import DEFAULT
 
 log = logging.getLogger("plexmq.router")
@@ -106,6 +107,7 @@ class Router(Lifecycle, Subscribing):
         self.outbox = Outbox(self.journal, max_inflight, max_inflight + max_queued, max_queued_bytes)
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
+        self.topic_rates = TopicRates(time.monotonic())  # the workers' sampled topics (the console's busiest)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)

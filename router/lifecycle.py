@@ -22,8 +22,10 @@ from plexmq.router.outbox import Outbox
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
 from plexmq.router.tenants import Tenant
+from plexmq.router.topic_rates import TopicRates
 
 if TYPE_CHECKING:
+    from plexmq.router.console_sessions import SessionRemoval
     from plexmq.router.core import Targets
     from plexmq.router.shared import SharedGroup
     from plexmq.router.store import Carried
@@ -43,6 +45,7 @@ class Lifecycle:
     outbox: Outbox
     expiration: float
     reports: dict[str, dict]
+    topic_rates: TopicRates
     listings: dict[int, ClientListing]
     routes: RouteTable
     routed: dict[bytes, list[int]]
@@ -188,6 +191,7 @@ class Lifecycle:
     def _on_stats(self, worker: bytes, header: bytes, payload: bytes) -> None:
         report: dict = wire.Stats.decode(header)._asdict()
         report["at"] = time.monotonic()
+        self.topic_rates.add(report.pop("topics"), report["at"])
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
@@ -448,14 +452,34 @@ class Lifecycle:
             self._end(session, now)
 
     def _over(self, session: Session, now: float) -> bool:
-        """Whether an offline session's time is up: its own expiry interval, or for one without
-        (3.1.1, and 5.0's "never") persistent_client_expiration."""
-        if ends := session.ends_at():
-            return ends <= now
-        return bool(self.expiration) and now - session.seen > self.expiration
+        """Whether an offline session's time is up."""
+        ends = self.ends_at(session)
+        return bool(ends) and ends <= now
 
-    def _end(self, session: Session, now: float) -> None:
-        """An offline session's time is up: its delayed will goes out now, then the session."""
-        log.info("client %s: persistent session expired after %.0f s offline", session.client_id, now - session.seen)
+    def ends_at(self, session: Session) -> float:
+        """The time.time() an offline session ends: its own expiry interval, or for one without (3.1.1,
+        and 5.0's "never") persistent_client_expiration; 0: never."""
+        if ends := session.ends_at():
+            return ends
+        return session.seen + self.expiration if self.expiration else 0.0
+
+    def _end(self, session: Session, now: float, why: str = "expired") -> None:
+        """An offline session's time is up (or an operator ended it): its delayed will goes out now,
+        then the session, from memory and the store."""
+        log.info("client %s: persistent session %s after %.0f s offline", session.client_id, why, now - session.seen)
         self._will_due(session)
         self._discard(session)
+
+    def remove_session(self, request: SessionRemoval) -> None:
+        """An operator removes an offline persistent session as if it had expired (`_end`); a
+        connected one is left alone."""
+        tenant = self.tenants.get(request.tenant)
+        session = tenant.sessions.get(request.client_id) if tenant is not None else None
+        if session is None or not session.persistent:
+            request.outcome = "missing"
+        elif session.worker is not None:
+            request.outcome = "connected"
+        else:
+            self._end(session, time.time(), "removed by an operator")
+            request.outcome = "removed"
+        request.done.set()

@@ -42,6 +42,7 @@ from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
 from plexmq.workers.routes import RouteTables
 from plexmq.workers.settings import Settings
+from plexmq.workers.topic_sample import SAMPLE, TopicSample
 from plexmq.workers.worker import Worker
 
 # -- the event loop, the transport, the link ---------------------------------------------------------
@@ -202,6 +203,8 @@ class HarnessWorker(Worker):
         self.unanswered = 0
         self.shedding = False
         self.shed = 0
+        self.topics = TopicSample()
+        self.sample_in = SAMPLE
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow

@@ -393,3 +393,11 @@ def test_topic_name_error(topic: str, ok: bool) -> None:
         assert err is None
     else:
         assert isinstance(err, str) and err
+
+
+def test_filters_lists_each_filter_with_its_keys() -> None:
+    t = SubscriptionTrie()
+    for topic_filter, key in (("a/b", 1), ("a/b", 2), ("a", 3), ("/", 4), ("#", 5), ("a//+", 6)):
+        t.add(topic_filter, key, 0)
+    t.remove("a", 3)
+    assert sorted(t.filters()) == [("#", 1), ("/", 1), ("a//+", 1), ("a/b", 2)]

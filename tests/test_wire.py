@@ -56,10 +56,11 @@ CASES = [
     Case("gone without", wire.GONE, wire.Gone(3, False), b"\x03\x00\x00\x00\x00"),
     Case("session expiry", wire.SESSION_EXPIRY, wire.SessionExpiry(3, 300), b"\x03\x00\x00\x00\x2c\x01\x00\x00"),
     Case("stats", wire.STATS, wire.Stats("n1/0", "n1", 42, 5, 1, 2, 3, 4, 5, 6, {"3.1.1": 5}, 7, 0.5, 1024, 8, 9,
-                                          {"a": {"connections": 1, "refused": {"not_authorized": 2}}}),
+                                          {"a": {"connections": 1, "refused": {"not_authorized": 2}}}, {"a": [["t/1", 64]]}),
          b'{"id":"n1/0","node":"n1","pid":42,"clients":5,"dropped":1,"denied":2,"withheld":3,"refused":4,'
          b'"auth_failures":5,"queued":6,"protocols":{"3.1.1":5},"shed":7,"cpu":0.5,"rss":1024,'
-         b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}}}'),
+         b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}},'
+         b'"topics":{"a":[["t/1",64]]}}'),
     Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]]),
          b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]]}'),
     Case("routes ack", wire.ROUTES_ACK, wire.RoutesAck(9), b"\x09\x00\x00\x00"),

@@ -46,6 +46,7 @@ from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 from plexmq.workers.tenant_limits import Limits, limited
+from plexmq.workers.topic_sample import SAMPLE, TopicSample
 from plexmq.workers.websocket import WebSocket
 
 log = logging.getLogger("plexmq.worker")
@@ -76,6 +77,8 @@ class Worker:
         self.limits: dict[str, Limits] = {}  # tenant -> its limits on this worker, for the tenants that set some
         self.shedding = False  # above memory_limit: QoS 0 deliveries are dropped
         self.shed = 0  # deliveries dropped while shedding
+        self.topics = TopicSample()  # the busiest topics, sampled (workers/topic_sample.py)
+        self.sample_in = SAMPLE  # PUBLISHes until the next sample
         self.identity_as_username = False
         self.tenant_field = ""  # tenant_certificate_field, as getpeercert() names it ("": none)
         # per listener byte (handoff.py): its TLS context, whether it speaks WebSocket, its tenant ("": none)
@@ -222,8 +225,12 @@ class Worker:
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
         """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
-        and 1, not retained), else to the router; `props` and `expiry` as plexmq/wire.py carries them."""
+        and 1, not retained), else to the router; `props` and `expiry` as plexmq/wire.py carries them.
+        Each counts down `sample_in`: one in SAMPLE is tallied for the busiest topics (workers/topic_sample.py)."""
         name = topic.encode()
+        self.sample_in -= 1
+        if self.sample_in <= 0:
+            self.sample_in = self.topics.take(conn.tenant, name, self.sample_in)
         if self.archive is not None:
             to_archive = self.known_topics.get(name)
             if to_archive is None:
@@ -249,6 +256,9 @@ class Worker:
     def publish_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> None:
         """A run of `count` plain QoS 0 PUBLISH packets to `topic` of `conn`, as they are: written here
         to the local subscribers when only they want it (as `publish`), else to the router."""
+        self.sample_in -= count
+        if self.sample_in <= 0:
+            self.sample_in = self.topics.take(conn.tenant, topic, self.sample_in)
         subs = conn.routes.targets(topic) if self.local_path(conn) else None
         if subs is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
@@ -539,7 +549,8 @@ class Worker:
         self.link.stats(wire.Stats(
             self.label, self.node, os.getpid(), len(self.conns), counters.dropped, counters.denied, counters.withheld,
             counters.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, sum(t.received for t in tallies),
-            sum(t.sent for t in tallies), counters.by_tenant() if self.settings.metrics_tenants else {}))
+            sum(t.sent for t in tallies), counters.by_tenant() if self.settings.metrics_tenants else {},
+            self.topics.report()))
         self.flush_soon()
 
     def reload(self) -> None:
