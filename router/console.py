@@ -6,9 +6,9 @@ every request must name this console (`admin.Names`: Host and Origin), and every
 session's CSRF token (form field `csrf` or header X-CSRF-Token). Each page's module
 (router/console_*.py, listed in FEATURES) brings its pages and routes (router/console_http.py); what
 they need of the router's state they ask its loop (router/asks.py), the live figures come from `Stats`
-(router/console_events.py). The pages, scripts and styles are files of the package
-(router/console_assets/): nothing is loaded from elsewhere, and the Content-Security-Policy says so to
-the browser.
+(router/console_events.py), a trace's messages from its ring (`Traces`, router/trace.py). The pages,
+scripts and styles are files of the package (router/console_assets/): nothing is loaded from elsewhere,
+and the Content-Security-Policy says so to the browser.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
 
-from plexmq.router import console_clients, console_retained, console_sessions
+from plexmq.router import console_clients, console_retained, console_sessions, console_trace
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
 from plexmq.router.console_auth import COOKIE, Admins, Session
 from plexmq.router.console_events import STREAM, StreamingEndpoint, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
+from plexmq.router.trace import Traces
 
 log = logging.getLogger("plexmq.router")
 
@@ -35,7 +36,8 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (console_clients, console_sessions, console_retained)  # each with PAGES and ROUTES, in the navigation's order
+FEATURES = (console_clients, console_sessions, console_retained, console_trace)  # each with PAGES and ROUTES, in the
+# navigation's order
 
 
 def asset(name: str) -> bytes:
@@ -45,10 +47,11 @@ def asset(name: str) -> bytes:
 class Console:
     """The WSGI app: the routes of every feature, behind the login."""
 
-    def __init__(self, admins: Admins, stats: Stats, asks: Asks, names: Names) -> None:
+    def __init__(self, admins: Admins, stats: Stats, asks: Asks, traces: Traces, names: Names) -> None:
         self.admins = admins
         self.stats = stats
         self.asks = asks
+        self.traces = traces  # read by the Trace page's threads, changed by the loop (router/trace.py)
         self.names = names
         self.assets = {item.name for item in ASSETS.iterdir() if not item.name.endswith(".html")}
         self.pages: list[Page] = [OVERVIEW]
@@ -148,7 +151,7 @@ def _cookie(value: str, max_age: int | None) -> str:
     return f"{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/" + ("" if max_age is None else f"; Max-Age={max_age}")
 
 
-def serve_console(stats: Stats, asks: Asks, host: str, port: int, admins_path: str,
+def serve_console(stats: Stats, asks: Asks, traces: Traces, host: str, port: int, admins_path: str,
                   tenant_admins: dict[str, str]) -> tuple[str, int] | None:
     """Start the console; its (host, port), or None when the port cannot be had (logged)."""
     admins = Admins(admins_path, tenant_admins)
@@ -164,7 +167,7 @@ def serve_console(stats: Stats, asks: Asks, host: str, port: int, admins_path: s
         log.error("no console: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
     bound = server.socket.getsockname()[:2]
-    console = Console(admins, stats, asks, Names(host, bound[1]))
+    console = Console(admins, stats, asks, traces, Names(host, bound[1]))
     threading.Thread(target=server.run, name="plexmq-console", daemon=True).start()
     log.info("console on http://%s:%d/%s", bound[0], bound[1], "" if admins.any else " (no console_admins: every login refused)")
     return bound[0], bound[1]

@@ -93,7 +93,7 @@ def serve(config: dict) -> None:
         serve_metrics(stats, turns, asks, config["metrics_host"], config["metrics_port"],
                       os.path.dirname(config["config_path"]))
     if config["console_port"] >= 0:
-        serve_console(stats, asks, config["console_host"], config["console_port"], config["console_admins"],
+        serve_console(stats, asks, router.traces, config["console_host"], config["console_port"], config["console_admins"],
                       {name: table["console_admins"] for name, table in config["tenants"].items()})
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
@@ -169,6 +169,7 @@ def serve(config: dict) -> None:
             for worker in links.joined():
                 router.out(worker).beat()
             stats.refresh(time.time())
+            router.traces.sweep(router, now)
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
                 for tenant, topic, payload in stats.sys_messages(time.time()):

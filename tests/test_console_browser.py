@@ -91,7 +91,7 @@ def test_an_operator_watches_the_overview_and_disconnects_a_client(
         gone = threading.Event()
         publisher.on_disconnect = lambda *_: gone.set()
         browser.find_element(By.CSS_SELECTOR, "button.disconnect").click()
-        wait_for(lambda: text(browser, "summary") == f"disconnected {client_id}" or None, 10, "the page to say so")
+        wait_for(lambda: text(browser, "outcome") == f"disconnected {client_id}" or None, 10, "the page to say so")
         assert gone.wait(10), "the client was not disconnected"
     finally:
         stop.set()

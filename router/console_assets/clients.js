@@ -3,7 +3,7 @@
 // CSRF token).
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
-const summary = document.getElementById("summary");
+const summary = document.getElementById("summary"), outcome = document.getElementById("outcome");
 async function search() {
   const filter = document.getElementById("filter").value;
   const answer = await fetch("/api/clients?limit=200&filter=" + encodeURIComponent(filter));
@@ -36,7 +36,7 @@ async function disconnect(clientId, tenant) {
     method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
     body: JSON.stringify({client_id: clientId, tenant: tenant}),
   });
-  summary.textContent = (await answer.text()).trim();
+  outcome.textContent = (await answer.text()).trim();  // stays while the listing refreshes
   if (answer.ok) setTimeout(search, 500);
 }
 document.getElementById("search").onsubmit = (event) => { event.preventDefault(); search(); };

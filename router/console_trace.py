@@ -1,0 +1,122 @@
+"""The console's Trace page: the messages of a topic filter, live (router/trace.py holds the trace and
+says why it is bounded and what it costs the broker).
+
+Starting and stopping a trace are asks (router/asks.py): they change the router's trie and route
+table. Reading one is not: the page polls `GET /api/trace/read` once a second, and its thread drains
+the trace's ring itself (`Trace.take`), so a page costs the loop nothing, and a poll never waits for a
+loop turn. Polling rather than a server-sent-event stream: a trace needs no thread of the 8 stream
+slots the overview uses (router/console_events.py), and a page that stops polling is how a trace
+learns that nobody watches it (it ends after `trace.IDLE`).
+
+A tenant admin starts, lists, reads and stops traces of their own tenant only, whatever the request
+names; a broker admin names the tenant ("" the default). Starts and stops are logged with who asked.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from plexmq.mqtt.topics import shared, valid_subscription
+from plexmq.router import trace
+from plexmq.router.asks import ask
+from plexmq.router.console_http import Page, Reply, Routes, json, json_body, query, text
+
+if TYPE_CHECKING:
+    from plexmq.router.console import Console
+    from plexmq.router.console_auth import Session
+
+log = logging.getLogger("plexmq.router")
+
+MAX_FILTER = 1024  # characters of a traced filter
+
+
+def traces(console: Console, environ: dict, session: Session) -> Reply:
+    """GET /api/trace: the live traces this session may see, with their counts, and the bounds."""
+    now = time.monotonic()
+    return json({"tenant": session.tenant, "most": trace.MOST, "ring": trace.RING, "rate": trace.RATE,
+                 "payload": trace.PAYLOAD, "idle": trace.IDLE, "lifetime": trace.LIFETIME,
+                 "traces": [_described(t, now) for t in console.traces.visible(session.tenant)]})
+
+
+def start(console: Console, environ: dict, session: Session) -> Reply:
+    """POST /api/trace/start, body {"filter": F, "tenant": NAME}: 200 with the trace once every worker
+    sends the filter's messages to the router; 400 for a filter that cannot be traced, 404 for no such
+    tenant, 429 while trace.MOST are live."""
+    body = json_body(environ)
+    topic_filter = body.get("filter") if isinstance(body, dict) else None
+    tenant = body.get("tenant", "") if isinstance(body, dict) else None
+    if not isinstance(topic_filter, str) or not isinstance(tenant, str):
+        return text("400 Bad Request", 'the body is {"filter": "FILTER", "tenant": "NAME"}')
+    if len(topic_filter) > MAX_FILTER or not valid_subscription(topic_filter) or shared(topic_filter) is not None:
+        return text("400 Bad Request", f"{topic_filter!r} is not a topic filter that can be traced (no shared ones)")
+    question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user)
+    applied = ask(console.asks, question)
+    if question.trace is None:
+        said = question.refusal or "the router did not answer: try again"
+        log.info("console: %r from %s: trace of %r in tenant %r refused: %s", session.user, environ.get("REMOTE_ADDR"),
+                 topic_filter, question.tenant, said)
+        return text(question.status or "503 Service Unavailable", said)
+    log.info("console: %r from %s started trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
+             question.trace.id, topic_filter, question.tenant)
+    # applied False: a worker had not applied the route table in time; the trace runs, and may miss
+    # what that worker delivers itself until it does
+    return json({**_described(question.trace, time.monotonic()), "applied": applied})
+
+
+def read(console: Console, environ: dict, session: Session) -> Reply:
+    """GET /api/trace/read?id=N: the messages the trace kept since the last read, and its counts; 404
+    once it has ended (or is another tenant's)."""
+    found = _find(console, query(environ).get("id", ""), session)
+    if found is None:
+        return text("404 Not Found", "no such trace: it has ended (stopped, unread, or too old)")
+    taken = found.take()
+    return json({**_described(found, time.monotonic()), "messages": [_message(entry) for entry in taken]})
+
+
+def stop(console: Console, environ: dict, session: Session) -> Reply:
+    """POST /api/trace/stop, body {"id": N}: 200, saying whether the filter keeps the router's place
+    for another subscription (`router_place`); 404 for no such trace of this session's tenant."""
+    body = json_body(environ)
+    number = body.get("id") if isinstance(body, dict) else None
+    if not isinstance(number, int) or isinstance(number, bool):
+        return text("400 Bad Request", 'the body is {"id": N}')
+    question = trace.TraceStop(number, session.tenant)
+    ask(console.asks, question)
+    if question.found is None:
+        return text("404 Not Found", f"no trace {number}: it has ended")
+    log.info("console: %r from %s stopped trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
+             number, question.found.filter, question.found.tenant.name)
+    return json({**_described(question.found, time.monotonic()), "router_place": question.router_place})
+
+
+def _find(console: Console, number: str, session: Session) -> trace.Trace | None:
+    return console.traces.find(int(number), session.tenant) if number.isascii() and number.isdigit() else None
+
+
+def _described(found: trace.Trace, now: float) -> dict:
+    """A trace as the page shows it (counts read from the loop's writes: each one whole)."""
+    return {"id": found.id, "filter": found.filter, "tenant": found.tenant.name, "user": found.user,
+            "age": round(now - found.started, 1), "matched": found.matched, "kept": found.kept,
+            "skipped": found.skipped, "lost": found.lost}
+
+
+def _message(entry: trace.Entry) -> dict:
+    """One traced message: its payload as text when it is UTF-8, else as hex."""
+    seq, at, topic, qos, retain, size, payload, client = entry
+    cut = size > len(payload)
+    try:
+        shown, form = payload.decode(), "text"
+    except UnicodeDecodeError as exc:
+        if cut and exc.start >= len(payload) - 3 and exc.reason == "unexpected end of data":  # a character cut in two
+            shown, form = payload[:exc.start].decode(), "text"
+        else:
+            shown, form = payload.hex(" "), "hex"
+    return {"seq": seq, "at": at, "topic": topic.decode(errors="replace"), "qos": qos, "retain": retain, "size": size,
+            "payload": shown, "form": form, "cut": cut, "client": client}
+
+
+PAGES: list[Page] = [("/trace", "Trace", "trace.html")]
+ROUTES: Routes = {("GET", "/api/trace"): traces, ("POST", "/api/trace/start"): start,
+                  ("GET", "/api/trace/read"): read, ("POST", "/api/trace/stop"): stop}
