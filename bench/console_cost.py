@@ -118,7 +118,8 @@ def log_in(port: int) -> tuple[str, str]:
 def start_trace(port: int, session: Login, topic_filter: str) -> Callable[[], None]:
     """Start a trace on `topic_filter` as the trace page does; the function that stops it."""
     headers = {**session.headers(), "Content-Type": "application/json", "X-CSRF-Token": session.csrf}
-    status, body = request(port, "POST", "/api/trace", headers, json.dumps({"filter": topic_filter}).encode())
+    status, body = request(port, "POST", "/api/trace/start", headers,
+                           json.dumps({"filter": topic_filter, "tenant": ""}).encode())
     if status != 200:
         raise SystemExit(f"trace refused: {status} {body[:200]!r}")
     trace = json.loads(body)["id"]
@@ -126,7 +127,7 @@ def start_trace(port: int, session: Login, topic_filter: str) -> Callable[[], No
 
     def poll() -> None:  # the page reads its trace once a second, or the router ends it
         while not reading.wait(1.0):
-            request(port, "GET", f"/api/trace?id={trace}", session.headers())
+            request(port, "GET", f"/api/trace/read?id={trace}", session.headers())
 
     threading.Thread(target=poll, daemon=True).start()
 
