@@ -136,8 +136,8 @@ class Alarms:
             self._hold(now, DROPPED, tenant, tenant, f"messages dropped in tenant {_shown(tenant)}",
                        f"{total} since raised (a subscriber's queue is full: max_queued_messages)")
             return
-        where = ", ".join(f"{source} {n}" for source, n in counts[0].items())
-        by_tenant = "; tenants: " + ", ".join(f"{name} {n}" for name, n in counts[1].items()) if counts[1] else ""
+        where = ", ".join(f"{source}: {n}" for source, n in counts[0].items())
+        by_tenant = "; tenants " + ", ".join(f"{name}: {n}" for name, n in counts[1].items()) if counts[1] else ""
         self._hold(now, DROPPED, "", None, "messages dropped",
                    f"{total} since raised: {where}{by_tenant} (a subscriber's queue is full: max_queued_messages)")
 
@@ -154,7 +154,7 @@ class Alarms:
                 by_tenant[tenant] = by_tenant.get(tenant, 0) + count
         total = sum(broker.values())
         if total > BURST:
-            by_worker = ", ".join(f"worker {label} {n}" for label, n in broker.items())
+            by_worker = ", ".join(f"worker {label}: {n}" for label, n in broker.items())
             self._hold(now, LOGINS, "", None, "a burst of failed logins",
                        f"{total} in the last {WINDOW:g} s: {by_worker}")
         for name, count in by_tenant.items():

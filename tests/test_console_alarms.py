@@ -51,9 +51,9 @@ def test_drops_raise_an_alarm_that_names_where_and_clears_after_a_quiet_spell() 
     shown = alarms.check(snap(T0 + 1, {"0": worker(100, dropped=10), "1": worker(101)}, routed=2))
     [alarm] = raised(shown)
     assert (alarm["name"], alarm["raised"], alarm["tenant"]) == (DROPPED, T0 + 1, None)
-    assert "5 since raised: worker 0 3, the router's session queues 2" in alarm["details"]
+    assert "5 since raised: worker 0: 3, the router's session queues: 2" in alarm["details"]
     shown = alarms.check(snap(T0 + 2, {"0": worker(100, dropped=10), "1": worker(101, dropped=4)}, routed=2))
-    assert "9 since raised: worker 0 3, the router's session queues 2, worker 1 4" in raised(shown)[0]["details"]
+    assert "9 since raised: worker 0: 3, the router's session queues: 2, worker 1: 4" in raised(shown)[0]["details"]
     quiet = {"0": worker(100, dropped=10), "1": worker(101, dropped=4)}
     assert len(raised(alarms.check(snap(T0 + 2 + QUIET, quiet, routed=2)))) == 1  # not yet: QUIET has to pass
     [cleared] = alarms.check(snap(T0 + 3 + QUIET, quiet, routed=2))[None]
@@ -66,7 +66,7 @@ def test_a_restarted_worker_counts_from_zero_and_raises_its_own_alarm_for_a_whil
     shown = alarms.check(snap(T0 + 1, {"0": worker(200, dropped=2)}))  # a new process: its counters start again
     [restart, drops] = sorted(raised(shown), key=lambda a: a["name"] != RESTARTED)
     assert restart["name"] == RESTARTED and restart["subject"] == "0" and "process 100 ended; 200" in restart["details"]
-    assert drops["name"] == DROPPED and drops["details"].startswith("2 since raised: worker 0 2")
+    assert drops["name"] == DROPPED and drops["details"].startswith("2 since raised: worker 0: 2")
     alarms.check(snap(T0 + 1 + HOLD, {"0": worker(200, dropped=2)}))
     assert [a["name"] for a in raised(alarms.check(snap(T0 + 1 + HOLD, {"0": worker(200, dropped=2)})))] == [RESTARTED]
     shown = alarms.check(snap(T0 + 2 + HOLD, {"0": worker(200, dropped=2)}))
@@ -79,7 +79,7 @@ def test_more_than_a_burst_of_failed_logins_within_the_window_raises_and_clears_
     assert alarms.check(snap(T0 + 1, {"0": worker(100, auth_failures=BURST), "1": worker(101)})) == {}
     shown = alarms.check(snap(T0 + 2, {"0": worker(100, auth_failures=BURST), "1": worker(101, auth_failures=1)}))
     [alarm] = raised(shown)
-    assert alarm["name"] == LOGINS and alarm["details"] == f"{BURST + 1} in the last {WINDOW:g} s: worker 0 {BURST}, worker 1 1"
+    assert alarm["name"] == LOGINS and alarm["details"] == f"{BURST + 1} in the last {WINDOW:g} s: worker 0: {BURST}, worker 1: 1"
     same = {"0": worker(100, auth_failures=BURST), "1": worker(101, auth_failures=1)}
     assert raised(alarms.check(snap(T0 + 1 + WINDOW, same)))  # the first ones are WINDOW old: still counted
     assert raised(alarms.check(snap(T0 + 1.5 + WINDOW, same))) == []
@@ -106,7 +106,7 @@ def test_a_tenants_drops_and_failed_logins_are_its_own_alarms_and_named_in_the_b
     assert {a["name"] for a in raised(shown, "acme")} == {DROPPED, LOGINS}
     assert all(a["tenant"] == "acme" and "acme" in a["what"] for a in shown["acme"])
     broker_drops = next(a for a in raised(shown) if a["name"] == DROPPED)
-    assert broker_drops["details"].startswith("4 since raised: worker 0 4; tenants: 'acme' 4")
+    assert broker_drops["details"].startswith("4 since raised: worker 0: 4; tenants 'acme': 4")
 
 
 def test_the_last_cleared_alarms_are_kept_and_the_gauge_counts_the_brokers_raised_ones() -> None:
