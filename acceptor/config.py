@@ -258,6 +258,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "console_port": Option(int, 18083, _range(-1, 65535), "web console port (0: any free port, -1: no console)"),
         "console_admins": Option(str, "", doc="the console's admins and their password hashes (plexmq passwd); "
                                  "empty: every console login is refused"),
+        "console_tls": Option(bool, True, doc="serve the console over HTTPS with the [tls] certificate when "
+                              "tls.certfile is set (its session cookie then Secure); false: plain HTTP"),
         "memory_limit": Option(int, 0, _range(0), "worker RSS in bytes above which QoS 0 deliveries are shed (0: no limit)"),
         "max_connections": Option(int, 0, _range(0), "connections the broker holds at most (0: no limit)"),
         "max_connection_rate": Option(float, 0.0, _range(0), "new connections per second per client address (0: no limit)"),
@@ -584,8 +586,9 @@ def _check_private(path: str, strict: bool) -> None:
 
 
 def _check_tls(config: dict[str, Any]) -> None:
-    """Build the TLS context once, so that a missing or bad certificate stops startup, not a worker."""
-    if tls.wanted(config):
+    """Build the TLS context once, so that a missing or bad certificate stops startup, not a worker
+    (or the console)."""
+    if tls.wanted(config) or tls.console_wanted(config):
         try:
             tls.server_context(config["tls"])
         except ValueError as exc:

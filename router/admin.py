@@ -74,9 +74,10 @@ class Names:
     reaches us under the attacker's name, and a page of another origin says so in `Origin`. Shared by
     the admin requests and the web console (router/console.py)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, scheme: str = "http") -> None:
         self._names = {"localhost", host.lower()}
         self._port = port
+        self._origin = f"{scheme}://"  # an Origin of ours starts so (the console may serve https)
 
     def refusal(self, environ: dict) -> Refusal | None:
         """Why this request is not one of ours (Host, Origin), or None."""
@@ -84,7 +85,7 @@ class Names:
         if not self._ours(environ.get("HTTP_HOST", ""), local):
             return "421 Misdirected Request", f"Host {environ.get('HTTP_HOST', '(none)')!r} is not this endpoint"
         origin = environ.get("HTTP_ORIGIN")
-        if origin is not None and not (origin.startswith("http://") and self._ours(origin[7:], local)):
+        if origin is not None and not (origin.startswith(self._origin) and self._ours(origin[len(self._origin):], local)):
             return "403 Forbidden", f"Origin {origin!r} is not this endpoint"
         return None
 

@@ -8,13 +8,15 @@ session's CSRF token (form field `csrf` or header X-CSRF-Token). Each page's mod
 they need of the router's state they ask its loop (router/asks.py), the live figures come from `Stats`
 (router/console_events.py), a trace's messages from its ring (`Traces`, router/trace.py). The pages,
 scripts and styles are files of the package (router/console_assets/): nothing is loaded from elsewhere,
-and the Content-Security-Policy says so to the browser.
+and the Content-Security-Policy says so to the browser. With a `[tls]` certificate (and `console_tls`,
+the default) it speaks HTTPS only, and its cookie is Secure.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from importlib import resources
@@ -23,10 +25,12 @@ from plexmq.router import console_clients, console_retained, console_sessions, c
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
 from plexmq.router.console_auth import COOKIE, Admins, Session
-from plexmq.router.console_events import STREAM, StreamingEndpoint, events
+from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
+from plexmq.router.store import Store
 from plexmq.router.trace import Traces
+from plexmq.workers import tls
 
 log = logging.getLogger("plexmq.router")
 
@@ -38,6 +42,7 @@ SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'no
 OVERVIEW: Page = ("/", "Overview", "overview.html")
 FEATURES = (console_clients, console_sessions, console_retained, console_trace)  # each with PAGES and ROUTES, in the
 # navigation's order
+TENANT = "plexmq.tenant"  # environ key: the tenant of the session that opened an event stream
 
 
 def asset(name: str) -> bytes:
@@ -47,12 +52,15 @@ def asset(name: str) -> bytes:
 class Console:
     """The WSGI app: the routes of every feature, behind the login."""
 
-    def __init__(self, admins: Admins, stats: Stats, asks: Asks, traces: Traces, names: Names) -> None:
+    def __init__(self, admins: Admins, stats: Stats, asks: Asks, traces: Traces, names: Names, store: dict[str, str],
+                 secure: bool = False) -> None:
         self.admins = admins
         self.stats = stats
         self.asks = asks
         self.traces = traces  # read by the Trace page's threads, changed by the loop (router/trace.py)
         self.names = names
+        self.store = store  # `describe_store`'s, for the overview
+        self.secure = secure  # served over HTTPS: the cookie says Secure
         self.assets = {item.name for item in ASSETS.iterdir() if not item.name.endswith(".html")}
         self.pages: list[Page] = [OVERVIEW]
         self.routes: Routes = {}
@@ -64,7 +72,7 @@ class Console:
         status, headers, body = self.route(environ)
         if status == "stream":
             start_response("200 OK", [("Content-Type", "text/event-stream"), *SECURITY])
-            return events(self.stats)
+            return events(self.stats, environ[TENANT], self.store)
         start_response(status, [*headers, *SECURITY])
         return [body]
 
@@ -94,6 +102,7 @@ class Console:
         if path == "/events":
             if not environ.get(STREAM):
                 return text("503 Service Unavailable", "too many open consoles: close one")
+            environ[TENANT] = session.tenant  # the stream shows this tenant's figures only (None: the broker's)
             return "stream", [], b""
         handler = self.routes.get((method, path))
         return text("404 Not Found", "no such page") if handler is None else handler(self, environ, session)
@@ -120,7 +129,7 @@ class Console:
             return text("403 Forbidden", "no valid CSRF token: reload the page")
         if path == "/logout":
             self.admins.logout(environ.get("HTTP_COOKIE", ""))
-            return "303 See Other", [("Location", "/login"), ("Set-Cookie", _cookie("", 0))], b""
+            return "303 See Other", [("Location", "/login"), ("Set-Cookie", _cookie("", 0, self.secure))], b""
         handler = self.routes.get(("POST", path))
         return text("404 Not Found", "no such action") if handler is None else handler(self, environ, session)
 
@@ -143,18 +152,32 @@ class Console:
                                   fields.get("tenant", [""])[0])
         if token is None:
             return self.login_page("Wrong user or password.", "401 Unauthorized")
-        return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None))], b""
+        return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None, self.secure))], b""
 
 
-def _cookie(value: str, max_age: int | None) -> str:
-    """The session cookie (no Secure flag: the console has no TLS yet)."""
-    return f"{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/" + ("" if max_age is None else f"; Max-Age={max_age}")
+def _cookie(value: str, max_age: int | None, secure: bool) -> str:
+    """The session cookie; Secure over HTTPS (a browser then never sends it in the clear)."""
+    return (f"{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/" + ("; Secure" if secure else "")
+            + ("" if max_age is None else f"; Max-Age={max_age}"))
 
 
-def serve_console(stats: Stats, asks: Asks, traces: Traces, host: str, port: int, admins_path: str,
-                  tenant_admins: dict[str, str]) -> tuple[str, int] | None:
-    """Start the console; its (host, port), or None when the port cannot be had (logged)."""
-    admins = Admins(admins_path, tenant_admins)
+def tls_context(config: dict) -> ssl.SSLContext | None:
+    """The `[tls]` certificate's context when the console serves HTTPS (workers/tls.py `console_wanted`),
+    else None. No client certificate is asked: an operator's browser logs in with a password."""
+    if not tls.console_wanted(config):
+        return None
+    context = tls.server_context(config["tls"])  # checked at startup (acceptor/config.py): no ValueError here
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store: Store | None) -> tuple[str, int] | None:
+    """Start the console (`console_host`, `console_port`, the admins, `console_tls`); its (host, port), or
+    None when the port cannot be had (logged)."""
+    host, port = config["console_host"], config["console_port"]
+    admins = Admins(config["console_admins"], {name: table["console_admins"] for name, table in config["tenants"].items()})
+    context = tls_context(config)
+    scheme = "http" if context is None else "https"
     console: Console | None = None
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -162,12 +185,13 @@ def serve_console(stats: Stats, asks: Asks, traces: Traces, host: str, port: int
         return console(environ, start_response)
 
     try:
-        server = StreamingEndpoint((host, port), app, lambda data: data.startswith(b"GET /events "))
+        server = StreamingEndpoint((host, port), app, lambda data: data.startswith(b"GET /events "), context)
     except OSError as exc:
         log.error("no console: cannot listen on %s:%d: %s", host, port, exc.strerror)
         return None
     bound = server.socket.getsockname()[:2]
-    console = Console(admins, stats, asks, traces, Names(host, bound[1]))
+    console = Console(admins, stats, asks, traces, Names(host, bound[1], scheme), describe_store(store), context is not None)
     threading.Thread(target=server.run, name="plexmq-console", daemon=True).start()
-    log.info("console on http://%s:%d/%s", bound[0], bound[1], "" if admins.any else " (no console_admins: every login refused)")
+    log.info("console on %s://%s:%d/%s", scheme, bound[0], bound[1],
+             "" if admins.any else " (no console_admins: every login refused)")
     return bound[0], bound[1]

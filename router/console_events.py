@@ -1,5 +1,6 @@
 """The console's live figures: a server-sent-event stream per open overview, one JSON event each time
-the router's loop refreshes `Stats` (once a second).
+the router's loop refreshes `Stats` (once a second): the broker's figures, store, lease and alarms
+(router/alarms.py) for a broker admin, a tenant's own figures and alarms for that tenant's admin.
 
 A stream holds its connection and a thread for minutes, so streams never take the endpoint's few
 answering threads (router/httpd.py): `StreamingEndpoint` answers them on STREAMS threads of their own,
@@ -10,6 +11,7 @@ goes (the next write fails) or after LIFETIME (the browser's EventSource reconne
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ import orjson
 from plexmq import VERSION
 from plexmq.router.httpd import Endpoint
 from plexmq.router.stats import Stats
+from plexmq.router.store import Store
 
 STREAMS = 8  # open at once
 LIFETIME = 600.0  # seconds a stream lasts
@@ -30,8 +33,9 @@ WAIT = 2.0  # seconds a stream waits for a refresh before it looks again (the ro
 class StreamingEndpoint(Endpoint):
     """An `Endpoint` that answers the requests `is_stream` picks (from their bytes) on threads of their own."""
 
-    def __init__(self, address: tuple[str, int], app: Callable, is_stream: Callable[[bytes], bool]) -> None:
-        super().__init__(address, app)
+    def __init__(self, address: tuple[str, int], app: Callable, is_stream: Callable[[bytes], bool],
+                 context: ssl.SSLContext | None = None) -> None:
+        super().__init__(address, app, context)
         self._is_stream = is_stream
         self._streams = ThreadPoolExecutor(STREAMS, thread_name_prefix="plexmq-console-stream")
         self._free = threading.BoundedSemaphore(STREAMS)
@@ -49,8 +53,9 @@ class StreamingEndpoint(Endpoint):
             self._free.release()
 
 
-def events(stats: Stats) -> Iterator[bytes]:
-    """Server-sent events, each `data: JSON` with the overview's figures, until LIFETIME is over."""
+def events(stats: Stats, tenant: str | None, store: dict[str, str]) -> Iterator[bytes]:
+    """Server-sent events, each `data: JSON` with the overview's figures (of `tenant` only for a tenant
+    admin; `store`: `describe_store`'s), until LIFETIME is over."""
     ends = time.monotonic() + LIFETIME
     last: dict | None = None
     yield b"retry: 2000\n\n"
@@ -60,28 +65,60 @@ def events(stats: Stats) -> Iterator[bytes]:
         snapshot = stats.snapshot
         if not snapshot or snapshot is last:
             continue
-        yield b"data: " + orjson.dumps(figures(stats, snapshot, last)) + b"\n\n"
+        shown = figures(stats, snapshot, last, store) if tenant is None else tenant_figures(stats, snapshot, last, tenant)
+        yield b"data: " + orjson.dumps(shown) + b"\n\n"
         last = snapshot
 
 
-def figures(stats: Stats, now: dict, before: dict | None) -> dict:
-    """What the overview shows of one snapshot; the rates per second against the one before (None at first)."""
-    totals = {"received": now["received"], "sent": now["sent"], "dropped": now["dropped"] + now["routed_dropped"]}
-    rates: dict[str, float | None] = dict.fromkeys(totals)
-    if before is not None and now["at"] > before["at"]:
-        elapsed = now["at"] - before["at"]
-        earlier = {"received": before["received"], "sent": before["sent"],
-                   "dropped": before["dropped"] + before["routed_dropped"]}
-        rates = {name: max(0.0, (totals[name] - earlier[name]) / elapsed) for name in totals}
+def figures(stats: Stats, now: dict, before: dict | None, store: dict[str, str]) -> dict:
+    """What a broker admin's overview shows of one snapshot; the rates per second against the one before
+    (None at first)."""
     reporting = stats.reporting()
     return {
-        "at": now["at"],
-        "connections": now["clients"],
-        "totals": totals,
-        "rates": rates,
+        **_moving(now, before, lambda snap: (snap["clients"], snap["received"], snap["sent"],
+                                             snap["dropped"] + snap["routed_dropped"])),
         "workers": {label: {"node": w.get("node") or "", "clients": w["clients"],
                             "state": "up" if reporting.get(label) else "late"} for label, w in now["workers"].items()},
         "nodes": now["nodes"],
+        "store": store,
+        "router": now["router"],  # the lease (epoch, members) of a shared store; {} without one
+        "alarms": now["alarms"].get(None, []),
         "uptime": int(now["at"] - stats.started),
         "version": VERSION,
     }
+
+
+def tenant_figures(stats: Stats, now: dict, before: dict | None, tenant: str) -> dict:
+    """What a tenant admin's overview shows: the tenant's own figures (None each where the broker keeps
+    none per tenant: metrics_tenants = false) and alarms, nothing of the broker's workers, nodes or store."""
+    def numbers(snap: dict) -> tuple[int | None, ...]:
+        if not stats.per_tenant:
+            return None, None, None, None
+        mine = snap["tenants"].get(tenant, {})
+        return tuple(mine.get(key, 0) for key in ("connections", "received", "sent", "dropped"))
+
+    return {**_moving(now, before, numbers), "tenant": tenant, "alarms": now["alarms"].get(tenant, []),
+            "uptime": int(now["at"] - stats.started), "version": VERSION}
+
+
+def _moving(now: dict, before: dict | None, read: Callable[[dict], tuple[int | None, ...]]) -> dict:
+    """The connections, the totals received, sent and dropped (`read` of a snapshot, in that order) and
+    their rates per second against the snapshot before."""
+    connections, *counts = read(now)
+    totals = dict(zip(("received", "sent", "dropped"), counts))
+    rates: dict[str, float | None] = dict.fromkeys(totals)
+    if before is not None and now["at"] > before["at"]:
+        elapsed = now["at"] - before["at"]
+        earlier = dict(zip(totals, read(before)[1:]))
+        for name, count in totals.items():
+            prior = earlier[name]
+            rates[name] = None if count is None or prior is None else max(0.0, (count - prior) / elapsed)
+    return {"at": now["at"], "connections": connections, "totals": totals, "rates": rates}
+
+
+def describe_store(store: Store | None) -> dict[str, str]:
+    """The store as the overview names it: its kind and where it is (a PostgreSQL one without its user and
+    password: `Store.name`)."""
+    if store is None:
+        return {"kind": "none", "where": "persistence = false: sessions and retained messages in memory only"}
+    return {"kind": "PostgreSQL" if store.shared else "SQLite", "where": store.name}

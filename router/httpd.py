@@ -8,6 +8,8 @@ wsgiref, and close (HTTP/1.0: one request per connection, no keep-alive). So an 
 costs a descriptor for at most TIMEOUT and never a thread. At most CONNECTIONS are open: beyond, the
 one that has waited longest for its request is closed to make room (a crowd of idle connections
 cannot keep /health from answering), or the new one is, when every open one is being answered.
+With an SSL context (the console's HTTPS) the selector thread runs each TLS handshake too, without
+blocking, within the same TIMEOUT.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import io
 import re
 import selectors
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -34,12 +37,13 @@ _LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
 class _Waiting:
     """A connection whose request has not all arrived."""
 
-    __slots__ = ("address", "data", "deadline")
+    __slots__ = ("address", "data", "deadline", "shaken")
 
-    def __init__(self, address: tuple, deadline: float) -> None:
+    def __init__(self, address: tuple, deadline: float, shaken: bool) -> None:
         self.address = address
         self.data = bytearray()
         self.deadline = deadline
+        self.shaken = shaken  # its TLS handshake is done (or it has none)
 
     def whole(self) -> bool:
         end = self.data.find(b"\r\n\r\n")
@@ -81,9 +85,10 @@ class Endpoint(WSGIServer):
 
     request_queue_size = CONNECTIONS
 
-    def __init__(self, address: tuple[str, int], app: Callable) -> None:
+    def __init__(self, address: tuple[str, int], app: Callable, context: ssl.SSLContext | None = None) -> None:
         super().__init__(address, _Handler)  # type: ignore[arg-type]  # the base never makes one: _read does
         self.set_app(app)
+        self._context = context  # HTTPS: each connection's handshake first
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="plexmq-http")
         self._selector = selectors.DefaultSelector()
         self._answering = 0  # connections handed to the pool, not yet closed
@@ -125,12 +130,19 @@ class Endpoint(WSGIServer):
         if full:
             self._drop(min(waiting, key=lambda s: waiting[s].deadline))
         sock.setblocking(False)
-        self._selector.register(sock, selectors.EVENT_READ, _Waiting(address, time.monotonic() + TIMEOUT))
+        if self._context is not None:
+            sock = self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        self._selector.register(sock, selectors.EVENT_READ,
+                                _Waiting(address, time.monotonic() + TIMEOUT, self._context is None))
 
     def _read(self, sock: socket.socket, wait: _Waiting) -> None:
+        if not wait.shaken and not self._handshake(sock, wait):  # type: ignore[arg-type]  # TLS: an SSLSocket
+            return
         try:
             data = sock.recv(65536)
-        except BlockingIOError:
+            while isinstance(sock, ssl.SSLSocket) and sock.pending() and len(data) <= MAX_REQUEST:
+                data += sock.recv(65536)  # decrypted already: the selector would not say so
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             data = b""
@@ -143,6 +155,23 @@ class Endpoint(WSGIServer):
             with self._lock:
                 self._answering += 1
             self._hand(sock, wait.address, bytes(wait.data))
+
+    def _handshake(self, sock: ssl.SSLSocket, wait: _Waiting) -> bool:
+        """One step of a TLS handshake: whether it is done (a failed one drops the connection)."""
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._selector.modify(sock, selectors.EVENT_READ, wait)
+            return False
+        except ssl.SSLWantWriteError:
+            self._selector.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, wait)
+            return False
+        except OSError:  # not TLS, a certificate the client refused, gone
+            self._drop(sock)
+            return False
+        wait.shaken = True
+        self._selector.modify(sock, selectors.EVENT_READ, wait)
+        return True
 
     def _hand(self, sock: socket.socket, address: tuple, data: bytes) -> None:
         """Give a whole request to a thread that answers it (a subclass may keep threads of its own for

@@ -93,8 +93,7 @@ def serve(config: dict) -> None:
         serve_metrics(stats, turns, asks, config["metrics_host"], config["metrics_port"],
                       os.path.dirname(config["config_path"]))
     if config["console_port"] >= 0:
-        serve_console(stats, asks, router.traces, config["console_host"], config["console_port"], config["console_admins"],
-                      {name: table["console_admins"] for name, table in config["tenants"].items()})
+        serve_console(stats, asks, router.traces, config, store)
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 

@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from plexmq import VERSION
 from plexmq.mqtt import PROTOCOLS
+from plexmq.router import alarms
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
@@ -55,6 +56,7 @@ class Stats:
         self.loads: dict[str, dict[int, float]] = {"received": {}, "sent": {}}  # msgs/minute, averaged
         self.snapshot: dict[str, Any] = {}  # numbers, and the workers, nodes and protocols as dicts
         self._last: tuple[float, int, int] | None = None
+        self.alarms = alarms.Alarms()  # raised and cleared at each refresh, shown in the snapshot's "alarms"
         self.refreshed = threading.Condition()  # notified after each refresh: the console's streams wait on it
 
     def refresh(self, now: float) -> None:
@@ -63,7 +65,7 @@ class Stats:
         workers = {label: dict(report) for label, report in sorted(router.reports.items(), key=_in_order)}
         totals = {name: sum(w.get(name, 0) for w in workers.values()) for name in WORKER_COUNTERS}
         held = {tenant.name: _held(tenant) for tenant in router.tenants.values()}  # one walk of the sessions
-        self.snapshot = {
+        snapshot: dict[str, Any] = {
             "at": now,
             "workers": workers,
             "nodes": self._nodes(workers),
@@ -79,7 +81,9 @@ class Stats:
             "tenants": self._tenants(workers, held) if self.per_tenant else {},
             "router": self._router(),
         }
-        self._update_loads(now, self.snapshot["received"], self.snapshot["sent"])
+        snapshot["alarms"] = self.alarms.check(snapshot)
+        self.snapshot = snapshot
+        self._update_loads(now, snapshot["received"], snapshot["sent"])
         with self.refreshed:
             self.refreshed.notify_all()
 
@@ -277,6 +281,7 @@ class Stats:
         if self.per_tenant and not self.declared <= tenants.keys():
             tenants = dict(sorted({**{name: _unused() for name in self.declared}, **tenants}.items()))
         yield from _tenant_metrics(tenants)
+        yield alarms.metric(snap["alarms"])
 
     def healthy(self) -> bool:
         """Every worker reported within link_timeout (read from the snapshot: any thread)."""

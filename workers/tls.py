@@ -22,6 +22,11 @@ def wanted(config: dict[str, Any]) -> bool:
             or any(url.startswith(("mqtts:", "wss:")) for table in config["tenants"].values() for url in table["listeners"]))
 
 
+def console_wanted(config: dict[str, Any]) -> bool:
+    """Whether the web console serves HTTPS: `console_tls` (the default) with a `[tls]` certificate."""
+    return config["console_port"] >= 0 and config["console_tls"] and bool(config["tls"]["certfile"])
+
+
 def server_context(tls: dict[str, Any]) -> ssl.SSLContext:
     """The context for `[tls]`; ValueError("tls.KEY: why") names the first setting that does not work."""
     for key in ("certfile", "keyfile"):
