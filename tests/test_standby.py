@@ -55,7 +55,8 @@ class RouterHost:
         self.log_path = tmp_path / f"{name}.log"
         self.args = ["--role", "router", "--router-bind", self.endpoint, "--router-curve-dir", str(keys),
                      "--store", dsn, "--router-name", name, "--router-lease", str(LEASE),
-                     "--metrics-port", str(self.metrics_port), "--data-dir", str(tmp_path / f"{name}-data")]
+                     "--metrics-port", str(self.metrics_port), "--console-port", "-1",
+                     "--data-dir", str(tmp_path / f"{name}-data")]
         (tmp_path / f"{name}.toml").write_text("sys_interval = 1\n")
         self.config = tmp_path / f"{name}.toml"
         self.proc: subprocess.Popen[bytes] | None = None

@@ -25,7 +25,7 @@ def _serve_router(tmp_path: Path, dsn: str, seconds: float) -> subprocess.Comple
     (tmp_path / "plexmq.toml").write_text("")
     args = [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(tmp_path / "plexmq.toml"),
             "--role", "router", "--router-bind", f"tcp://127.0.0.1:{free_port()}", "--router-curve-dir", str(keys),
-            "--store", dsn, "--metrics-port", "-1", "--data-dir", str(tmp_path / "data")]
+            "--store", dsn, "--metrics-port", "-1", "--console-port", "-1", "--data-dir", str(tmp_path / "data")]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
