@@ -6,7 +6,8 @@ router's host during QoS 1 streams and with an offline session queued; its link 
 before the standby takes the lease) and healed (it comes back as a standby, never a second active);
 the database down for a while; both routers started at once (exactly one is active). Before each
 test the fixture brings back what the one before killed, cut or stopped (StandbyNet.restore), and
-each test uses client ids and topics of its own. Queued messages and retained
+each test uses client ids and topics of its own; the database's faults come last (a PostgreSQL
+killed recovers its files for a while after it is back). Queued messages and retained
 messages carry over; carried wills are tested in-process (tests/test_carried_wills.py). The only timing assertion is
 the issue's failover bound, with a margin for this 2-core machine.
 """
@@ -143,6 +144,26 @@ def test_a_cut_active_router_steps_down_before_the_standby_takes_over_and_comes_
     bye(c, d)
 
 
+def test_the_will_of_a_client_whose_node_died_with_the_router_is_published_once(net: StandbyNet) -> None:
+    """n1 and the active router's host die together: the new active router has the will of n1's
+    client from the store (a shared store carries the wills of live connections) and, n1 never
+    joining it, publishes it once after link_timeout."""
+    first = net.active()
+    will_t = f"fo/will/{uid()}"
+    watcher = net.host("n2").client()
+    assert subscribe(watcher, 1, [(will_t, 1)]) == [1]
+    net.host("n1").client(f"fo-will-{uid()}", will=p.Will(will_t, b"gone", 1, False))
+    ping(watcher)  # a round trip through the router after the CONNECT: its will is committed by now
+    net.host("n1").kill()
+    first.kill()
+    net.active(timeout=TAKEOVER_LIMIT + 10)
+    net.wait_joined("n2")  # before the barrier below: a join renewed under a SUBSCRIBE closes its client
+    got = receive(watcher, count=1, timeout=20)
+    assert [(m.topic, m.payload) for m in got] == [(will_t, b"gone")]
+    assert sync(watcher) == [], "the will was published more than once"
+    bye(watcher)
+
+
 @pytest.mark.parametrize("fault", ["killed", "cut off"])
 def test_the_database_down_for_a_while_loses_nothing_acknowledged(net: StandbyNet, fault: str) -> None:
     """PostgreSQL killed (then started again) or cut off from the routers (then healed) mid-stream: the
@@ -191,23 +212,3 @@ def test_the_database_down_for_a_while_loses_nothing_acknowledged(net: StandbyNe
              "every acknowledged message to reach the subscriber")
     check_all_acked_came(acked, reader.stop(), sync(reader.c))
     bye(reader.c, pub)
-
-
-def test_the_will_of_a_client_whose_node_died_with_the_router_is_published_once(net: StandbyNet) -> None:
-    """n1 and the active router's host die together: the new active router has the will of n1's
-    client from the store (a shared store carries the wills of live connections) and, n1 never
-    joining it, publishes it once after link_timeout."""
-    first = net.active()
-    will_t = f"fo/will/{uid()}"
-    watcher = net.host("n2").client()
-    assert subscribe(watcher, 1, [(will_t, 1)]) == [1]
-    net.host("n1").client(f"fo-will-{uid()}", will=p.Will(will_t, b"gone", 1, False))
-    ping(watcher)  # a round trip through the router after the CONNECT: its will is committed by now
-    net.host("n1").kill()
-    first.kill()
-    net.active(timeout=TAKEOVER_LIMIT + 10)
-    net.wait_joined("n2")  # before the barrier below: a join renewed under a SUBSCRIBE closes its client
-    got = receive(watcher, count=1, timeout=20)
-    assert [(m.topic, m.payload) for m in got] == [(will_t, b"gone")]
-    assert sync(watcher) == [], "the will was published more than once"
-    bye(watcher)
