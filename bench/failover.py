@@ -75,7 +75,8 @@ class Routers:
         log = open(os.path.join(self.base, f"{name}.log"), "ab")  # noqa: SIM115  # the child holds it
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", conf, "--router-curve-dir", self.keys,
-             "--metrics-port", "-1", *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+             "--metrics-port", "-1", "--console-port", "-1", *args],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_router(self, name: str) -> None:
         self._serve(name, "--role", "router", "--router-bind", self.links[name], "--store", self.dsn,

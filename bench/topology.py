@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = os.path.join(run_dir, "keys")
     ensure(keys)
     link = f"tcp://127.0.0.1:{_free_port()}"
-    serve = [sys.executable, "-m", "plexmq.acceptor", "serve", "--router-curve-dir", keys, "--metrics-port", "-1"]
+    serve = [sys.executable, "-m", "plexmq.acceptor", "serve", "--router-curve-dir", keys, "--metrics-port", "-1",
+             "--console-port", "-1"]
     procs = [subprocess.Popen([*serve, "--role", "router", "--router-bind", link,
                                "--data-dir", os.path.join(run_dir, "data")])]
     stopping = False

@@ -18,6 +18,8 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from plexmq.bench.postgres import PostgreSQL
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -169,6 +171,23 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     yield start
     for b in started:
         b.stop()
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PostgreSQL]:
+    """One private PostgreSQL server for the session (tests/postgres.py: a test takes a fresh
+    database in it); skips the tests that ask for it where no server is installed."""
+    from tests.postgres import session_server  # psycopg only where a test asks
+
+    yield from session_server()
+
+
+@pytest.fixture
+def pg_dsn(pg: PostgreSQL) -> str:
+    """A fresh database of this test's own in the session's server: its URL."""
+    from tests.postgres import fresh_database
+
+    return fresh_database(pg)
 
 
 @pytest.fixture(scope="session")

@@ -101,8 +101,9 @@ class Host:
         self.starts += 1
         conf = self.net.tmp_path / f"{self.name}.toml"
         run_dir = self.net.tmp_path / f"{self.name}-run{self.starts}"
+        console = "" if "console_port" in config else "console_port = -1\n"  # no console unless a test asks
         conf.write_text(f"link_timeout = {LINK_TIMEOUT}\nallow_anonymous = true\nrun_dir = \"{run_dir}\"\n"
-                        f"max_queued_messages = {QUEUE}\n{config}")
+                        f"max_queued_messages = {QUEUE}\n{console}{config}")
         with open(self.log_path, "ab") as log:
             log.write(f"---- start {self.starts}\n".encode())
             log.flush()

@@ -19,6 +19,7 @@ from tests.hosts import METRICS_PORT, ROUTER_PORT, START_LIMIT, Host, Net, _can_
 
 LEASE = 2.0  # router_lease of the tests' routers, seconds
 ROUTERS = ("ra", "rb")
+NODES = ("n1", "n2")
 PG_PORT = 5432
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", re.M)
 
@@ -65,6 +66,47 @@ class StandbyNet(Net):
         wait_for(bound, START_LIMIT, f"router {name} to bind its link")
         return r
 
+    def start_routers(self) -> None:
+        """Both routers at once (the database picks the active one), then the nodes joined to it
+        (started where they are not running)."""
+        for name in ROUTERS:
+            self.start_router_named(name)
+        self.active()
+        for name in NODES:
+            if not self.running(name):
+                self.start_node(name, join=False)
+        for name in NODES:
+            self.wait_joined(name)
+
+    def restart_routers(self) -> None:
+        """Stop both routers, then start them at once again (as `start_routers`)."""
+        for name in ROUTERS:
+            self.hosts[name].stop()
+        self.start_routers()
+
+    def running(self, name: str) -> bool:
+        proc = self.host(name).proc
+        return proc is not None and proc.poll() is None
+
+    def restore(self) -> None:
+        """Bring back what a test killed, cut or stopped, as tests/test_failover.py's tests share one
+        net: every back link up, the database and both routers running, one of them active and both
+        nodes joined to it. Nothing is restarted on an intact net."""
+        assert self.pg is not None
+        for host in self.hosts.values():
+            host.heal()
+        if self.pg.proc is None or self.pg.proc.poll() is not None:
+            self.pg.start()
+        for name in ROUTERS:
+            if not self.running(name):
+                self.start_router_named(name)
+        self.active()
+        for name in NODES:
+            if not self.running(name):
+                self.start_node(name, join=False)
+        for name in NODES:
+            self.wait_joined(name)
+
     def lease(self) -> tuple[str, int] | None:
         """(holder, epoch) of the lease while it is current; None when it has lapsed or the
         database does not answer."""
@@ -107,10 +149,11 @@ class StandbyNet(Net):
                 self.pg.remove()
 
 
-def when(host: Host, text: str) -> datetime:
-    """The time of the first log line of `host` (this start) that contains `text`."""
-    log = host.since_start()
-    at = log.find(text)
+def when(host: Host, text: str, after: int | None = None) -> datetime:
+    """The time of the first log line of `host` that contains `text`: of this start, or from character
+    `after` of its whole log on (host.output(): what an earlier test on the same host logged is not it)."""
+    log = host.since_start() if after is None else host.output()
+    at = log.find(text, after or 0)
     assert at >= 0, f"no {text!r} in {host.name}'s log:\n{log[-3000:]}"
     stamps = list(STAMP.finditer(log, 0, at + 1))
     assert stamps, f"no time stamp before {text!r} in {host.name}'s log"
@@ -126,13 +169,7 @@ def open_standby_net(tmp_path: Path) -> Iterator[StandbyNet]:
     net = StandbyNet(tmp_path)
     try:
         net.open()
-        for name in ROUTERS:  # at once: the database picks one
-            net.start_router_named(name)
-        net.active()
-        for name in ("n1", "n2"):
-            net.start_node(name, join=False)
-        for name in ("n1", "n2"):
-            net.wait_joined(name)
+        net.start_routers()
         yield net
     finally:
         net.close()

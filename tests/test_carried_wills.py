@@ -10,28 +10,14 @@ subscribed to them: each will published is one stored message of the watcher's."
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 
-from plexmq.bench.postgres import PostgreSQL
-from plexmq.bench.postgres import installed as postgres_installed
 from plexmq.router.store_pg import PgStore
 from tests.router_harness import RouterHarness
-from tests.test_store import fresh_database
 
 TIMEOUT = 5.0  # the routers' link_timeout
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgreSQL]:
-    if not postgres_installed():
-        pytest.skip("no PostgreSQL server installed")
-    server = PostgreSQL()
-    yield server
-    server.remove()
 
 
 def _router_a(store: PgStore | None = None, tmp_path: Path | None = None) -> RouterHarness:
@@ -66,8 +52,8 @@ def _wills_queued(dsn: str) -> list[str]:
                                                            "ORDER BY seq")]
 
 
-def test_wills_of_a_worker_that_never_joins_go_out_once_after_the_link_timeout(pg: PostgreSQL) -> None:
-    dsn = fresh_database(pg)
+def test_wills_of_a_worker_that_never_joins_go_out_once_after_the_link_timeout(pg_dsn: str) -> None:
+    dsn = pg_dsn
     a = _router_a(PgStore(dsn))
     assert sorted(_rows(dsn, "SELECT client_id, worker, conn_id FROM live_wills")) == [("clean", "w0", 1), ("pers", "w0", 2)]
     _die(a)
@@ -95,8 +81,8 @@ def test_wills_of_a_worker_that_never_joins_go_out_once_after_the_link_timeout(p
     assert sorted(_wills_queued(dsn)) == ["w/clean", "w/pers"]
 
 
-def test_a_worker_that_joins_again_ends_only_its_dead_connections_with_their_wills(pg: PostgreSQL) -> None:
-    dsn = fresh_database(pg)
+def test_a_worker_that_joins_again_ends_only_its_dead_connections_with_their_wills(pg_dsn: str) -> None:
+    dsn = pg_dsn
     _die(_router_a(PgStore(dsn)))
 
     b = RouterHarness(store=PgStore(dsn), link_timeout=TIMEOUT)

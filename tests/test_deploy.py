@@ -161,20 +161,25 @@ def test_the_role_drop_ins_replace_the_command_with_their_role(role: str) -> Non
     assert f"deploy/plexmq-{role}.conf" in drop_in.read_text() and "plexmq.service.d" in drop_in.read_text()
 
 
-def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(tmp_path: Path) -> None:
+def load_cluster_compose(file: str, tmp_path: Path) -> tuple[dict, dict, dict]:
+    """A compose file of routers and nodes (deploy/FILE): its services, and its router and node configs
+    as the broker loads them, with the keys directory they name made here (`plexmq keys`)."""
     yaml = pytest.importorskip("yaml")
-    compose = yaml.safe_load((DEPLOY / "compose-nodes.yaml").read_text())
-    services = compose["services"]
-    assert {"keys", "router", "node1", "node2"} <= set(services)
+    compose = yaml.safe_load((DEPLOY / file).read_text())
     keys = tmp_path / "keys"
     assert subprocess.run([sys.executable, "-m", "plexmq.acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
-    assert services["keys"]["command"] == ["keys", "/var/lib/plexmq-keys"]
     loaded = {}
     for name in ("router-config", "node-config"):
         text = compose["configs"][name]["content"].replace("/var/lib/plexmq-keys", str(keys))
         (tmp_path / f"{name}.toml").write_text(text)
         loaded[name] = cfg.load(str(tmp_path / f"{name}.toml"), {})
-    router, node = loaded["router-config"], loaded["node-config"]
+    return compose["services"], loaded["router-config"], loaded["node-config"]
+
+
+def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(tmp_path: Path) -> None:
+    services, router, node = load_cluster_compose("compose-nodes.yaml", tmp_path)
+    assert {"keys", "router", "node1", "node2"} <= set(services)
+    assert services["keys"]["command"] == ["keys", "/var/lib/plexmq-keys"]
     assert router["role"] == "router" and node["role"] == "node"
     assert node["router"] == f"tcp://router:{router['router_bind'].rsplit(':', 1)[1]}", "the nodes join the router's port"
     for service in ("router", "node1", "node2"):
@@ -183,18 +188,8 @@ def test_the_nodes_compose_file_runs_a_router_and_two_nodes_whose_configs_load(t
 
 
 def test_the_standby_compose_file_runs_two_routers_on_one_postgresql_and_nodes_that_list_both(tmp_path: Path) -> None:
-    yaml = pytest.importorskip("yaml")
-    compose = yaml.safe_load((DEPLOY / "compose-standby.yaml").read_text())
-    services = compose["services"]
+    services, router, node = load_cluster_compose("compose-standby.yaml", tmp_path)
     assert {"postgres", "keys", "routera", "routerb", "node1", "node2"} <= set(services)
-    keys = tmp_path / "keys"
-    assert subprocess.run([sys.executable, "-m", "plexmq.acceptor", "keys", str(keys)], cwd=ROOT).returncode == 0
-    loaded = {}
-    for name in ("router-config", "node-config"):
-        text = compose["configs"][name]["content"].replace("/var/lib/plexmq-keys", str(keys))
-        (tmp_path / f"{name}.toml").write_text(text)
-        loaded[name] = cfg.load(str(tmp_path / f"{name}.toml"), {})
-    router, node = loaded["router-config"], loaded["node-config"]
     assert router["role"] == "router" and router["store"].startswith("postgresql://")
     pg = services["postgres"]["environment"]
     assert f"{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@postgres:5432/{pg['POSTGRES_DB']}" in router["store"]

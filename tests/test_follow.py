@@ -80,13 +80,13 @@ class FakeRouter(threading.Thread):
 
 
 class Process:
-    """A `plexmq serve` child with its output in a file."""
+    """A `plexmq serve` child with its output in a file (no web console: 18083 is one port for all)."""
 
     def __init__(self, log_path: Path, *args: str) -> None:
         self.log_path = log_path
         self.log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115  # closed by stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "plexmq.acceptor", "serve", *args], cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "plexmq.acceptor", "serve", "--console-port", "-1", *args],
+                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -4,7 +4,6 @@ then write nothing."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,30 +18,14 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.skipif(not postgres.installed(), reason="no PostgreSQL server installed")
 
 LEASE = 0.5  # seconds: the shortest router_lease allows, so that expiries come quickly
-_numbers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[postgres.PostgreSQL]:
-    server = postgres.PostgreSQL()
-    yield server
-    server.remove()
 
 
 @pytest.fixture
-def dsn(pg: postgres.PostgreSQL) -> str:
-    """A database of this test's own."""
-    name = f"t_lease_{next(_numbers)}"
-    pg.sql(f"CREATE DATABASE {name}")
-    return pg.dsn.rsplit("/", 1)[0] + "/" + name
-
-
-@pytest.fixture
-def leases(dsn: str) -> Iterator[Callable[[str], Lease]]:
+def leases(pg_dsn: str) -> Iterator[Callable[[str], Lease]]:
     made: list[Lease] = []
 
     def make(name: str) -> Lease:
-        made.append(Lease(dsn, name, f"tcp://{name}:7883", LEASE))
+        made.append(Lease(pg_dsn, name, f"tcp://{name}:7883", LEASE))
         return made[-1]
 
     yield make
@@ -63,10 +46,10 @@ def test_one_wins_the_other_only_after_expiry(leases: Callable[[str], Lease]) ->
     assert a.try_acquire() is None
 
 
-def test_fenced_commit_of_the_old_holder_writes_nothing(dsn: str, leases: Callable[[str], Lease]) -> None:
+def test_fenced_commit_of_the_old_holder_writes_nothing(pg_dsn: str, leases: Callable[[str], Lease]) -> None:
     a, b = leases("a"), leases("b")
     assert a.try_acquire() is not None
-    with psycopg.connect(dsn, autocommit=True) as store:
+    with psycopg.connect(pg_dsn, autocommit=True) as store:
         store.execute("CREATE TABLE rows (n int)")
 
         def commit(lease: Lease, n: int) -> None:
@@ -83,11 +66,11 @@ def test_fenced_commit_of_the_old_holder_writes_nothing(dsn: str, leases: Callab
         assert [n for (n,) in store.execute("SELECT n FROM rows ORDER BY n")] == [1, 3]
 
 
-def test_renewal_keeps_the_lease(leases: Callable[[str], Lease], dsn: str) -> None:
+def test_renewal_keeps_the_lease(leases: Callable[[str], Lease], pg_dsn: str) -> None:
     """The fence renews: while a commits within the lease, b never gets it."""
     a, b = leases("a"), leases("b")
     assert a.try_acquire() is not None
-    with psycopg.connect(dsn, autocommit=True) as store:
+    with psycopg.connect(pg_dsn, autocommit=True) as store:
         deadline = time.monotonic() + 3 * LEASE
         while time.monotonic() < deadline:
             sql, args = a.fence()

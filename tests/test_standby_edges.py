@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,13 @@ from tests.test_standby import RouterHost
 needs_pg = pytest.mark.skipif(not postgres.installed(), reason="no PostgreSQL server installed")
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[postgres.PostgreSQL]:
-    server = postgres.PostgreSQL()
-    yield server
-    server.remove()
-
-
 def _serve_router(tmp_path: Path, dsn: str, seconds: float) -> subprocess.CompletedProcess[str]:
     """`plexmq serve --role router --store DSN` for at most `seconds` (then SIGTERM): its output."""
     keys = make_keys(tmp_path / "keys")
     (tmp_path / "plexmq.toml").write_text("")
     args = [sys.executable, "-m", "plexmq.acceptor", "serve", "--config", str(tmp_path / "plexmq.toml"),
             "--role", "router", "--router-bind", f"tcp://127.0.0.1:{free_port()}", "--router-curve-dir", str(keys),
-            "--store", dsn, "--metrics-port", "-1", "--data-dir", str(tmp_path / "data")]
+            "--store", dsn, "--metrics-port", "-1", "--console-port", "-1", "--data-dir", str(tmp_path / "data")]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -100,16 +92,14 @@ def test_a_database_error_right_after_the_takeover_does_not_stop_the_broker(pg: 
 # --- plexmq status / $SYS / metrics show the right active router --------------------------------------
 
 @needs_pg
-def test_two_routers_with_the_same_router_name_do_not_hide_the_active_one(pg: postgres.PostgreSQL) -> None:
+def test_two_routers_with_the_same_router_name_do_not_hide_the_active_one(pg_dsn: str) -> None:
     """router_name is free text and nothing checks that it is unique among the routers of one store:
     router_members is keyed by it, so a standby with the active's name overwrites the active's row
     ("standby"), and `plexmq status`/$SYS/metrics read from the members list that no router is
     active (and the standby also takes the active for "its own previous run")."""
     from plexmq.router.lease import Lease
-    from tests.test_store import fresh_database
 
-    dsn = fresh_database(pg)
-    a, b = Lease(dsn, "same", "tcp://10.0.0.1:7883", 2.0), Lease(dsn, "same", "tcp://10.0.0.2:7883", 2.0)
+    a, b = Lease(pg_dsn, "same", "tcp://10.0.0.1:7883", 2.0), Lease(pg_dsn, "same", "tcp://10.0.0.2:7883", 2.0)
     try:
         assert a.try_acquire() is not None
         a.say("active")  # Members, once a second

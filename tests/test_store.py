@@ -5,7 +5,7 @@ journal writes through the same cases; PostgreSQL's fence, schema version and fa
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -21,7 +21,6 @@ from plexmq.router.sessions import NEVER, Session, Will
 from plexmq.router.store import SCHEMA_VERSION, StoreError
 from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
-from tests.steps import uid
 
 # the tables of schema 5, as a plexmq before tenants made them
 _VERSION_5 = """
@@ -106,29 +105,13 @@ def test_a_version_6_store_gains_the_live_wills_table_and_keeps_every_row(tmp_pa
 Opener = Callable[[], SqliteStore | PgStore]
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgreSQL]:
-    if not postgres_installed():
-        pytest.skip("no PostgreSQL server installed")
-    server = PostgreSQL()
-    yield server
-    server.remove()
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     """Opens the store of this test (again after a close): SQLite in tmp_path, or a fresh PostgreSQL database."""
     if request.param == "sqlite":
         return lambda: SqliteStore(str(tmp_path / "data"), "normal")
-    server: PostgreSQL = request.getfixturevalue("pg")
-    dsn = fresh_database(server)
+    dsn: str = request.getfixturevalue("pg_dsn")
     return lambda: PgStore(dsn, None)
-
-
-def fresh_database(server: PostgreSQL) -> str:
-    name = f"t_{uid()}".lower().replace("-", "_")
-    server.sql(f"CREATE DATABASE {name}")
-    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 def _session(client_id: str, tenant: str = "") -> Session:
@@ -214,8 +197,8 @@ def test_a_commit_writes_all_of_a_turn_or_nothing(backend: Opener) -> None:
 
 # -- PostgreSQL only ------------------------------------------------------------------------------------
 
-def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
-    dsn = fresh_database(pg)
+def test_pg_a_store_of_a_newer_plexmq_is_refused(pg_dsn: str) -> None:
+    dsn = pg_dsn
     PgStore(dsn).close()
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (SCHEMA_VERSION + 1,))
@@ -223,8 +206,8 @@ def test_pg_a_store_of_a_newer_plexmq_is_refused(pg: PostgreSQL) -> None:
         PgStore(dsn)
 
 
-def test_pg_a_version_6_store_gains_the_live_wills_table(pg: PostgreSQL) -> None:
-    dsn = fresh_database(pg)
+def test_pg_a_version_6_store_gains_the_live_wills_table(pg_dsn: str) -> None:
+    dsn = pg_dsn
     PgStore(dsn).close()
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("DROP TABLE live_wills")
@@ -236,8 +219,8 @@ def test_pg_a_version_6_store_gains_the_live_wills_table(pg: PostgreSQL) -> None
         assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,)
 
 
-def test_pg_the_fence_runs_first_in_every_commit_even_an_empty_one(pg: PostgreSQL) -> None:
-    dsn = fresh_database(pg)
+def test_pg_the_fence_runs_first_in_every_commit_even_an_empty_one(pg_dsn: str) -> None:
+    dsn = pg_dsn
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("CREATE TABLE fence (epoch bigint, renewals bigint)")
         db.execute("INSERT INTO fence VALUES (1, 0)")

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,11 @@ from plexmq.bench.postgres import PostgreSQL, installed
 from plexmq.mqtt import v4 as p
 from tests.conftest import ROOT, wait_for
 from tests.mqtt import RawClient
+from tests.postgres import fresh_database
 from tests.processes import OwnBroker, alive
 from tests.steps import connect, publish, receive, subscribe, sync, uid
 
 pytestmark = pytest.mark.skipif(not installed(), reason="no PostgreSQL server installed")
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PostgreSQL]:
-    server = PostgreSQL()
-    yield server
-    server.remove()
-
-
-def _database(server: PostgreSQL) -> str:
-    name = f"b_{uid()}"
-    server.sql(f"CREATE DATABASE {name}")
-    return server.dsn.rsplit("/", 1)[0] + f"/{name}"
 
 
 def _broker(tmp_path: Path, dsn: str) -> OwnBroker:
@@ -43,7 +30,7 @@ def _broker(tmp_path: Path, dsn: str) -> OwnBroker:
 
 def test_a_persistent_session_and_retained_messages_survive_a_kill_of_the_router(pg: PostgreSQL,
                                                                                   tmp_path: Path) -> None:
-    dsn = _database(pg)
+    dsn = fresh_database(pg, "b")
     b = _broker(tmp_path, dsn)
     try:
         cid, topic = f"pg-{uid()}", f"pg/{uid()}"
