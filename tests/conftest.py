@@ -190,6 +190,14 @@ def pg_dsn(pg: PostgreSQL) -> str:
     return fresh_database(pg)
 
 
+@pytest.fixture
+def browser() -> Iterator:
+    """Headless Chromium driven by selenium (tests/console_browser.py; the test skips without them)."""
+    from tests.console_browser import chromium
+
+    yield from chromium()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local SparkSession for the pipeline tests (pyspark is imported only when a test asks)."""

@@ -1,5 +1,6 @@
-"""What the web console's tests share: a broker with a console and one admin, its address, and the
-overview's event stream read until an event says what a test waits for."""
+"""What the web console's tests share: a broker with a console and one admin, its address, requests and
+a logged-in session over plain HTTP, and the overview's event stream read until an event says what a
+test waits for (the browser's part: tests/console_browser.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import orjson
 
@@ -17,6 +18,38 @@ from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
 
 ADMIN, PASSWORD = "ops", "correct horse battery"
+
+Answer = tuple[int, dict[str, str], bytes]
+
+
+def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Answer:
+    """Status, headers (lower-case names) and body of one request, redirects not followed."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
+    try:
+        conn.request(method, path, body, headers or {})
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
+    form = urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode()
+    return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
+
+
+def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
+    """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
+    and its CSRF token (from the overview page)."""
+    status, headers, _ = log_in(url, tenant=tenant)
+    assert status == 303
+    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
+    status, _, page = ask(url, "GET", "/", cookie)
+    assert status == 200
+    found = re.search(rb'<meta name="csrf" content="([^"]+)">', page)
+    assert found is not None
+    return cookie, found.group(1).decode()
 
 
 def console_broker(start_broker: Callable[..., Broker], tmp_path: Path, *args: str, tenants: tuple[str, ...] = (),

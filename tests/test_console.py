@@ -9,7 +9,7 @@ import http.client
 import re
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -17,41 +17,9 @@ from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
 from tests.cli import health, metrics_url
 from tests.conftest import Broker, wait_for
-from tests.console import ADMIN, PASSWORD, console_broker
+from tests.console import ADMIN, ask, console_broker, log_in, session
 from tests.mqtt import RawClient
 from tests.steps import connect, uid
-
-Answer = tuple[int, dict[str, str], bytes]
-
-
-def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Answer:
-    """Status, headers (lower-case names) and body of one request, redirects not followed."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
-    try:
-        conn.request(method, path, body, headers or {})
-        answer = conn.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        conn.close()
-
-
-def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
-    form = urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode()
-    return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
-
-
-def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
-    """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
-    and its CSRF token (from the overview page)."""
-    status, headers, _ = log_in(url, tenant=tenant)
-    assert status == 303
-    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
-    status, _, page = ask(url, "GET", "/", cookie)
-    assert status == 200
-    found = re.search(rb'<meta name="csrf" content="([^"]+)">', page)
-    assert found is not None
-    return cookie, found.group(1).decode()
 
 
 def test_the_console_is_off_with_port_minus_one(start_broker: Callable[..., Broker]) -> None:

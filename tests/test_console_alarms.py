@@ -14,14 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from plexmq.acceptor.status import scrape
+from plexmq.mqtt.v4 import encode_connect
 from plexmq.router.alarms import BURST, DROPPED, HOLD, KEEP, LOGINS, NODE_LOST, QUIET, RESTARTED, WINDOW, Alarms, metric
 from plexmq.workers.passwords import set_password
 from tests.cli import CHEAP, metrics_url
 from tests.conftest import Broker, wait_for
-from tests.console import console_broker, event_until
+from tests.console import console_broker, event_until, session
 from tests.mqtt import RawClient
 from tests.steps import connect, publish, subscribe, uid
-from tests.test_console import session
 
 T0 = 1_700_000_000.0
 
@@ -153,11 +153,15 @@ def test_six_wrong_passwords_raise_the_login_failures_alarm(start_broker: Callab
     cookie, _csrf = session(url)
     # counted from each worker's first report on (what came before is taken as older than this router)
     event_until(url, cookie, lambda e: len(e["workers"]) == 2, what="both workers reporting")
-    for _ in range(BURST + 1):
+    guesses = []
+    for _ in range(BURST + 1):  # not waiting for each refusal: each comes later than the one before (auth.failed)
         client = RawClient(b.port)
-        assert client.connect(f"guess-{uid()}", username="device", password=b"wrong") == (False, 4)
-        client.close()
+        client.send(encode_connect(f"guess-{uid()}", True, 60, username="device", password=b"wrong"))
+        guesses.append(client)
     event = event_until(url, cookie, lambda e: any(a["name"] == LOGINS for a in e["alarms"]), what="the login alarm")
+    assert guesses[0].recv(10) == (0x20, b"\x00\x04")  # the refusal itself
+    for client in guesses:
+        client.close()
     alarm = next(a for a in event["alarms"] if a["name"] == LOGINS)
     assert alarm["what"] == "a burst of failed logins" and " in the last " in alarm["details"]
     assert int(alarm["details"].split()[0]) > BURST  # ours, and the broker's start may have added its probe's

@@ -9,50 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import paho.mqtt.client as paho
-import pytest
 
 from tests.conftest import ROOT, Broker, wait_for
-from tests.console import ADMIN, PASSWORD, console_broker
+from tests.console import PASSWORD, console_broker
+from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
 from tests.steps import uid
-
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
-if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-    pytest.skip(f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER})", allow_module_level=True)
-
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402  after the skip: only with selenium
-
-
-@pytest.fixture
-def browser() -> Iterator:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--window-size=1000,900", "--disable-gpu"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
-    yield driver
-    driver.quit()
-
-
-def log_in(browser, url: str, password: str) -> None:  # noqa: ANN001  selenium's driver
-    browser.get(url + "/")
-    wait_for(lambda: browser.current_url == url + "/login", 10, "the redirect to the login page")
-    browser.find_element(By.ID, "user").send_keys(ADMIN)
-    browser.find_element(By.ID, "password").send_keys(password)
-    browser.find_element(By.ID, "submit").click()
-
-
-def text(browser, element_id: str) -> str:  # noqa: ANN001
-    """The element's text; "" while the page that has it is still loading."""
-    try:
-        return browser.find_element(By.ID, element_id).text
-    except (NoSuchElementException, StaleElementReferenceException):
-        return ""
 
 
 def test_an_operator_watches_the_overview_and_disconnects_a_client(

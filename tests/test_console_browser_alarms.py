@@ -9,12 +9,12 @@ from pathlib import Path
 
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, console_broker
+from tests.console_browser import log_in, text  # skips the module without selenium and chromium
 from tests.steps import connect, publish, subscribe, uid
-from tests.test_console_browser import browser, log_in, text  # noqa: F401  browser: the fixture
 
 
 def test_a_drop_alarm_is_shown_on_the_overview(start_broker: Callable[..., Broker], tmp_path: Path,
-                                               browser) -> None:  # noqa: ANN001, F811  selenium's driver
+                                               browser) -> None:  # noqa: ANN001  selenium's driver
     b, url = console_broker(start_broker, tmp_path, config="max_inflight = 1\nmax_queued_messages = 2\n")
     log_in(browser, url, PASSWORD)
     wait_for(lambda: text(browser, "live") == "live", 20, "the overview's stream")

@@ -7,21 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, console_broker
+from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
 from tests.mqtt import Client
 from tests.steps import uid
 
-pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
-from selenium.webdriver.common.by import By  # noqa: E402  after the skip: only with selenium
-
-from tests.test_console_browser import browser, log_in, text  # noqa: E402, F401  browser: the fixture
-
 
 def test_an_operator_deletes_a_retained_message_and_opens_a_clients_page(
-        start_broker: Callable[..., Broker], tmp_path: Path, browser) -> None:  # noqa: ANN001, F811  selenium's driver
+        start_broker: Callable[..., Broker], tmp_path: Path, browser) -> None:  # noqa: ANN001  selenium's driver
     b, url = console_broker(start_broker, tmp_path)
     client_id = f"browser-{uid()}"
     topic = f"{client_id}/reading"

@@ -9,13 +9,9 @@ from pathlib import Path
 
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, console_broker
+from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
 from tests.mqtt import Client
 from tests.steps import uid
-from tests.test_console_browser import browser, log_in, text  # skips without selenium and chromium
-
-__all__ = ["browser"]  # the fixture, used by name
-
-from selenium.webdriver.common.by import By  # noqa: E402  after that skip
 
 
 def test_an_operator_removes_an_offline_session(start_broker: Callable[..., Broker], tmp_path: Path,

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, console_broker
+from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
 from tests.mqtt import Client
 from tests.steps import uid
-from tests.test_console_browser import By, browser, log_in, text  # noqa: F401  browser: the fixture
 
 
 def test_an_operator_traces_a_filter_and_sees_its_messages(start_broker: Callable[..., Broker], tmp_path: Path,
-                                                           browser) -> None:  # noqa: ANN001, F811  selenium's driver
+                                                           browser) -> None:  # noqa: ANN001  selenium's driver
     b, url = console_broker(start_broker, tmp_path)
     log_in(browser, url, PASSWORD)
     wait_for(lambda: browser.current_url == url + "/", 10, "the overview")

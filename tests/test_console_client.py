@@ -16,10 +16,9 @@ from plexmq import grants
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5
 from tests.conftest import Broker, wait_for
-from tests.console import console_broker
+from tests.console import ask, console_broker, session
 from tests.mqtt import Client, RawClient
 from tests.steps import connect, publish, subscribe, uid
-from tests.test_console import ask, session
 
 Cookie = dict[str, str]
 

@@ -16,10 +16,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.conftest import Broker
-from tests.console import console_broker
+from tests.console import ask, console_broker, session
 from tests.mqtt import Client
 from tests.steps import connect, subscribe, sync, uid
-from tests.test_console import ask, session
 
 Cookie = dict[str, str]
 

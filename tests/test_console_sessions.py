@@ -17,10 +17,9 @@ from plexmq.workers.passwords import set_password
 from plexmq.workers.topic_sample import SAMPLE, TopicSample
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
-from tests.console import ADMIN, PASSWORD, console_broker, console_url
+from tests.console import ADMIN, PASSWORD, ask, console_broker, console_url, session
 from tests.mqtt import Client
 from tests.steps import uid
-from tests.test_console import ask, session
 
 Login = tuple[dict[str, str], str]  # the Cookie header and the CSRF token
 

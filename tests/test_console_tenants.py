@@ -15,11 +15,10 @@ from plexmq.router.alarms import DROPPED
 from plexmq.workers.passwords import set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker
-from tests.console import console_broker, event_until
+from tests.console import Answer, ask, console_broker, event_until, session
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, uid
 from tests.tenants import user
-from tests.test_console import Answer, ask, session
 
 BOSS, BOSS_PASSWORD = "boss", "acme's own secret"
 

@@ -23,8 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.cli import one_error_line, run, write
 from tests.conftest import Broker
-from tests.console import ADMIN, PASSWORD, console_broker
-from tests.test_console import Answer, ask
+from tests.console import ADMIN, PASSWORD, Answer, ask, console_broker
 
 
 def self_signed(where: Path) -> tuple[Path, Path]:

@@ -22,11 +22,10 @@ from plexmq.router.routes import ROUTER
 from plexmq.router.tenants import Tenant
 from plexmq.wire import Routes
 from tests.conftest import Broker, wait_for
-from tests.console import console_broker
+from tests.console import ask, console_broker, session
 from tests.mqtt import Client
 from tests.router_harness import Deliver, DeliverRaw, RouterHarness, Sub
 from tests.steps import uid
-from tests.test_console import ask, session
 
 Login = tuple[dict[str, str], str]  # the Cookie header, the CSRF token
 
