@@ -31,8 +31,9 @@ import orjson
 # (COUNT) keep their kind numbers and forms in every version, so that any two versions can tell.
 # 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
-# 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics
-PROTOCOL = 6
+# 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
+# TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts
+PROTOCOL = 7
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -54,6 +55,8 @@ PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty propert
 ROUTES_ACK = 14  # RoutesAck: the worker has applied the ROUTES of this generation
 BYE = 15  # nothing: a node's worker is stopping and has closed its clients: taken for dead at once (wills out)
 KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
+TRACES_ACK = 17  # TracesAck: the worker has applied the TRACES of this generation
+TRACED = 18  # Traced; payload: the message's payload, its first TRACED_PAYLOAD bytes: a copy for a console trace
 # router -> worker
 SESSION = 20  # Session: the answer to a CONNECT
 SUBACK = 21  # Suback
@@ -78,6 +81,7 @@ BEAT = 33  # nothing: the router's heartbeat, once a second to every joined work
 REFUSED = 34  # Refused: the router speaks another protocol version than the worker's HELLO: the worker stops
 # Standby: this router is a standby (another holds the lease in the shared store): join another of `router`
 STANDBY = 35
+TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py); answer TRACES_ACK
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -98,6 +102,7 @@ MATCH_ASKED = 0x20
 # tenant's max_retained_messages or max_retained_bytes): its PUBACK or PUBREC says 0x97
 REFUSED_AT = 1 << 31
 EXTRA = struct.Struct("<IH")  # expiry, length of the properties that follow
+TRACED_PAYLOAD = 1024  # bytes of a traced message's payload that its TRACED carries (and its trace keeps)
 
 # -- structs, and the hot records' pack/unpack (the struct's own methods: no call added) -------------
 LINK = struct.Struct("<IQ")  # join, seq
@@ -316,6 +321,9 @@ class Stats(NamedTuple):
     # tenant -> its busiest topics here since the last report, sampled: [[topic, estimated messages]]
     # (workers/topic_sample.py)
     topics: dict[str, list[list]]
+    # [[trace id, messages it matched here since the last report that this worker's rate sent no TRACED for]]
+    # (workers/trace_watch.py)
+    traced: list[list]
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -364,6 +372,39 @@ class Kicked(NamedTuple):
     @classmethod
     def decode(cls, header: bytes) -> Kicked:
         return cls._make(CONN.unpack(header))
+
+
+class TracesAck(NamedTuple):
+    """TRACES_ACK, COUNT."""
+
+    gen: int
+
+    def encode(self) -> bytes:
+        return COUNT.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> TracesAck:
+        return cls._make(COUNT.unpack(header))
+
+
+class Traced(NamedTuple):
+    """TRACED, an orjson list: a copy of a client's PUBLISH for a console trace (its payload, cut to
+    TRACED_PAYLOAD bytes, is the record's payload). Bounded by the worker's rate per trace (workers/trace_watch.py)."""
+
+    trace: int  # the trace's id, as TRACES named it
+    topic: str
+    qos: int
+    retain: bool
+    size: int  # the payload's full size
+    client: str  # the publisher's client id
+    at: float  # time.time() when the worker read it
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Traced:
+        return cls._make(orjson.loads(header))
 
 
 # router -> worker
@@ -485,6 +526,21 @@ class Routes(NamedTuple):
 
     @classmethod
     def decode(cls, header: bytes) -> Routes:
+        return cls._make(orjson.loads(header))
+
+
+class Traces(NamedTuple):
+    """TRACES, an orjson list: every live trace, sent whole at each change (and to a worker that joins
+    while any is live)."""
+
+    gen: int  # one more at each change of the set
+    traces: list[list]  # [trace id, tenant, filter]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Traces:
         return cls._make(orjson.loads(header))
 
 
@@ -636,6 +692,9 @@ class ToWorker(Batch):
 
     def rejoin(self, join: int) -> None:
         self.add(REJOIN, Rejoin(join).encode())
+
+    def traces(self, gen: int, traces: list[list]) -> None:
+        self.add(TRACES, Traces(gen, traces).encode())
 
     def beat(self) -> None:
         self.add(BEAT, b"")

@@ -1,8 +1,8 @@
 """The console's Trace page: the messages of a topic filter, live (router/trace.py holds the trace and
 says why it is bounded and what it costs the broker).
 
-Starting and stopping a trace are asks (router/asks.py): they change the router's trie and route
-table. Reading one is not: the page polls `GET /api/trace/read` once a second, and its thread drains
+Starting and stopping a trace are asks (router/asks.py): they change the router's set of traces, which
+every worker is told. Reading one is not: the page polls `GET /api/trace/read` once a second, and its thread drains
 the trace's ring itself (`Trace.take`), so a page costs the loop nothing, and a poll never waits for a
 loop turn. Polling rather than a server-sent-event stream: a trace needs no thread of the 8 stream
 slots the overview uses (router/console_events.py), and a page that stops polling is how a trace
@@ -42,7 +42,7 @@ def traces(console: Console, environ: dict, session: Session) -> Reply:
 
 def start(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/trace/start, body {"filter": F, "tenant": NAME}: 200 with the trace once every worker
-    sends the filter's messages to the router; 400 for a filter that cannot be traced, 404 for no such
+    watches it (`applied`); 400 for a filter that cannot be traced, 404 for no such
     tenant, 429 while trace.MOST are live."""
     body = json_body(environ)
     topic_filter = body.get("filter") if isinstance(body, dict) else None
@@ -60,8 +60,8 @@ def start(console: Console, environ: dict, session: Session) -> Reply:
         return text(question.status or "503 Service Unavailable", said)
     log.info("console: %r from %s started trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
              question.trace.id, topic_filter, question.tenant)
-    # applied False: a worker had not applied the route table in time; the trace runs, and may miss
-    # what that worker delivers itself until it does
+    # applied False: a worker had not acknowledged the set of traces in time; the trace runs, and may miss
+    # what that worker's clients publish until it does
     return json({**_described(question.trace, time.monotonic()), "applied": applied})
 
 
@@ -76,8 +76,8 @@ def read(console: Console, environ: dict, session: Session) -> Reply:
 
 
 def stop(console: Console, environ: dict, session: Session) -> Reply:
-    """POST /api/trace/stop, body {"id": N}: 200, saying whether the filter keeps the router's place
-    for another subscription (`router_place`); 404 for no such trace of this session's tenant."""
+    """POST /api/trace/stop, body {"id": N}: 200 with the trace's last counts; 404 for no such trace of
+    this session's tenant."""
     body = json_body(environ)
     number = body.get("id") if isinstance(body, dict) else None
     if not isinstance(number, int) or isinstance(number, bool):
@@ -88,7 +88,7 @@ def stop(console: Console, environ: dict, session: Session) -> Reply:
         return text("404 Not Found", f"no trace {number}: it has ended")
     log.info("console: %r from %s stopped trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
              number, question.found.filter, question.found.tenant.name)
-    return json({**_described(question.found, time.monotonic()), "router_place": question.router_place})
+    return json(_described(question.found, time.monotonic()))
 
 
 def _find(console: Console, number: str, session: Session) -> trace.Trace | None:

@@ -31,7 +31,7 @@ from plexmq.router.store import Store
 from plexmq.router.subscribing import Subscribing
 from plexmq.router.tenants import UNLIMITED, Tenant
 from plexmq.router.topic_rates import TopicRates
-from plexmq.router.trace import Trace, Traces, see, see_run
+from plexmq.router.trace import Traces
 from plexmq.tenants import DEFAULT
 
 log = logging.getLogger("plexmq.router")
@@ -59,11 +59,11 @@ class Dest:
 class Targets:
     """One cached match of a topic."""
 
-    __slots__ = ("raw", "online", "offline", "special", "groups", "traces", "matched")
+    __slots__ = ("raw", "online", "offline", "special", "groups", "matched")
 
     def __init__(self, raw: list[Dest], online: list[tuple[bytes, bytes, list[tuple[Session, int]]]],
                  offline: list[tuple[Session, Matched]], special: list[tuple[Session, Matched]],
-                 groups: list[SharedGroup], traces: list[Trace]) -> None:
+                 groups: list[SharedGroup]) -> None:
         self.raw = raw  # for plain QoS 0 runs
         self.online = online  # per worker: (worker, packed clean subscribers, persistent (session, granted))
         self.offline = offline  # persistent sessions without a connection
@@ -71,7 +71,6 @@ class Targets:
         # each message is resolved for each of them (plexmq/grants.py)
         self.special = special
         self.groups = groups  # shared subscriptions: one member of each is chosen per message
-        self.traces = traces  # the console's traces (router/trace.py): each message is copied to them, no subscriber
         # whether any subscription matches (offline sessions and shared groups count; one of the
         # publisher's own with no local too): else a 5.0 publisher hears 0x10
         self.matched = bool(online or offline or special or groups)
@@ -135,6 +134,8 @@ class Router(Lifecycle, Subscribing):
             wire.CLIENTS: self._on_clients,
             wire.ROUTES_ACK: self._on_routes_ack,
             wire.BYE: self._on_bye,
+            wire.TRACES_ACK: self.traces.on_ack,
+            wire.TRACED: self.traces.on_traced,
         }
         if store is not None:
             self._restore(store)
@@ -320,8 +321,6 @@ class Router(Lifecycle, Subscribing):
                 for group in targets.groups:
                     self._share(group, topic, payload, 0, False, b"", 0)
                 pos = stop
-        if targets.traces:
-            see_run(targets.traces, topic, packets, count, 2 + len(topic) + form, self._client_id((worker, conn_id)))
 
     def _on_pub0_v5(self, worker: bytes, header: bytes, packets: bytes) -> None:
         """A run of a 5.0 client: kept in its own form, so that 5.0 subscribers get it as it is."""
@@ -350,8 +349,6 @@ class Router(Lifecycle, Subscribing):
 
     def _on_routes_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
         self.routes.acknowledged(worker, wire.RoutesAck.decode(header).gen)
-        if self.traces.starting:  # a trace's start waits for every worker to have its place
-            self.traces.applied(self.routes)
 
     def _on_rel(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn_id, packet_id = wire.Rel.decode(header)
@@ -433,8 +430,6 @@ class Router(Lifecycle, Subscribing):
             resolved = grants.resolve(matched, qos, retain, False)
             if resolved is not None and resolved[0]:
                 keep(session, Pending(topic, payload, resolved[0], resolved[1], props + resolved[2], expires_at))
-        if targets.traces:
-            see(targets.traces, topic, payload, qos, retain, self._client_id(source))
         return targets
 
     def retain(self, tenant: Tenant, topic: str, message: Message) -> None:
@@ -444,25 +439,16 @@ class Router(Lifecycle, Subscribing):
         tenant.retained.put(topic, message)
         self.journal.retained_set(tenant.name, topic, message)
 
-    def _client_id(self, source: tuple[bytes, int] | None) -> str:
-        """The client id of a publishing connection (worker, conn_id), for a trace; "" when not known."""
-        session = self.by_conn_id.get(source) if source is not None else None
-        return "" if session is None else session.client_id
-
     def _match(self, tenant: Tenant, topic: bytes) -> Targets:
         by_worker: dict[bytes, tuple[list[bytes], list[tuple[Session, int]], list[bytes]]] = {}
         offline: list[tuple[Session, Matched]] = []
         special: list[tuple[Session, Matched]] = []
         groups: list[SharedGroup] = []
-        traces: list[Trace] = []
-        # the trie's keys: Sessions, SharedGroups and Traces (told apart by their class below)
+        # the trie's keys: Sessions and SharedGroups (told apart by their class below)
         matches: dict[Session, Matched] = tenant.trie.match(topic.decode())  # type: ignore[assignment]  # Hashable keys, as above
         for session, granted in matches.items():
             if session.__class__ is SharedGroup:
                 groups.append(session)
-                continue
-            if session.__class__ is Trace:
-                traces.append(session)
                 continue
             worker = session.worker
             if worker is None:
@@ -481,8 +467,7 @@ class Router(Lifecycle, Subscribing):
             else:
                 entry[0].append(packed)
         targets = Targets([Dest(w, b"".join(a), tenant) for w, (_, _, a) in by_worker.items()],
-                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups,
-                          traces)
+                          [(w, b"".join(c), p) for w, (c, p, _) in by_worker.items()], offline, special, groups)
         cache = tenant.cache
         if len(cache) >= MATCH_CACHE_SIZE:
             cache.clear()

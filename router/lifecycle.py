@@ -23,6 +23,7 @@ from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
 from plexmq.router.tenants import Tenant
 from plexmq.router.topic_rates import TopicRates
+from plexmq.router.trace import Traces
 
 if TYPE_CHECKING:
     from plexmq.router.console_sessions import SessionRemoval
@@ -48,6 +49,7 @@ class Lifecycle:
     topic_rates: TopicRates
     listings: dict[int, ClientListing]
     routes: RouteTable
+    traces: Traces
     routed: dict[bytes, list[int]]
     batches: dict[bytes, wire.ToWorker]
     links: Links
@@ -78,6 +80,7 @@ class Lifecycle:
             log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello.pid)
         link.worker_id, link.node, link.address, link.pid = hello.worker, hello.node, hello.address, hello.pid
         self.routes.hello(worker)
+        self.traces.hello(worker, self.out)
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
         live = set(hello.live)
         sessions = self._sessions_on(worker)
@@ -137,8 +140,9 @@ class Lifecycle:
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
-        for its ROUTES_ACK, and the counts of its old join are void."""
+        for its ROUTES_ACK or TRACES_ACK, and the counts of its old join are void."""
         self.routes.forget(worker)
+        self.traces.forget(worker)
         self.routed.pop(worker, None)
 
     def _on_bye(self, worker: bytes, header: bytes, payload: bytes) -> None:
@@ -192,6 +196,7 @@ class Lifecycle:
         report: dict = wire.Stats.decode(header)._asdict()
         report["at"] = time.monotonic()
         self.topic_rates.add(report.pop("topics"), report["at"])
+        self.traces.skipped(report.pop("traced"))
         self.reports[report["id"]] = report
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:

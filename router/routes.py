@@ -80,10 +80,6 @@ class RouteTable:
                 del self.places[key]
         self.changed.add(key)
 
-    def serves(self, tenant: str, topic_filter: str, place: bytes) -> bool:
-        """Whether `place` serves `topic_filter` in `tenant` (for a subscription of its own)."""
-        return place in _each(self.places.get((tenant, topic_filter), ()))
-
     def hello(self, worker: bytes) -> None:
         """A worker (new, restarted, or one that lost its router) gets the whole table, and nothing
         it was waiting for: its connections are gone or registered again."""

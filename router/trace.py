@@ -1,25 +1,22 @@
 """Traces (the console's Trace page, router/console_trace.py): the messages of a topic filter watched
-live, copied by the router as it routes them, bounded, never slowing the broker.
+live, bounded, never slowing the broker.
 
-Why a filter with the router's place: most messages never reach the router (docs/architecture.md §4:
-a worker delivers to its own subscribers itself while the route table gives no matching filter another
-place). A trace is held in its tenant's trie as a key of its own with the router's place (`ROUTER`) in
-the route table, as a persistent session's subscription is, so the table's next generation tells every
-worker to send what the filter matches to the router. The router routes those messages to their
-subscribers as it does any, each exactly once (a message takes one of the two paths), and copies each
-into the trace on the way (`see`, `see_run`). The trace is no subscriber: nothing is delivered to it,
-and `Targets.matched` leaves it out (a 5.0 publisher that only a trace matched still hears 0x10).
-Ending a trace takes the place away again, and the filter's messages go back to local delivery
-(`RouteTable` and the workers' `ROUTED` counts keep their order across the change, as for any
-subscription that leaves). A start is answered once every worker has applied the generation that
-carries the place (`applied`), so that the trace sees every message published after its answer.
+Why the workers watch: most messages never reach the router (docs/architecture.md §4: a worker
+delivers to its own subscribers itself while the route table gives no matching filter another place),
+and a trace must not change that: it takes no place in the route table and nothing on the router's
+routing path. The router keeps the traces here and tells every worker the whole set at each change
+(`TRACES`, and to a worker that joins while any is live); each worker matches its clients' PUBLISHes
+against the traces of their tenant and sends the router a copy of those it matches (`TRACED`), at most
+workers/trace_watch.py's rate per trace on that worker, counting the rest, which its STATS carries
+(`Traces.skipped`). A start is answered once every joined worker has acknowledged the set that holds
+the trace (`TRACES_ACK`, `applied`), so that the trace sees every message its clients publish after the
+answer. Messages the router originates itself (wills, $SYS) pass no worker's PUBLISH path: no trace sees them.
 
-Bounds. The loop's part per traced message is a count, and for at most RATE messages a second per
-trace an append to the trace's ring (a deque of RING entries, each payload cut to PAYLOAD bytes); a
-QoS 0 run is parsed only as far as the rate lets its messages in, the rest is only counted as skipped.
-The console's threads drain the ring (`Trace.take`) and never wait on the loop for it; the loop never
-waits on them. A trace nobody read for IDLE seconds, or older than LIFETIME, ends at the loop's
-once-a-second `Traces.sweep`; at most MOST are live at once.
+Bounds. The loop's part per copy is a count, and for at most RATE copies a second per trace (of all the
+workers' together) an append to the trace's ring (a deque of RING entries, each payload cut to PAYLOAD
+bytes by its worker). The console's threads drain the ring (`Trace.take`) and never wait on the loop for
+it; the loop never waits on them. A trace nobody read for IDLE seconds, or older than LIFETIME, ends at
+the loop's once-a-second `Traces.sweep`; at most MOST are live at once.
 """
 
 from __future__ import annotations
@@ -29,11 +26,11 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from plexmq.mqtt import framing
+from plexmq import wire
 from plexmq.router.asks import Ask
-from plexmq.router.routes import ROUTER, RouteTable
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
@@ -42,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("plexmq.router")
 
 RING = 500  # messages a trace holds for its reader
-PAYLOAD = 1024  # bytes of each payload kept
+PAYLOAD = wire.TRACED_PAYLOAD  # bytes of each payload kept (its worker cuts it)
 RATE = 100  # messages a second a trace keeps; beyond, only counted (skipped)
 IDLE = 30.0  # seconds a trace lives unread
 LIFETIME = 600.0  # seconds a trace lives at most
@@ -67,9 +64,9 @@ class Trace:
         self.started = time.monotonic()
         self.read_at = self.started  # when its reader last took its ring (a console thread writes it)
         self.ring: deque[Entry] = deque(maxlen=RING)
-        self.matched = 0  # messages routed that its filter matched
+        self.matched = 0  # messages its filter matched: the workers' copies and what they only counted
         self.kept = 0  # of those, put in the ring
-        self.skipped = 0  # of those, over RATE: only counted
+        self.skipped = 0  # of those, over a worker's rate or RATE: only counted
         self.second = 0  # the second of time.monotonic() that `taken` counts in
         self.taken = 0
         self.reading = threading.Lock()  # between two reads of one trace; never taken by the loop
@@ -89,10 +86,15 @@ class Trace:
         self.skipped += count - kept
         return kept
 
-    def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, client: str) -> None:
+    def skip(self, count: int) -> None:
+        """`count` messages a worker matched and only counted (over its rate: STATS says so)."""
+        self.matched += count
+        self.skipped += count
+
+    def keep(self, topic: bytes, payload: bytes, qos: int, retain: bool, size: int, client: str, at: float) -> None:
         """One message into the ring (the loop's thread): a full ring lets its oldest go."""
         self.kept += 1
-        self.ring.append((self.kept, time.time(), topic, qos, retain, len(payload), payload[:PAYLOAD], client))
+        self.ring.append((self.kept, at, topic, qos, retain, size, payload[:PAYLOAD], client))
 
     def take(self) -> list[Entry]:
         """The entries kept since the last take (a console thread); counts what the ring let go unread,
@@ -107,22 +109,10 @@ class Trace:
             return taken
 
 
-def see(traces: list[Trace], topic: bytes, payload: bytes, qos: int, retain: bool, client: str) -> None:
-    """A message the router routes, into every trace that matched it."""
-    for trace in traces:
-        if trace.allow(1):
-            trace.keep(topic, payload, qos, retain, client)
-
-
-def see_run(traces: list[Trace], topic: bytes, packets: bytes, count: int, body_at: int, client: str) -> None:
-    """A run of `count` raw QoS 0 PUBLISH packets to `topic` (each payload `body_at` bytes into its body):
-    only as many parsed as each trace keeps."""
-    for trace in traces:
-        pos = 0
-        for _ in range(trace.allow(count)):
-            _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
-            trace.keep(topic, packets[start + body_at:stop], 0, False, client)
-            pos = stop
+def see(trace: Trace, copy: wire.Traced, payload: bytes) -> None:
+    """A worker's copy of a message into its trace, within RATE."""
+    if trace.allow(1):
+        trace.keep(copy.topic.encode(), payload, copy.qos, copy.retain, copy.size, copy.client, copy.at)
 
 
 class TraceStart(Ask):
@@ -137,30 +127,26 @@ class TraceStart(Ask):
         self.trace: Trace | None = None
         self.refusal = ""
         self.status = ""
-        self.gen = 0  # the route table's generation every worker must have applied
+        self.gen = 0  # the generation of the set every joined worker must have acknowledged
 
     def start(self, router: Router) -> None:
         router.traces.begin(router, self)
 
 
 class TraceStop(Ask):
-    """Stop trace `number` (of tenant `scope` only, where set); its answer: `found`, and `router_place`:
-    whether the filter keeps the router's place for another subscription (else its messages go back
-    to local delivery)."""
+    """Stop trace `number` (of tenant `scope` only, where set); its answer: `found`."""
 
     def __init__(self, number: int, scope: str | None) -> None:
         super().__init__()
         self.number = number
         self.scope = scope
         self.found: Trace | None = None
-        self.router_place = False
 
     def start(self, router: Router) -> None:
         trace = router.traces.find(self.number, self.scope)
         if trace is not None:
             self.found = trace
             router.traces.end(router, trace, "stopped")
-            self.router_place = router.routes.serves(trace.tenant.name, trace.filter, ROUTER)
         self.done.set()
 
 
@@ -170,7 +156,9 @@ class Traces:
 
     def __init__(self) -> None:
         self.live: dict[int, Trace] = {}
-        self.starting: list[TraceStart] = []  # answered once every worker has the trace's place
+        self.starting: list[TraceStart] = []  # answered once every joined worker has the trace
+        self.gen = 0  # of the set: one more at each change
+        self.acked: dict[bytes, int] = {}  # each joined worker -> the generation of the set it applied
         self._numbers = itertools.count(1)
 
     def find(self, number: int, scope: str | None) -> Trace | None:
@@ -183,7 +171,7 @@ class Traces:
         return [trace for trace in self.live.values() if scope is None or trace.tenant.name == scope]
 
     def begin(self, router: Router, start: TraceStart) -> None:
-        """(the loop) A new trace: its filter into the tenant's trie with the router's place."""
+        """(the loop) A new trace, told to every worker."""
         if len(self.live) >= MOST:
             start.status, start.refusal = "429 Too Many Requests", f"{MOST} traces are live, the most at once: stop one first"
         elif start.tenant not in router.tenants and start.tenant not in router.declared:
@@ -191,33 +179,70 @@ class Traces:
         if start.refusal:
             start.done.set()
             return
-        tenant = router.tenant(start.tenant)
-        trace = start.trace = Trace(next(self._numbers), tenant, start.filter, start.user)
-        tenant.trie.add(trace.filter, trace, 0)
-        routes = router.routes
-        routes.add(tenant.name, trace.filter, ROUTER)
-        tenant.cache.clear()
+        trace = start.trace = Trace(next(self._numbers), router.tenant(start.tenant), start.filter, start.user)
         self.live = {**self.live, trace.id: trace}
-        start.gen = routes.gen + 1 if routes.changed else routes.gen  # this turn's changes go as the next one
+        self._tell(router)
+        start.gen = self.gen
         self.starting.append(start)
-        self.applied(routes)
+        self.applied()
 
     def end(self, router: Router, trace: Trace, why: str) -> None:
-        """(the loop) A trace ends: its filter leaves the trie and gives up the router's place."""
-        tenant = trace.tenant
-        tenant.trie.remove(trace.filter, trace)
-        router.routes.remove(tenant.name, trace.filter, ROUTER)
-        tenant.cache.clear()
+        """(the loop) A trace ends: the workers stop watching it."""
         self.live = {number: t for number, t in self.live.items() if t is not trace}
+        self._tell(router)
         log.info("trace %d of %r in tenant %r (started by %r) ended: %s; %d messages matched, %d kept, %d skipped",
-                 trace.id, trace.filter, tenant.name, trace.user, why, trace.matched, trace.kept, trace.skipped)
+                 trace.id, trace.filter, trace.tenant.name, trace.user, why, trace.matched, trace.kept, trace.skipped)
 
-    def applied(self, routes: RouteTable) -> None:
-        """(the loop) Answer the starts whose generation every worker has applied; after each
-        ROUTES_ACK and each second (a worker taken for dead acknowledges nothing more)."""
+    def _tell(self, router: Router) -> None:
+        """The set changed: its next generation to every joined worker."""
+        self.gen += 1
+        entries = self._entries()
+        for worker in self.acked:
+            router.out(worker).traces(self.gen, entries)
+
+    def _entries(self) -> list[list]:
+        return [[trace.id, trace.tenant.name, trace.filter] for trace in self.live.values()]
+
+    def hello(self, worker: bytes, out: Callable[[bytes], wire.ToWorker]) -> None:
+        """(the loop) A worker joins (new, restarted, or again): it watches nothing until told (its
+        `Worker.rejoin` forgot the set); told the set (into its batch, `out`) when any trace is live."""
+        if self.live:
+            self.acked[worker] = 0
+            out(worker).traces(self.gen, self._entries())
+        else:
+            self.acked[worker] = self.gen
+
+    def forget(self, worker: bytes) -> None:
+        """(the loop) A worker whose frames went missing or that is taken for dead: nobody waits for it."""
+        self.acked.pop(worker, None)
+
+    def on_ack(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """TRACES_ACK: the worker watches that generation's set."""
+        if worker in self.acked:
+            self.acked[worker] = wire.TracesAck.decode(header).gen
+            if self.starting:
+                self.applied()
+
+    def on_traced(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """TRACED: a worker's copy of a message, into its trace if that is still live."""
+        copy = wire.Traced.decode(header)
+        trace = self.live.get(copy.trace)
+        if trace is not None:
+            see(trace, copy, payload)
+
+    def skipped(self, counts: list[list]) -> None:
+        """(the loop) A worker's STATS: the messages it matched and only counted, per trace."""
+        for number, count in counts:
+            trace = self.live.get(number)
+            if trace is not None:
+                trace.skip(count)
+
+    def applied(self) -> None:
+        """(the loop) Answer the starts whose generation every joined worker has acknowledged; after each
+        TRACES_ACK and each second (a worker taken for dead acknowledges nothing more)."""
         waiting = []
         for start in self.starting:
-            if all(gen >= start.gen for gen in routes.acked.values()):
+            if all(gen >= start.gen for gen in self.acked.values()):
                 start.done.set()
             elif not start.done.is_set():  # else its thread stopped waiting (ASK_WAIT)
                 waiting.append(start)
@@ -234,4 +259,4 @@ class Traces:
             elif router.tenants.get(trace.tenant.name) is not trace.tenant:
                 self.end(router, trace, "its tenant was removed")
         if self.starting:
-            self.applied(router.routes)
+            self.applied()

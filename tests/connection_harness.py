@@ -128,6 +128,7 @@ class FakeLink(RouterLink):
         self.seq = 0
         self.next_in = 0
         self.current = True
+        self.this_join = True
         self.answered = True
         self.opened_at = 0.0
         self.warned = False
@@ -205,6 +206,7 @@ class HarnessWorker(Worker):
         self.shed = 0
         self.topics = TopicSample()
         self.sample_in = SAMPLE
+        self.watching = {}
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
@@ -307,6 +309,8 @@ _DECODERS: dict[int, tuple[str, Callable[[bytes], tuple]]] = {
     wire.ROUTES_ACK: ("ROUTES_ACK", wire.RoutesAck.decode),
     wire.BYE: ("BYE", lambda header: ()),
     wire.KICKED: ("KICKED", wire.Kicked.decode),
+    wire.TRACES_ACK: ("TRACES_ACK", wire.TracesAck.decode),
+    wire.TRACED: ("TRACED", wire.Traced.decode),
 }
 
 
@@ -352,6 +356,11 @@ def resend_rel(conn: int, pid: int) -> FromRouter:
 
 def kick(conn: int) -> FromRouter:
     return lambda out: out.kick(conn)
+
+
+def traces(gen: int, entries: list[list]) -> FromRouter:
+    """TRACES: [trace id, tenant, filter] entries, as router/trace.py sends them."""
+    return lambda out: out.traces(gen, entries)
 
 
 def routes(gen: int, whole: bool, entries: list[list]) -> FromRouter:

@@ -92,3 +92,9 @@ def event_until(url: str, cookie: dict[str, str], wanted: Callable[[dict], bool]
     finally:
         conn.close()
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def joined(url: str, cookie: dict[str, str], workers: int = 2) -> None:
+    """Wait until `workers` workers have joined the router (each reports its STATS, which the overview
+    lists): what the router tells its workers (the route table, the traces) reaches them all from then on."""
+    event_until(url, cookie, lambda event: len(event.get("workers", {})) >= workers, 20, f"{workers} workers joined")

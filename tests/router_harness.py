@@ -32,7 +32,7 @@ from plexmq.mqtt import v4
 from plexmq.router.core import Router
 from plexmq.router.store_pg import PgStore
 from plexmq.router.store_sqlite import SqliteStore
-from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Unsuback
+from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Traces, Unsuback
 from tests.connection_harness import FakeLink, FakeLoop
 
 # -- what the router sends, decoded ---------------------------------------------------------------
@@ -109,6 +109,7 @@ _DECODERS: dict[int, Callable[[bytes, bytes], Any]] = {
     wire.ROUTES: lambda header, _: Routes.decode(header),
     wire.REJOIN: lambda header, _: Rejoin.decode(header),
     wire.REFUSED: lambda header, _: Refused.decode(header),
+    wire.TRACES: lambda header, _: Traces.decode(header),
 }
 
 
@@ -336,6 +337,16 @@ class WorkerEnd:
 
     def bye(self) -> None:
         self.link.bye()
+        self.send()
+
+    def traces_ack(self, generation: int) -> None:
+        self.link.traces_ack(generation)
+        self.send()
+
+    def traced(self, trace: int, topic: str, payload: bytes, qos: int = 0, retain: bool = False, client: str = "",
+               at: float = 0.0) -> None:
+        """TRACED: a copy of a message for `trace`, as a worker's trace_watch sends it."""
+        self.link.traced(trace, topic.encode(), qos, retain, payload, client, at)
         self.send()
 
 

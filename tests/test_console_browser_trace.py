@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import Broker, wait_for
-from tests.console import PASSWORD, console_broker
+from tests.console import PASSWORD, console_broker, joined, session
 from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
 from tests.mqtt import Client
 from tests.steps import uid
@@ -17,6 +17,7 @@ from tests.steps import uid
 def test_an_operator_traces_a_filter_and_sees_its_messages(start_broker: Callable[..., Broker], tmp_path: Path,
                                                            browser) -> None:  # noqa: ANN001  selenium's driver
     b, url = console_broker(start_broker, tmp_path)
+    joined(url, session(url)[0])  # both workers are told the trace when it starts
     log_in(browser, url, PASSWORD)
     wait_for(lambda: browser.current_url == url + "/", 10, "the overview")
     browser.find_element(By.LINK_TEXT, "Trace").click()

@@ -1,11 +1,13 @@
-"""The console's Trace (router/trace.py, router/console_trace.py) against a real broker with two workers:
-a trace sees the messages its filter matches, also those a worker would have delivered itself (the
-publisher and the subscriber on one worker), and only those; the subscriber still gets each message
-once and in order, during the trace and after it; a stopped trace gives the filter's router place back;
-a fifth trace at once is refused; a tenant admin's trace sees only its tenant; a burst leaves at most a
-ring's worth to read and counts the rest. Without a broker (a `Trace`, and a `Router` in
-tests/router_harness.py): the ring and the rate's counts; a start answered only once every worker has
-the filter's place; a trace nobody reads gives it back."""
+"""The console's Trace (router/trace.py, router/console_trace.py, workers/trace_watch.py) against a real
+broker with two workers: a trace sees the messages its filter matches, also those a worker delivers
+itself (the publisher and the subscriber on one worker), and only those; the subscriber still gets each
+message once and in order, during the trace and after it; a fifth trace at once is refused; a tenant
+admin's trace sees only its tenant; a burst leaves at most a ring's worth to read and counts the rest.
+Without a broker: the ring and the rate's counts (a `Trace`); the router (tests/router_harness.py): a
+start answered only once every worker has acknowledged the set of traces, which never changes the route
+table, the copies kept within the router's rate, the workers' skipped counts added, a joining worker
+told the set; the worker (tests/connection_harness.py): it copies what its clients publish to the
+traces of their tenant, within its bucket, while the messages keep their own path (local delivery)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,17 @@ from pathlib import Path
 
 import orjson
 
+from plexmq import tenants, wire
 from plexmq.mqtt import v4
 from plexmq.router import trace as limits
-from plexmq.router.routes import ROUTER
 from plexmq.router.tenants import Tenant
-from plexmq.wire import Routes
+from plexmq.wire import Routes, Traces
+from plexmq.workers import trace_watch
 from tests.conftest import Broker, wait_for
-from tests.console import ask, console_broker, session
+from tests.connection_harness import ConnectionHarness, Packet, Record, routes, suback, traces
+from tests.console import ask, console_broker, joined, session
 from tests.mqtt import Client
-from tests.router_harness import Deliver, DeliverRaw, RouterHarness, Sub
+from tests.router_harness import RouterHarness, WorkerEnd
 from tests.steps import uid
 
 Login = tuple[dict[str, str], str]  # the Cookie header, the CSRF token
@@ -38,7 +42,8 @@ def post(url: str, login: Login, path: str, body: dict) -> tuple[int, bytes]:
 
 
 def start(url: str, login: Login, topic_filter: str, tenant: str = "") -> dict:
-    """A started trace, which every worker applied (its messages all reach the router)."""
+    """A started trace, which every joined worker watches (the tests wait for both to join: a worker that
+    joins later watches from the router's answer to its HELLO on)."""
     status, said = post(url, login, "/api/trace/start", {"filter": topic_filter, "tenant": tenant})
     assert status == 200, said
     started = orjson.loads(said)
@@ -105,10 +110,11 @@ def test_a_trace_sees_what_its_filter_matches_and_every_message_is_still_deliver
         start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path)
     login = session(url)
+    joined(url, login[0])
     sub_id = f"sub-{uid()}"
     subscriber = Client(b.port, sub_id)
     assert subscriber.subscribe("t/#", 1) == [1]
-    publisher, pub_id = beside(b, url, login, worker_of(url, login, sub_id))  # its worker delivers itself, untraced
+    publisher, pub_id = beside(b, url, login, worker_of(url, login, sub_id))  # its worker delivers itself
     got: list[bytes] = []
 
     def send(*payloads: bytes) -> None:
@@ -132,13 +138,12 @@ def test_a_trace_sees_what_its_filter_matches_and_every_message_is_still_deliver
     assert all(m["size"] == len(m["payload"]) and not m["cut"] and not m["retain"] for m in seen)
     counts = read(url, login, started["id"])
     assert (counts["matched"], counts["kept"], counts["skipped"], counts["lost"], counts["messages"]) == (5, 5, 0, 0, [])
-    stopped = stop(url, login, started["id"])
-    assert stopped["router_place"] is False  # the filter's messages go back to local delivery
+    assert stop(url, login, started["id"])["matched"] == 5
     assert listed(url, login) == []
     assert ask(url, "GET", f"/api/trace/read?id={started['id']}", login[0])[0] == 404
     send(*after, b"last")
     received(len(before) + len(during) + len(after) + 1)
-    assert got == [*before, *during, *after, b"last"]  # each once, in order, across both changes of path
+    assert got == [*before, *during, *after, b"last"]  # each once, in order: the trace never changed its path
     assert subscriber.nothing()
     out = b.output()
     assert f"console: 'ops' from 127.0.0.1 started trace {started['id']} of 't/#' in tenant ''" in out
@@ -148,20 +153,10 @@ def test_a_trace_sees_what_its_filter_matches_and_every_message_is_still_deliver
     subscriber.disconnect()
 
 
-def test_a_filter_with_a_subscription_the_router_serves_keeps_its_place_after_the_trace(
-        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
-    b, url = console_broker(start_broker, tmp_path)
-    login = session(url)
-    persistent = Client(b.port, f"keep-{uid()}", clean=False)
-    assert persistent.subscribe("k/#", 1) == [1]
-    started = start(url, login, "k/#")
-    assert stop(url, login, started["id"])["router_place"] is True
-    persistent.disconnect()
-
-
 def test_a_fifth_trace_at_once_is_refused(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path)
     login = session(url)
+    joined(url, login[0])
     numbers = [start(url, login, f"f/{i}")["id"] for i in range(limits.MOST)]
     status, said = post(url, login, "/api/trace/start", {"filter": "f/more"})
     assert (status, said) == (429, f"{limits.MOST} traces are live, the most at once: stop one first\n".encode())
@@ -178,6 +173,7 @@ def test_a_fifth_trace_at_once_is_refused(start_broker: Callable[..., Broker], t
 def test_a_tenant_admin_traces_only_their_tenant(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path, tenants=("acme",))
     broker_admin = session(url)
+    joined(url, broker_admin[0])
     acme = session(url, "acme")
     theirs = start(url, acme, "x/#", tenant="")  # whatever it names: its own tenant
     assert theirs["tenant"] == "acme"
@@ -207,6 +203,7 @@ def test_a_burst_leaves_at_most_a_ring_to_read_and_counts_the_rest(start_broker:
                                                                      tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path)
     login = session(url)
+    joined(url, login[0])
     started = start(url, login, "b/#")
     publisher = Client(b.port, f"burst-{uid()}")
     big = bytes(range(256)) * 12  # not text: shown as hex, cut to trace.PAYLOAD bytes
@@ -242,41 +239,125 @@ def test_the_ring_keeps_the_newest_and_counts_what_it_let_go_and_what_the_rate_s
     traced = limits.Trace(1, Tenant(""), "r/#", "ops")  # no broker: the loop's and the reader's parts, in turn
     assert traced.allow(limits.RATE + 50) == limits.RATE and traced.skipped == 50
     for i in range(limits.RING + 20):
-        traced.keep(b"r/1", str(i).encode(), 0, False, "c")
+        traced.keep(b"r/1", str(i).encode(), 0, False, 1, "c", 0.0)
     taken = traced.take()
     assert [entry[0] for entry in taken] == list(range(21, limits.RING + 21)) and traced.lost == 20
-    traced.keep(b"r/1", b"next", 1, True, "c")
+    traced.keep(b"r/1", b"next", 1, True, 4, "c", 0.0)
     assert [entry[6] for entry in traced.take()] == [b"next"] and traced.lost == 20 and traced.take() == []
 
 
-def test_a_start_waits_for_every_worker_and_an_unread_trace_gives_its_place_back() -> None:
+def told(end: WorkerEnd) -> list:
+    """The route table's changes and the sets of traces the worker got since the last take."""
+    return [r for r in end.take(everything=True) if isinstance(r, (Routes, Traces))]
+
+
+def report_skipped(end: WorkerEnd, counts: list[list]) -> None:
+    """A worker's STATS saying what it matched and only counted, per trace."""
+    end.link.stats(wire.Stats("1", "", 1, 0, 0, 0, 0, 0, 0, 0, {}, 0, 0.0, 0, 0, 0, {}, {}, counts))
+    end.send()
+
+
+def test_a_start_waits_for_every_worker_and_the_trace_never_changes_the_route_table() -> None:
     h = RouterHarness()  # no broker: the router's loop played by the test
     w0, w1 = h.worker("w0"), h.worker("w1")
     h.turn()
     w0.connect(1, "sub", connack_sent=1)
-    w0.subscribe(1, 1, [("t/#", 1)])
+    w0.subscribe(1, 1, [("t/#", 1)])  # served by w0 itself
     w1.connect(2, "pub", connack_sent=1)
     h.turn()
     w0.take(), w1.take()
+    places = dict(h.router.routes.places)
     question = limits.TraceStart("t/#", "", "ops")
     question.start(h.router)  # as the loop starts an ask
-    assert question.trace is not None and not question.done.is_set()
-    w1.answers_routes = False
+    trace = question.trace
+    assert trace is not None and not question.done.is_set()
     h.turn()
-    assert [r.entries for r in w1.take(everything=True) if isinstance(r, Routes)] == [[["", "t/#", ["w0", ""]]]]
-    assert not question.done.is_set()  # w0 has applied it, w1 not yet
-    w1.routes_ack(h.router.routes.gen)
+    gen = h.router.traces.gen
+    assert told(w0) == told(w1) == [Traces(gen, [[trace.id, "", "t/#"]])]  # and no ROUTES: no place for it
+    assert h.router.routes.places == places and h.router.tenant("").trie.match("t/a").keys() == {
+        h.router.tenant("").sessions["sub"]}
+    w0.traces_ack(gen)
+    assert not question.done.is_set()  # w0 watches it, w1 not yet
+    w1.traces_ack(gen)
     assert question.done.is_set()
-    w1.pub0(2, "t/a", [b"one", b"two"])
-    w1.pub(2, "t/b", b"three", qos=1, pid=7)
+
+    w1.pub(2, "t/b", b"routed", qos=1, pid=7)  # a message the router routes is not copied by it
+    w1.traced(trace.id, "t/a", b"one", client="pub", at=5.0)
+    w1.traced(trace.id, "t/b", b"two", qos=1, retain=True, client="pub", at=6.0)
+    w1.traced(trace.id + 1, "t/c", b"no such trace")
+    report_skipped(w1, [[trace.id, 7], [trace.id + 1, 3]])
+    assert [(e[1], e[2], e[3], e[4], e[6], e[7]) for e in trace.take()] == \
+        [(5.0, b"t/a", 0, False, b"one", "pub"), (6.0, b"t/b", 1, True, b"two", "pub")]
+    assert (trace.matched, trace.kept, trace.skipped) == (9, 2, 7)
+
+    w2 = h.worker("w2")  # a worker that joins while a trace is live is told the set
     h.turn()
-    delivered = w0.take()  # to the subscriber once each, as without the trace
-    assert [(r.packets, r.subs) for r in delivered if isinstance(r, DeliverRaw)] == \
-        [(v4.encode_publish(b"t/a", b"one") + v4.encode_publish(b"t/a", b"two"), (Sub(1, 1, 0),))]
-    assert [(r.topic, r.payload, r.subs) for r in delivered if isinstance(r, Deliver)] == [(b"t/b", b"three", (Sub(1, 1, 0),))]
-    assert [(e[2], e[3], e[6], e[7]) for e in question.trace.take()] == \
-        [(b"t/a", 0, b"one", "pub"), (b"t/a", 0, b"two", "pub"), (b"t/b", 1, b"three", "pub")]
+    assert told(w2)[-1] == Traces(gen, [[trace.id, "", "t/#"]])
     h.router.traces.sweep(h.router, time.monotonic() + limits.IDLE + 1)  # nobody read it for IDLE
-    assert h.router.traces.live == {} and not h.router.routes.serves("", "t/#", ROUTER)
+    assert h.router.traces.live == {}
     h.turn()
-    assert [r.entries for r in w1.take(everything=True) if isinstance(r, Routes)] == [[["", "t/#", ["w0"]]]]
+    assert told(w0) == told(w1) == told(w2) == [Traces(gen + 1, [])]
+    assert h.router.routes.places == places
+
+
+def test_the_router_keeps_at_most_its_rate_of_the_workers_copies() -> None:
+    h = RouterHarness()
+    w0 = h.worker("w0")
+    h.turn()
+    question = limits.TraceStart("#", "", "ops")
+    question.start(h.router)
+    trace = question.trace
+    assert trace is not None
+    trace.second = int(time.monotonic()) + 1 << 20  # a second that lasts the test: no new room comes
+    for i in range(limits.RATE + 30):
+        w0.traced(trace.id, "t", str(i).encode())
+    assert len(trace.take()) == limits.RATE and (trace.matched, trace.skipped) == (limits.RATE + 30, 30)
+
+
+TENANTS = tenants.Tenants({"acme": tenants.Tenant("acme")}, "@")
+
+
+def test_a_worker_copies_its_clients_messages_to_their_tenants_traces_within_its_bucket_and_delivers_them_as_before() -> None:
+    h = ConnectionHarness(tenants=TENANTS)
+    h.from_router(routes(1, True, []))
+    sub = h.client("sub")
+    sub.send(v4.encode_subscribe(1, [("t/#", 0)]))
+    h.from_router(suback(sub.conn_id, 1, [0], [["t/#", 0]]))  # served here
+    sub.packets()
+    pub = h.client("pub")
+    acme = h.client("pub-a", username="p@acme")
+    h.records()
+    assert not h.worker.watching  # no trace: nothing watched
+    h.from_router(traces(1, [[7, "", "t/#"], [8, "acme", "#"]]))
+    assert h.records() == [Record("TRACES_ACK", (1,))]
+
+    local = h.worker.counters.tally("")  # what STATS says as local_received (the default tenant's share)
+    before = local.received
+    pub.send(v4.encode_publish(b"t/a", b"zero"))  # QoS 0: a raw run
+    pub.send(v4.encode_publish(b"t/b", b"one", 1, False, False, 5))
+    pub.send(v4.encode_publish(b"u/x", b"not traced"))
+    acme.send(v4.encode_publish(b"t/a", b"acme's"))
+    copies = h.records()
+    assert [(r.kind, r.fields[:6], r.payload) for r in copies] == [
+        ("TRACED", (7, "t/a", 0, False, 4, "pub"), b"zero"), ("TRACED", (7, "t/b", 1, False, 3, "pub"), b"one"),
+        ("TRACED", (8, "t/a", 0, False, 6, "pub-a"), b"acme's")]  # no PUB, no PUB0: the router routes none of them
+    assert sub.packets() == [Packet(v4.PUBLISH, 0, 0, "t/a", b"zero"), Packet(v4.PUBLISH, 0, 0, "t/b", b"one")]
+    assert pub.packets() == [Packet(v4.PUBACK, 0, 5)]  # at once: delivered here
+    assert local.received == before + 3  # all three took the local path
+
+    burst = v4.encode_publish(b"t/c", b"x" * 2000) * 150  # one read: one run, parsed only for the copies
+    pub.send(burst)
+    copied = h.records()
+    assert len(copied) == trace_watch.BURST - 2 and all(r.kind == "TRACED" for r in copied)
+    assert copied[0].fields[4] == 2000 and copied[0].payload == b"x" * wire.TRACED_PAYLOAD
+    assert len(sub.packets()) == 150  # every one delivered
+    assert trace_watch.skipped(h.worker.watching) == [[7, 150 - len(copied)]]
+    assert trace_watch.skipped(h.worker.watching) == []  # counted once
+    h.loop.advance(0.5)  # the bucket fills again at RATE
+    pub.send(v4.encode_publish(b"t/d", b"y") * 80)
+    assert len(h.records()) == int(0.5 * trace_watch.RATE) and len(sub.packets()) == 80
+
+    h.from_router(traces(2, []))  # the trace ended
+    assert h.records() == [Record("TRACES_ACK", (2,))] and not h.worker.watching
+    pub.send(v4.encode_publish(b"t/e", b"z"))
+    assert h.records() == [] and len(sub.packets()) == 1

@@ -187,7 +187,7 @@ def test_limit_hits_of_the_router_and_of_each_worker_are_summed_per_tenant() -> 
         counters = Counters()
         counters.limit_hit("a", "max_sessions")
         counters.limit_hit("a", "message_rate")
-        report = wire.Stats(label, "", 1, 0, 0, 0, 0, 0, 0, 0, {}, 0, 0.0, 0, 0, 0, counters.by_tenant(), {})._asdict()
+        report = wire.Stats(label, "", 1, 0, 0, 0, 0, 0, 0, 0, {}, 0, 0.0, 0, 0, 0, counters.by_tenant(), {}, [])._asdict()
         h.router.reports[label] = {**report, "protocols": dict.fromkeys(PROTOCOLS.values(), 0), "at": 0.0}
     stats = Stats(h.router, os.getpid(), declared=["b"])
     stats.refresh(0.0)

@@ -56,15 +56,19 @@ CASES = [
     Case("gone without", wire.GONE, wire.Gone(3, False), b"\x03\x00\x00\x00\x00"),
     Case("session expiry", wire.SESSION_EXPIRY, wire.SessionExpiry(3, 300), b"\x03\x00\x00\x00\x2c\x01\x00\x00"),
     Case("stats", wire.STATS, wire.Stats("n1/0", "n1", 42, 5, 1, 2, 3, 4, 5, 6, {"3.1.1": 5}, 7, 0.5, 1024, 8, 9,
-                                          {"a": {"connections": 1, "refused": {"not_authorized": 2}}}, {"a": [["t/1", 64]]}),
+                                          {"a": {"connections": 1, "refused": {"not_authorized": 2}}}, {"a": [["t/1", 64]]},
+                                          [[3, 40]]),
          b'{"id":"n1/0","node":"n1","pid":42,"clients":5,"dropped":1,"denied":2,"withheld":3,"refused":4,'
          b'"auth_failures":5,"queued":6,"protocols":{"3.1.1":5},"shed":7,"cpu":0.5,"rss":1024,'
          b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}},'
-         b'"topics":{"a":[["t/1",64]]}}'),
+         b'"topics":{"a":[["t/1",64]]},"traced":[[3,40]]}'),
     Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]]),
          b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]]}'),
     Case("routes ack", wire.ROUTES_ACK, wire.RoutesAck(9), b"\x09\x00\x00\x00"),
     Case("kicked", wire.KICKED, wire.Kicked(3), b"\x03\x00\x00\x00"),
+    Case("traces ack", wire.TRACES_ACK, wire.TracesAck(4), b"\x04\x00\x00\x00"),
+    Case("traced", wire.TRACED, wire.Traced(3, "t/a", 1, True, 2048, "c1", 1700000000.5),
+         b'[3,"t/a",1,true,2048,"c1",1700000000.5]'),
     Case("session present", wire.SESSION, wire.Session(3, True, [["a/+", 1]]), b'[3,true,[["a/+",1]],""]'),
     Case("session refused", wire.SESSION, wire.Session(3, False, [], "max_connections"), b'[3,false,[],"max_connections"]'),
     Case("suback", wire.SUBACK, wire.Suback(3, 10, [1, 0x87], [["a/+", 1], ["b", -1]]),
@@ -76,6 +80,7 @@ CASES = [
     Case("list a tenant's clients", wire.LIST_CLIENTS, wire.ListClients(7, "", "a"), b'{"id":7,"filter":"","tenant":"a"}'),
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
+    Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
     Case("refused", wire.REFUSED, wire.Refused(1), b"\x01\x00\x00\x00"),
     Case("standby", wire.STANDBY, wire.Standby("b", "tcp://10.0.0.1:7883"), b'["b","tcp://10.0.0.1:7883"]'),
@@ -83,10 +88,10 @@ CASES = [
 
 TO_ROUTER = (wire.HELLO, wire.CONNECT, wire.SUBSCRIBE, wire.UNSUBSCRIBE, wire.PUB, wire.ACK, wire.REL, wire.GONE,
              wire.PUB0, wire.STATS, wire.CLIENTS, wire.SESSION_EXPIRY, wire.PUB0_V5, wire.ROUTES_ACK, wire.BYE,
-             wire.KICKED)
+             wire.KICKED, wire.TRACES_ACK, wire.TRACED)
 TO_WORKER = (wire.SESSION, wire.SUBACK, wire.UNSUBACK, wire.ROUTED, wire.DELIVER, wire.RESEND_REL, wire.KICK,
              wire.DELIVER_RAW, wire.LIST_CLIENTS, wire.CLOSE, wire.DELIVER_RAW_V5, wire.ROUTES, wire.REJOIN, wire.BEAT,
-             wire.REFUSED, wire.STANDBY)
+             wire.REFUSED, wire.STANDBY, wire.TRACES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.desc for c in CASES])
@@ -125,6 +130,9 @@ def test_the_workers_senders_write_their_records() -> None:
         (RouterLink.clients, (7, "0", []), wire.CLIENTS, wire.Clients(7, "0", []), b""),
         (RouterLink.routes_ack, (4,), wire.ROUTES_ACK, wire.RoutesAck(4), b""),
         (RouterLink.kicked, (3,), wire.KICKED, wire.Kicked(3), b""),
+        (RouterLink.traces_ack, (2,), wire.TRACES_ACK, wire.TracesAck(2), b""),
+        (RouterLink.traced, (3, b"t/a", 1, False, b"x" * 2000, "c1", 5.0), wire.TRACED,
+         wire.Traced(3, "t/a", 1, False, 2000, "c1", 5.0), b"x" * wire.TRACED_PAYLOAD),
     ]
     for send, args, kind, record, payload in sends:
         send(link, *args)
@@ -143,6 +151,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.list_clients(7, "", None)
     out.close(3)
     out.rejoin(5)
+    out.traces(2, [[3, "", "t/#"]])
     out.beat()
     out.refused()
     assert records_of(out) == [
@@ -154,6 +163,7 @@ def test_the_routers_senders_write_their_records() -> None:
         (wire.LIST_CLIENTS, wire.ListClients(7, "", None).encode(), b""),
         (wire.CLOSE, wire.Close(3).encode(), b""),
         (wire.REJOIN, wire.Rejoin(5).encode(), b""),
+        (wire.TRACES, wire.Traces(2, [[3, "", "t/#"]]).encode(), b""),
         (wire.BEAT, b"", b""),
         (wire.REFUSED, wire.Refused(wire.PROTOCOL).encode(), b""),
     ]

@@ -16,6 +16,7 @@ from plexmq import wire
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
+from plexmq.workers import trace_watch
 from plexmq.workers.auth import SERVER_UNAVAILABLE
 from plexmq.workers.handlers.connect import refuse
 from plexmq.workers.states import CLOSED, CONNECTED
@@ -95,6 +96,15 @@ def routes(worker: Worker, header: bytes, payload: bytes) -> None:
     gen, whole, entries = wire.Routes.decode(header)
     worker.routes.apply(whole, entries)
     worker.link.routes_ack(gen)
+
+
+def traces(worker: Worker, header: bytes, payload: bytes) -> None:
+    """TRACES: the console's live traces, watched from now on (workers/trace_watch.py), and say so; one of
+    an earlier join is stale (the router says the set again to a worker that joins while any is live)."""
+    if worker.link.this_join:
+        gen, entries = wire.Traces.decode(header)
+        worker.watching = trace_watch.watching(entries, worker.watching, worker.loop.time())
+        worker.link.traces_ack(gen)
 
 
 def session(worker: Worker, header: bytes, payload: bytes) -> None:
@@ -223,4 +233,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.BEAT: beat,
     wire.REFUSED: refused,
     wire.STANDBY: standby,
+    wire.TRACES: traces,
 }

@@ -178,6 +178,14 @@ class RouterLink:
     def routes_ack(self, gen: int) -> None:
         self.batch.add(wire.ROUTES_ACK, wire.RoutesAck(gen).encode())
 
+    def traces_ack(self, gen: int) -> None:
+        self.batch.add(wire.TRACES_ACK, wire.TracesAck(gen).encode())
+
+    def traced(self, trace: int, topic: bytes, qos: int, retain: bool, payload: bytes, client: str, at: float) -> None:
+        """A copy of a PUBLISH for trace `trace`, its payload cut to wire.TRACED_PAYLOAD bytes."""
+        self.batch.add(wire.TRACED, wire.Traced(trace, topic.decode(), qos, retain, len(payload), client, at).encode(),
+                       payload[:wire.TRACED_PAYLOAD])
+
     def kicked(self, conn_id: int) -> None:
         self.batch.add(wire.KICKED, wire.Kicked(conn_id).encode())
 

@@ -30,7 +30,7 @@ from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import properties as props
 from plexmq.mqtt.framing import packets_in
 from plexmq.process import become_child, child_config, connections_per_worker, missed_reload, process_usage
-from plexmq.workers import from_router, handoff, tls
+from plexmq.workers import from_router, handoff, tls, trace_watch
 from plexmq.workers.acl import Checker
 from plexmq.workers.archive import ArchiveWriter
 from plexmq.workers.auth import Auth
@@ -79,6 +79,7 @@ class Worker:
         self.shed = 0  # deliveries dropped while shedding
         self.topics = TopicSample()  # the busiest topics, sampled (workers/topic_sample.py)
         self.sample_in = SAMPLE  # PUBLISHes until the next sample
+        self.watching: trace_watch.Watching = {}  # the console's live traces, by tenant (workers/trace_watch.py)
         self.identity_as_username = False
         self.tenant_field = ""  # tenant_certificate_field, as getpeercert() names it ("": none)
         # per listener byte (handoff.py): its TLS context, whether it speaks WebSocket, its tenant ("": none)
@@ -226,11 +227,14 @@ class Worker:
                 props: bytes = b"", expiry: int = 0) -> None:
         """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
         and 1, not retained), else to the router; `props` and `expiry` as plexmq/wire.py carries them.
-        Each counts down `sample_in`: one in SAMPLE is tallied for the busiest topics (workers/topic_sample.py)."""
+        Each counts down `sample_in`: one in SAMPLE is tallied for the busiest topics (workers/topic_sample.py);
+        while a console trace is live, it is watched (workers/trace_watch.py)."""
         name = topic.encode()
         self.sample_in -= 1
         if self.sample_in <= 0:
             self.sample_in = self.topics.take(conn.tenant, name, self.sample_in)
+        if self.watching:
+            trace_watch.see(self, conn, name, payload, qos, retain)
         if self.archive is not None:
             to_archive = self.known_topics.get(name)
             if to_archive is None:
@@ -259,6 +263,8 @@ class Worker:
         self.sample_in -= count
         if self.sample_in <= 0:
             self.sample_in = self.topics.take(conn.tenant, topic, self.sample_in)
+        if self.watching:
+            trace_watch.see_run(self, conn, topic, count, packets, as_v5)
         subs = conn.routes.targets(topic) if self.local_path(conn) else None
         if subs is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
@@ -461,6 +467,7 @@ class Worker:
         for conn in live:
             conn.register(connack_sent=True)
         self.routes.forget_table()
+        self.watching = {}  # the router says the live traces again (TRACES)
         awaiting = deque(a for a in self.awaiting if a[0].state != CLOSED)
         for conn, packet_id, qos, retain, topic, payload, carried, expiry in awaiting:
             if topic is not None:
@@ -550,7 +557,7 @@ class Worker:
             self.label, self.node, os.getpid(), len(self.conns), counters.dropped, counters.denied, counters.withheld,
             counters.refused, self.auth.refused, queued, protocols, self.shed, cpu, rss, sum(t.received for t in tallies),
             sum(t.sent for t in tallies), counters.by_tenant() if self.settings.metrics_tenants else {},
-            self.topics.report()))
+            self.topics.report(), trace_watch.skipped(self.watching)))
         self.flush_soon()
 
     def reload(self) -> None:
