@@ -32,3 +32,17 @@ def test_a_tenant_admins_disconnect_names_the_tenant_it_acted_on_whatever_the_bo
     listed = orjson.loads(ask(url, "GET", "/api/clients?tenant=beta", broker_cookie)[2])
     assert target in {row[0] for row in listed["clients"]}  # beta's client is still connected
     theirs.close()
+
+
+def test_a_malformed_content_length_is_refused_and_the_console_keeps_serving(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path)
+    cookie, csrf = session(url)
+    form = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "x"}
+    assert ask(url, "POST", "/login", form)[0] == 401
+    for length in ("x", "-5", "\u00b2"):  # none of them is a length the endpoint waits for
+        for path in ("/api/sessions/remove", "/api/retained/delete", "/api/clients/disconnect"):
+            status, _, _ = ask(url, "POST", path, {**cookie, "Content-Type": "application/json", "X-CSRF-Token": csrf,
+                                                   "Content-Length": length})
+            assert status == 400, (path, length)
+    assert ask(url, "GET", "/api/clients", cookie)[0] == 200
