@@ -42,7 +42,7 @@ SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'no
 OVERVIEW: Page = ("/", "Overview", "overview.html")
 FEATURES = (console_clients, console_sessions, console_retained, console_trace)  # each with PAGES and ROUTES, in the
 # navigation's order
-TENANT = "plexmq.tenant"  # environ key: the tenant of the session that opened an event stream
+SESSION = "plexmq.session"  # environ key: the session that opened an event stream
 
 
 def asset(name: str) -> bytes:
@@ -72,7 +72,8 @@ class Console:
         status, headers, body = self.route(environ)
         if status == "stream":
             start_response("200 OK", [("Content-Type", "text/event-stream"), *SECURITY])
-            return events(self.stats, environ[TENANT], self.store)
+            opened: Session = environ[SESSION]
+            return events(self.stats, opened.tenant, self.store, lambda: self.admins.alive(opened))
         start_response(status, [*headers, *SECURITY])
         return [body]
 
@@ -102,7 +103,7 @@ class Console:
         if path == "/events":
             if not environ.get(STREAM):
                 return text("503 Service Unavailable", "too many open consoles: close one")
-            environ[TENANT] = session.tenant  # the stream shows this tenant's figures only (None: the broker's)
+            environ[SESSION] = session  # the stream shows its tenant's figures only (None: the broker's), while it lives
             return "stream", [], b""
         handler = self.routes.get((method, path))
         return text("404 Not Found", "no such page") if handler is None else handler(self, environ, session)
@@ -143,13 +144,14 @@ class Console:
 
     def login(self, environ: dict) -> Reply:
         address = environ.get("REMOTE_ADDR", "")
-        if self.admins.throttled(address):
-            log.warning("console login from %s refused: too many failed logins", address)
+        fields = form(environ)
+        user, tenant = fields.get("user", [""])[0], fields.get("tenant", [""])[0]
+        if self.admins.throttled(address, user, tenant):
+            log.warning("console login for %r%s from %s refused: too many failed logins", user,
+                        f" of tenant {tenant!r}" if tenant else "", address)
             status, headers, body = self.login_page("Too many failed logins: wait a minute.", "429 Too Many Requests")
             return status, [*headers, ("Retry-After", "60")], body
-        fields = form(environ)
-        token = self.admins.login(fields.get("user", [""])[0], fields.get("password", [""])[0], address,
-                                  fields.get("tenant", [""])[0])
+        token = self.admins.login(user, fields.get("password", [""])[0], address, tenant)
         if token is None:
             return self.login_page("Wrong user or password.", "401 Unauthorized")
         return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None, self.secure))], b""

@@ -1,8 +1,10 @@
 """Who may use the web console: its admins (a file of `user:hash` lines, the password file's format,
 checked by workers/passwords.py; the broker's `console_admins` see every tenant, a tenant's
 `tenants.NAME.console_admins` log in with the tenant's name and see that tenant only), their
-sessions (a random cookie, forgotten after IDLE), each session's CSRF token, and a bound on failed
-logins per address (a password cannot be guessed at HTTP speed).
+sessions (a random cookie, forgotten after IDLE or past SESSIONS_EACH of one admin), each session's
+CSRF token, and bounds on failed logins per address (an IPv6 one by its /64) and per admin name from
+every address together (a password cannot be guessed at HTTP speed, nor by a guesser that changes its
+address), in a memory of at most TRACKED addresses and names.
 
 Sessions live in the router's memory only: a restart logs every operator out, which is the safe way.
 """
@@ -10,11 +12,12 @@ Sessions live in the router's memory only: a restart logs every operator out, wh
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import secrets
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from plexmq.workers.passwords import PasswordFile
@@ -23,7 +26,10 @@ log = logging.getLogger("plexmq.router")
 
 IDLE = 12 * 3600.0  # seconds a session lasts unused
 FAILURES = 5  # failed logins an address may make per FAILURE_WINDOW
+ACCOUNT_FAILURES = 20  # failed logins for one admin name (of a tenant) per FAILURE_WINDOW, from every address
 FAILURE_WINDOW = 60.0  # seconds
+TRACKED = 10_000  # addresses and names whose failed logins are remembered (past it, the longest quiet forgotten)
+SESSIONS_EACH = 20  # sessions one admin may hold: a login past it ends the one least recently used
 COOKIE = "plexmq_console"
 
 
@@ -33,6 +39,7 @@ class Session:
     tenant: str | None = None  # a tenant admin's tenant; None: a broker admin (every tenant)
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     seen: float = field(default_factory=time.monotonic)
+    token: str = ""  # its cookie's value
 
 
 class Admins:
@@ -44,13 +51,16 @@ class Admins:
         self.file = PasswordFile.load(path) if path else None
         self.tenants = {name: PasswordFile.load(file) for name, file in (tenants or {}).items() if file}
         self._sessions: dict[str, Session] = {}
-        self._failures: dict[str, deque[float]] = {}
+        self._failures: OrderedDict[tuple[str, ...], deque[float]] = OrderedDict()  # the last failure last
         self._lock = threading.Lock()
 
-    def throttled(self, address: str) -> bool:
-        """Whether `address` has used up its failed logins for now."""
+    def throttled(self, address: str, user: str, tenant: str = "") -> bool:
+        """Whether `address`, or the admin `user` of `tenant` ("": the broker's), has used up its failed
+        logins for now."""
         with self._lock:
-            return self._recent(address) >= FAILURES
+            self._forget(time.monotonic())
+            return (len(self._failures.get(_address(address), ())) >= FAILURES
+                    or len(self._failures.get(("admin", tenant, user), ())) >= ACCOUNT_FAILURES)
 
     @property
     def any(self) -> bool:
@@ -66,11 +76,19 @@ class Admins:
         if file is not None and file.check(user, password):
             token = secrets.token_urlsafe(32)
             with self._lock:
-                self._sessions[token] = Session(user, tenant or None)
+                mine = sorted((s.seen, t) for t, s in self._sessions.items() if (s.user, s.tenant) == (user, tenant or None))
+                for _seen, old in mine[:max(len(mine) + 1 - SESSIONS_EACH, 0)]:
+                    del self._sessions[old]
+                self._sessions[token] = Session(user, tenant or None, token=token)
             log.info("console login by %s from %s", who, address)
             return token
+        now = time.monotonic()
         with self._lock:
-            self._failures.setdefault(address, deque()).append(time.monotonic())
+            for key, most in ((_address(address), FAILURES), (("admin", tenant, user), ACCOUNT_FAILURES)):
+                self._failures.setdefault(key, deque(maxlen=most)).append(now)
+                self._failures.move_to_end(key)
+            while len(self._failures) > TRACKED:
+                self._failures.popitem(last=False)
         log.warning("console login refused for %s from %s", who, address)
         return None
 
@@ -86,6 +104,11 @@ class Admins:
                 found.seen = now
             return found
 
+    def alive(self, session: Session) -> bool:
+        """Whether `session` is still live (not logged out, ended or idle too long), without using it."""
+        with self._lock:
+            return self._sessions.get(session.token) is session and time.monotonic() - session.seen <= IDLE
+
     def logout(self, cookie_header: str) -> None:
         token = _cookie(cookie_header)
         with self._lock:
@@ -96,17 +119,28 @@ class Admins:
         """`given` is the session's CSRF token (compared in constant time)."""
         return hmac.compare_digest(given.encode(), session.csrf.encode())
 
-    def _recent(self, address: str) -> int:
-        """The failed logins of `address` within the window (older ones, and then the address, forgotten);
-        under the lock."""
-        failures = self._failures.get(address)
-        if failures is None:
-            return 0
-        while failures and time.monotonic() - failures[0] > FAILURE_WINDOW:
-            failures.popleft()
-        if not failures:
-            del self._failures[address]
-        return len(failures)
+    def _forget(self, now: float) -> None:
+        """Forget the failed logins older than the window (the addresses and names with none left first,
+        then the old ones of the rest); under the lock."""
+        while self._failures:
+            key, failures = next(iter(self._failures.items()))
+            if now - failures[-1] <= FAILURE_WINDOW:
+                break
+            del self._failures[key]
+        for failures in self._failures.values():
+            while now - failures[0] > FAILURE_WINDOW:
+                failures.popleft()
+
+
+def _address(address: str) -> tuple[str, ...]:
+    """Whose failed logins an address counts as: its own, or an IPv6 one's /64 (one host may have it all)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return ("address", address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return ("address", str(ipaddress.ip_network(f"{ip}/64", strict=False)))
+    return ("address", address)
 
 
 def _cookie(header: str) -> str | None:

@@ -53,13 +53,14 @@ class StreamingEndpoint(Endpoint):
             self._free.release()
 
 
-def events(stats: Stats, tenant: str | None, store: dict[str, str]) -> Iterator[bytes]:
+def events(stats: Stats, tenant: str | None, store: dict[str, str], alive: Callable[[], bool]) -> Iterator[bytes]:
     """Server-sent events, each `data: JSON` with the overview's figures (of `tenant` only for a tenant
-    admin; `store`: `describe_store`'s), until LIFETIME is over."""
+    admin; `store`: `describe_store`'s), until LIFETIME is over or the session that opened the stream is
+    not `alive` (logged out, ended: its figures are no longer for whoever holds the connection)."""
     ends = time.monotonic() + LIFETIME
     last: dict | None = None
     yield b"retry: 2000\n\n"
-    while time.monotonic() < ends:
+    while time.monotonic() < ends and alive():
         with stats.refreshed:
             stats.refreshed.wait(WAIT)
         snapshot = stats.snapshot

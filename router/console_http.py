@@ -38,8 +38,7 @@ def json(body: object, status: str = "200 OK") -> Reply:
 
 def form(environ: dict) -> dict[str, list[str]]:
     """A url-encoded body (at most MAX_FORM bytes are read)."""
-    length = min(int(environ.get("CONTENT_LENGTH") or 0), MAX_FORM)
-    return parse_qs(environ["wsgi.input"].read(length).decode(errors="replace"))
+    return parse_qs(environ["wsgi.input"].read(_length(environ, MAX_FORM)).decode(errors="replace"))
 
 
 def query(environ: dict) -> dict[str, str]:
@@ -55,8 +54,17 @@ def scope(session: Session, asked: str | None) -> str | None:
 
 def json_body(environ: dict) -> object:
     """A JSON request body (at most MAX_JSON bytes); None when it is not JSON."""
-    length = min(int(environ.get("CONTENT_LENGTH") or 0), MAX_JSON)
     try:
-        return orjson.loads(environ["wsgi.input"].read(length))
+        return orjson.loads(environ["wsgi.input"].read(_length(environ, MAX_JSON)))
     except orjson.JSONDecodeError:
         return None
+
+
+def _length(environ: dict, most: int) -> int:
+    """The body's Content-Length, at most `most`; 0 when it is missing, negative or not a number (the
+    endpoint read the request whole with it so: router/httpd.py), which the handler then refuses as an
+    empty body rather than failing with a 500."""
+    try:
+        return min(max(int(environ.get("CONTENT_LENGTH") or 0), 0), most)
+    except ValueError:  # "x", "1e3", "²", or more digits than int() takes
+        return 0

@@ -97,7 +97,7 @@ def answer_disconnect(asks: Asks, environ: dict, only: str | None = None) -> Ans
         return "400 Bad Request", "text/plain", b'the body is {"client_id": "ID", "tenant": "NAME"}\n', "no client id"
     request = ClientDisconnect(client_id, tenant if only is None else only)
     ask(asks, request)
-    who = f"{client_id} of tenant {tenant}" if tenant else client_id
+    who = f"{client_id} of tenant {request.tenant}" if request.tenant else client_id  # the one acted on
     if request.found:
         return "200 OK", "text/plain", f"disconnected {who}\n".encode(), f"disconnected {who!r}"
     return "404 Not Found", "text/plain", f"{who} is not connected\n".encode(), f"{who!r} is not connected"

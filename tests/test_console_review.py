@@ -1,0 +1,122 @@
+"""The web console under an adversarial review: what a tenant admin's request says of another tenant,
+how long a session and its event stream outlive a logout, how many sessions one admin may pile up, the
+login throttle against a guesser that changes its address, and requests whose head is malformed."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+import orjson
+
+from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, TRACKED, Admins
+from plexmq.workers.passwords import set_password
+from tests.cli import CHEAP
+from tests.conftest import Broker, wait_for
+from tests.console import ADMIN, PASSWORD, Answer, ask, console_broker, log_in, session
+from tests.mqtt import RawClient
+from tests.steps import uid
+from tests.tenants import user
+
+
+def test_a_tenant_admins_disconnect_names_the_tenant_it_acted_on_whatever_the_body_says(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path, tenants=("acme", "beta"))
+    target = f"c-{uid()}"
+    theirs = RawClient(b.port)
+    assert theirs.connect(target, username=user("beta", f"u-{uid()}")) == (False, 0)
+    cookie, csrf = session(url, "acme")
+    status, _, said = ask(url, "POST", "/api/clients/disconnect",
+                          {**cookie, "Content-Type": "application/json", "X-CSRF-Token": csrf},
+                          orjson.dumps({"client_id": target, "tenant": "beta"}))
+    assert status == 404 and said == f"{target} of tenant acme is not connected\n".encode()
+    wait_for(lambda: f"'{target} of tenant acme' is not connected" in b.output(), 10, "the log line naming acme")
+    broker_cookie, _ = session(url)
+    listed = orjson.loads(ask(url, "GET", "/api/clients?tenant=beta", broker_cookie)[2])
+    assert target in {row[0] for row in listed["clients"]}  # beta's client is still connected
+    theirs.close()
+
+
+def test_logging_out_ends_the_sessions_open_event_stream(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path)
+    cookie, csrf = session(url)
+    parts = urlsplit(url)
+    stream = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
+    try:
+        stream.request("GET", "/events", headers=cookie)
+        answer = stream.getresponse()
+        assert answer.status == 200
+        assert answer.fp.readline().startswith(b"data: ") or answer.fp.readline()  # the stream is live
+        status, _, _ = ask(url, "POST", "/logout", {**cookie, "X-CSRF-Token": csrf})
+        assert status == 303
+        deadline = time.monotonic() + 10  # the stream ends at its next refresh (once a second)
+        while answer.fp.readline():
+            assert time.monotonic() < deadline, "the stream outlived the logout"
+    finally:
+        stream.close()
+
+
+def test_an_admins_sessions_are_bounded_the_oldest_logged_out(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path)
+    cookies = []
+    for _ in range(SESSIONS_EACH + 1):
+        status, headers, _ = log_in(url)
+        assert status == 303
+        cookies.append({"Cookie": headers["set-cookie"].split(";")[0]})
+    assert ask(url, "GET", "/api/clients", cookies[0])[0] == 401  # the oldest is gone
+    assert all(ask(url, "GET", "/api/clients", cookie)[0] == 200 for cookie in cookies[1:])
+
+
+def _log_in_from(url: str, address: str, password: str) -> Answer:
+    """A login from the local address `address` (any of 127.0.0.0/8 reaches a console on 127.0.0.1)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15, source_address=(address, 0))
+    try:
+        conn.request("POST", "/login", urlencode({"user": ADMIN, "password": password}).encode(),
+                     {"Content-Type": "application/x-www-form-urlencoded"})
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+def test_failed_logins_from_many_addresses_throttle_the_account(start_broker: Callable[..., Broker],
+                                                                  tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path)
+    guessers = [f"127.0.0.{2 + i}" for i in range(ACCOUNT_FAILURES // FAILURES)]
+    for address in guessers:
+        assert [_log_in_from(url, address, "guess")[0] for _ in range(FAILURES)] == [401] * FAILURES
+        assert _log_in_from(url, address, "guess")[0] == 429  # this address's own bound
+    status, headers, _ = _log_in_from(url, "127.0.0.100", PASSWORD)  # another address: the account's bound
+    assert status == 429 and headers["retry-after"] == "60"
+    wait_for(lambda: f"console login for {ADMIN!r} from 127.0.0.100 refused: too many failed logins" in b.output(),
+             10, "the refusal's log line")
+
+
+def test_an_ipv6_guesser_counts_by_its_64_and_the_failures_remembered_are_bounded(tmp_path: Path) -> None:
+    set_password(str(tmp_path / "admins"), ADMIN, PASSWORD, n=CHEAP)
+    admins = Admins(str(tmp_path / "admins"))
+    for i in range(FAILURES):
+        assert admins.login(ADMIN, "guess", f"2001:db8::{i + 1:x}") is None
+    assert admins.throttled("2001:db8::ffff", "someone")  # the same /64
+    assert not admins.throttled("2001:db8:0:1::1", "someone")
+    for i in range(TRACKED):  # as many other addresses, one failure each: the first /64, quiet longest, is forgotten
+        admins.login(ADMIN, "guess", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+    assert not admins.throttled("2001:db8::ffff", "someone")
+
+
+def test_a_malformed_content_length_is_refused_and_the_console_keeps_serving(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path)
+    cookie, csrf = session(url)
+    form = {"Content-Type": "application/x-www-form-urlencoded", "Content-Length": "x"}
+    assert ask(url, "POST", "/login", form)[0] == 401
+    for length in ("x", "-5", "\u00b2"):  # none of them is a length the endpoint waits for
+        for path in ("/api/sessions/remove", "/api/retained/delete", "/api/clients/disconnect"):
+            status, _, _ = ask(url, "POST", path, {**cookie, "Content-Type": "application/json", "X-CSRF-Token": csrf,
+                                                   "Content-Length": length})
+            assert status == 400, (path, length)
+    assert ask(url, "GET", "/api/clients", cookie)[0] == 200
