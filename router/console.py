@@ -18,13 +18,13 @@ import html
 import logging
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
 from plexmq.router import console_clients, console_retained, console_sessions, console_trace
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
-from plexmq.router.console_auth import COOKIE, Admins, Session
+from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session
 from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
@@ -72,10 +72,15 @@ class Console:
         status, headers, body = self.route(environ)
         if status == "stream":
             start_response("200 OK", [("Content-Type", "text/event-stream"), *SECURITY])
-            opened: Session = environ[SESSION]
-            return events(self.stats, opened.tenant, self.store, lambda: self.admins.alive(opened))
+            return self.stream(environ[SESSION])
         start_response(status, [*headers, *SECURITY])
         return [body]
+
+    def stream(self, opened: Session) -> Stream:
+        """The overview's events for `opened` while it lives; its admin's stream count is given back when
+        the server closes it (the client went, the session ended, its lifetime is over)."""
+        return Stream(events(self.stats, opened.tenant, self.store, lambda: self.admins.alive(opened)),
+                      lambda: self.admins.close_stream(opened))
 
     def route(self, environ: dict) -> Reply:
         """The answer; status "stream" for the event stream (`__call__` streams it)."""
@@ -103,6 +108,8 @@ class Console:
         if path == "/events":
             if not environ.get(STREAM):
                 return text("503 Service Unavailable", "too many open consoles: close one")
+            if not self.admins.open_stream(session):
+                return text("429 Too Many Requests", f"{session.user} has {STREAMS_EACH} overviews open: close one")
             environ[SESSION] = session  # the stream shows its tenant's figures only (None: the broker's), while it lives
             return "stream", [], b""
         handler = self.routes.get((method, path))
@@ -155,6 +162,23 @@ class Console:
         if token is None:
             return self.login_page("Wrong user or password.", "401 Unauthorized")
         return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None, self.secure))], b""
+
+
+class Stream:
+    """A WSGI body that calls `ended` once when the server closes it, which it does however the answer
+    ends (wsgiref's handler closes every body), even before the first event."""
+
+    def __init__(self, events: Iterator[bytes], ended: Callable[[], None]) -> None:
+        self._events = events
+        self._ended: Callable[[], None] | None = ended
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._events
+
+    def close(self) -> None:
+        if self._ended is not None:
+            ended, self._ended = self._ended, None
+            ended()
 
 
 def _cookie(value: str, max_age: int | None, secure: bool) -> str:

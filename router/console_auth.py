@@ -30,6 +30,7 @@ ACCOUNT_FAILURES = 20  # failed logins for one admin name (of a tenant) per FAIL
 FAILURE_WINDOW = 60.0  # seconds
 TRACKED = 10_000  # addresses and names whose failed logins are remembered (past it, the longest quiet forgotten)
 SESSIONS_EACH = 20  # sessions one admin may hold: a login past it ends the one least recently used
+STREAMS_EACH = 2  # live overviews (event streams) one admin may hold, of the console's few (console_events.STREAMS)
 COOKIE = "plexmq_console"
 
 
@@ -52,6 +53,7 @@ class Admins:
         self.tenants = {name: PasswordFile.load(file) for name, file in (tenants or {}).items() if file}
         self._sessions: dict[str, Session] = {}
         self._failures: OrderedDict[tuple[str, ...], deque[float]] = OrderedDict()  # the last failure last
+        self._streams: dict[tuple[str, str | None], int] = {}  # (user, tenant) -> its open event streams
         self._lock = threading.Lock()
 
     def throttled(self, address: str, user: str, tenant: str = "") -> bool:
@@ -108,6 +110,23 @@ class Admins:
         """Whether `session` is still live (not logged out, ended or idle too long), without using it."""
         with self._lock:
             return self._sessions.get(session.token) is session and time.monotonic() - session.seen <= IDLE
+
+    def open_stream(self, session: Session) -> bool:
+        """Count a new event stream of `session`'s admin; False (nothing counted) when that admin already
+        has STREAMS_EACH: one admin (a tenant's, say) cannot take every overview slot of the console."""
+        admin = (session.user, session.tenant)
+        with self._lock:
+            if self._streams.get(admin, 0) >= STREAMS_EACH:
+                return False
+            self._streams[admin] = self._streams.get(admin, 0) + 1
+            return True
+
+    def close_stream(self, session: Session) -> None:
+        admin = (session.user, session.tenant)
+        with self._lock:
+            left = self._streams.pop(admin, 1) - 1
+            if left:
+                self._streams[admin] = left
 
     def logout(self, cookie_header: str) -> None:
         token = _cookie(cookie_header)

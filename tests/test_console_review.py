@@ -12,7 +12,7 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, TRACKED, Admins
+from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins
 from plexmq.workers.passwords import set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
@@ -120,3 +120,38 @@ def test_a_malformed_content_length_is_refused_and_the_console_keeps_serving(
                                                    "Content-Length": length})
             assert status == 400, (path, length)
     assert ask(url, "GET", "/api/clients", cookie)[0] == 200
+
+
+def open_stream(url: str, cookie: dict[str, str]) -> tuple[http.client.HTTPConnection, int]:
+    """An overview's event stream: its connection (left open) and the answer's status."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    conn.request("GET", "/events", headers=cookie)
+    answer = conn.getresponse()
+    if answer.status == 200:
+        assert answer.fp.readline() == b"retry: 2000\n"
+    return conn, answer.status
+
+
+def test_one_admin_cannot_take_every_overview_slot(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, tenants=("acme",))
+    acme = [session(url, "acme")[0] for _ in range(STREAMS_EACH + 1)]  # sessions of one admin share its share
+    held = [open_stream(url, cookie) for cookie in acme[:STREAMS_EACH]]
+    assert [status for _, status in held] == [200] * STREAMS_EACH
+    conn, status = open_stream(url, acme[-1])
+    assert status == 429
+    conn.close()
+    broker_admin, status = open_stream(url, session(url)[0])  # another admin still gets one
+    assert status == 200
+    broker_admin.close()
+    held[0][0].close()  # a closed overview gives its slot back (noticed at the stream's next event)
+
+    def reopened() -> http.client.HTTPConnection | None:
+        again, status = open_stream(url, acme[-1])
+        if status == 200:
+            return again
+        again.close()
+        return None
+
+    wait_for(reopened, 10, "the slot given back").close()
+    held[1][0].close()

@@ -45,9 +45,7 @@ function broker(f) {
   rows("nodes", Object.entries(f.nodes).map(([name, n]) =>
     [[name], [n.address], [n.workers], [n.clients], [n.state, n.state]]));
 }
-const stream = new EventSource("/events");
-stream.onerror = () => text("live", "reconnecting…");
-stream.onmessage = (event) => {
+function show(event) {
   const f = JSON.parse(event.data);
   text("live", "live");
   text("version", f.version);
@@ -63,4 +61,15 @@ stream.onmessage = (event) => {
   }
   alarms(f.alarms);
   if (f.tenant === undefined) broker(f);
-};
+}
+// The browser reconnects a stream that broke by itself; one the console refused (too many overviews
+// open: 429 or 503) is closed for good, so it is opened again here, a few seconds later.
+function listen() {
+  const stream = new EventSource("/events");
+  stream.onmessage = show;
+  stream.onerror = () => {
+    text("live", "reconnecting…");
+    if (stream.readyState === EventSource.CLOSED) setTimeout(listen, 3000);
+  };
+}
+listen();
