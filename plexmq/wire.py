@@ -33,7 +33,7 @@ import orjson
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
 # 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
 # TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts
-PROTOCOL = 7
+PROTOCOL = 8
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -339,6 +339,7 @@ class Clients(NamedTuple):
     id: int  # the request's
     worker: str  # the worker's label()
     clients: list[list]  # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version, tenant]
+    matched: int = 0  # how many matched, `clients` being the first `most` of them by client id
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -490,8 +491,11 @@ class ListClients(NamedTuple):
     """LIST_CLIENTS, an orjson object: `plexmq clients`."""
 
     id: int  # the request's, which CLIENTS names
-    filter: str  # the client ids that contain it
+    filter: str  # the clients whose id, username or address contains it (`exact`: whose id is it)
     tenant: str | None  # only the clients of this tenant (None: of every tenant)
+    protocol: str = ""  # only the clients of this MQTT version ("3.1", "3.1.1", "5.0"; "": any)
+    exact: bool = False  # `filter` is a whole client id
+    most: int = 0  # rows at most, the first by client id (0: all); CLIENTS says how many matched
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -684,8 +688,8 @@ class ToWorker(Batch):
     def kick(self, conn_id: int) -> None:
         self.add(KICK, Kick(conn_id).encode())
 
-    def list_clients(self, request: int, text: str, tenant: str | None) -> None:
-        self.add(LIST_CLIENTS, ListClients(request, text, tenant).encode())
+    def list_clients(self, asked: ListClients) -> None:
+        self.add(LIST_CLIENTS, asked.encode())
 
     def close(self, conn_id: int) -> None:
         self.add(CLOSE, Close(conn_id).encode())

@@ -62,9 +62,9 @@ def client(console: Console, environ: dict, session: Session) -> Reply:
     client_id, tenant = asked.get("id", ""), scope(session, asked.get("tenant", "")) or ""
     if not client_id:
         return text("400 Bad Request", "which client? (id=ID)")
-    connections = listing.ClientListing(client_id, tenant)  # a substring match: the exact one is kept below
+    connections = listing.ClientListing(client_id, tenant, exact=True, most=1)
     complete = ask(console.asks, connections)
-    row = next((row for row in connections.clients if row[0] == client_id), None)
+    row = connections.clients[0] if connections.clients else None
     held = ClientSession(client_id, tenant)
     ask(console.asks, held)
     subscriptions = [{"filter": topic_filter, "qos": grant & 3, "no_local": bool(grant & grants.NO_LOCAL),

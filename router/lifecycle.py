@@ -165,7 +165,7 @@ class Lifecycle:
         label = wire.label(link.node, link.worker_id)
         self.reports.pop(label, None)  # it holds no clients as far as anyone knows
         for listing in self.listings.values():  # `plexmq clients` need not wait for its answer
-            listing.answer(label, [])
+            listing.answer(label, [], 0)
         self.batches.pop(worker, None)
         self.link_broken(worker)
 
@@ -173,7 +173,7 @@ class Lifecycle:
         answer = wire.Clients.decode(header)
         listing = self.listings.get(answer.id)
         if listing is not None:
-            listing.answer(answer.worker, answer.clients)
+            listing.answer(answer.worker, answer.clients, answer.matched)
 
     def list_clients(self, listing: ClientListing) -> None:
         """Ask every worker for its clients; `listing` completes when all have answered."""
@@ -181,7 +181,7 @@ class Lifecycle:
         workers = self.links.alive()
         listing.expect(len(workers))
         for worker in workers:
-            self.out(worker).list_clients(listing.id, listing.filter, listing.tenant)
+            self.out(worker).list_clients(listing.asked)
 
     def disconnect_client(self, request: ClientDisconnect) -> None:
         """An administrator closes a client's connection (the worker tells a 5.0 client 0x98)."""

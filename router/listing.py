@@ -13,24 +13,31 @@ from urllib.parse import parse_qs
 
 import orjson
 
+from plexmq import wire
+from plexmq.mqtt import PROTOCOLS
 from plexmq.router.asks import Ask, Asks, ask
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
 
 _ids = itertools.count(1)
+MAX_ROWS = 100_000  # offset + limit of a listing: what each worker sends at most
 
 Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and what was done (for the admin log)
 FIELDS = ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol", "tenant"]  # a row
 
 
 class ClientListing(Ask):
-    def __init__(self, text: str, tenant: str | None = None) -> None:
+    """Which clients the workers hold (`wire.ListClients` says which); `clients` the rows they sent, at
+    most `most` of each, `matched` how many matched in all."""
+
+    def __init__(self, text: str, tenant: str | None = None, protocol: str = "", exact: bool = False,
+                 most: int = 0) -> None:
         super().__init__()
         self.id = next(_ids)
-        self.filter = text
-        self.tenant = tenant  # only this tenant's clients (None: every tenant's)
+        self.asked = wire.ListClients(self.id, text, tenant, protocol, exact, most)
         self.clients: list[list] = []
+        self.matched = 0
         self.answered: set[str] = set()  # worker labels
         self._waiting = 0
 
@@ -42,11 +49,12 @@ class ClientListing(Ask):
         if not workers:
             self.done.set()
 
-    def answer(self, worker: str, clients: list[list]) -> None:
+    def answer(self, worker: str, clients: list[list], matched: int) -> None:
         if worker in self.answered:
             return
         self.answered.add(worker)
         self.clients.extend([c[0], worker, *c[1:]] for c in clients)
+        self.matched += matched
         self._waiting -= 1
         if self._waiting <= 0:
             self.done.set()
@@ -68,21 +76,27 @@ class ClientDisconnect(Ask):
 
 
 def answer_listing(asks: Asks, environ: dict, only: str | None = None) -> Answer:
-    """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME]: one page of the connected clients (of that
-    tenant only, "" the default tenant), sorted by client id. `only`: this tenant's, whatever is asked."""
+    """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME][&protocol=V]: one page of the connected
+    clients (of that tenant only, "" the default tenant; of that MQTT version only), sorted by client id;
+    `total` counts every match. Each worker sends at most the page's end (MAX_ROWS at most), so a listing
+    of 100,000 clients moves a page, not all of them. `only`: this tenant's, whatever is asked."""
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)  # tenant= names the default tenant
     try:
         offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
     except ValueError:
         return "400 Bad Request", "text/plain", b"offset and limit are numbers\n", "bad offset or limit"
+    protocol = query.get("protocol", [""])[0]
+    if offset < 0 or limit < 1 or offset + limit > MAX_ROWS or protocol not in ("", *PROTOCOLS.values()):
+        return ("400 Bad Request", "text/plain", f"offset >= 0, limit >= 1, offset + limit <= {MAX_ROWS}, protocol one of "
+                f"{', '.join(PROTOCOLS.values())}\n".encode(), "bad offset, limit or protocol")
     tenant = query["tenant"][0] if "tenant" in query else None
-    listing = ClientListing(query.get("filter", [""])[0], tenant if only is None else only)
+    listing = ClientListing(query.get("filter", [""])[0], tenant if only is None else only, protocol, most=offset + limit)
     complete = ask(asks, listing)
     clients = sorted(listing.clients)
-    body = {"total": len(clients), "complete": complete, "offset": offset,
+    body = {"total": listing.matched, "complete": complete, "offset": offset,
             "fields": FIELDS,
             "clients": clients[offset:offset + limit]}
-    return "200 OK", "application/json", orjson.dumps(body), f"listed {len(clients)} clients"
+    return "200 OK", "application/json", orjson.dumps(body), f"listed {listing.matched} clients"
 
 
 def answer_disconnect(asks: Asks, environ: dict, only: str | None = None) -> Answer:

@@ -119,3 +119,35 @@ def test_the_overview_streams_the_figures_as_json_events(start_broker: Callable[
     assert len(third["workers"]) == 2 and {w["state"] for w in third["workers"].values()} == {"up"}
     assert third["version"] and third["uptime"] >= 0
     client.close()
+
+
+def test_the_clients_search_pages_across_workers_and_picks_a_protocol_version(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path)
+    cookie, _csrf = session(url)
+    prefix = f"page-{uid()}"
+    held = []
+    for i in range(5):  # spread over both workers by the acceptor; 3.1.1 and 5.0 alternating
+        client = RawClient(b.port)
+        if i % 2:
+            assert client.connect5(f"{prefix}-{i}")[1] == 0
+        else:
+            assert client.connect(f"{prefix}-{i}") == (False, 0)
+        held.append(client)
+
+    def page(query: str) -> dict:
+        status, _, body = ask(url, "GET", f"/api/clients?filter={prefix}&{query}", cookie)
+        assert status == 200, body
+        return orjson.loads(body)
+
+    first = wait_for(lambda: (listed := page("limit=2"))["total"] == 5 and listed, 10, "all five connected")
+    assert [row[0] for row in first["clients"]] == [f"{prefix}-0", f"{prefix}-1"]
+    assert len({row[1] for row in page("limit=5")["clients"]}) == 2  # both workers hold some
+    assert [row[0] for row in page("offset=2&limit=2")["clients"]] == [f"{prefix}-2", f"{prefix}-3"]
+    v5_only = page("protocol=5.0")
+    assert (v5_only["total"], [row[0] for row in v5_only["clients"]]) == (2, [f"{prefix}-1", f"{prefix}-3"])
+    assert page("protocol=3.1.1")["total"] == 3
+    for bad in ("protocol=4", "limit=0", "offset=-1", "offset=99990&limit=100"):
+        assert ask(url, "GET", f"/api/clients?{bad}", cookie)[0] == 400, bad
+    for client in held:
+        client.close()

@@ -62,8 +62,8 @@ CASES = [
          b'"auth_failures":5,"queued":6,"protocols":{"3.1.1":5},"shed":7,"cpu":0.5,"rss":1024,'
          b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}},'
          b'"topics":{"a":[["t/1",64]]},"traced":[[3,40]]}'),
-    Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]]),
-         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]]}'),
+    Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]], 3),
+         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]],"matched":3}'),
     Case("routes ack", wire.ROUTES_ACK, wire.RoutesAck(9), b"\x09\x00\x00\x00"),
     Case("kicked", wire.KICKED, wire.Kicked(3), b"\x03\x00\x00\x00"),
     Case("traces ack", wire.TRACES_ACK, wire.TracesAck(4), b"\x04\x00\x00\x00"),
@@ -76,8 +76,12 @@ CASES = [
     Case("unsuback", wire.UNSUBACK, wire.Unsuback(3, 11, b"\x00\x11"), b"\x03\x00\x00\x00\x0b\x00\x00\x11"),
     Case("resend rel", wire.RESEND_REL, wire.ResendRel(3, 40000), b"\x03\x00\x00\x00\x40\x9c"),
     Case("kick", wire.KICK, wire.Kick(3), b"\x03\x00\x00\x00"),
-    Case("list clients", wire.LIST_CLIENTS, wire.ListClients(7, "sensor", None), b'{"id":7,"filter":"sensor","tenant":null}'),
-    Case("list a tenant's clients", wire.LIST_CLIENTS, wire.ListClients(7, "", "a"), b'{"id":7,"filter":"","tenant":"a"}'),
+    Case("list clients", wire.LIST_CLIENTS, wire.ListClients(7, "sensor", None),
+         b'{"id":7,"filter":"sensor","tenant":null,"protocol":"","exact":false,"most":0}'),
+    Case("list a tenant's 5.0 clients, the first 100", wire.LIST_CLIENTS, wire.ListClients(7, "", "a", "5.0", False, 100),
+         b'{"id":7,"filter":"","tenant":"a","protocol":"5.0","exact":false,"most":100}'),
+    Case("list one client", wire.LIST_CLIENTS, wire.ListClients(7, "c1", None, "", True, 1),
+         b'{"id":7,"filter":"c1","tenant":null,"protocol":"","exact":true,"most":1}'),
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
     Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
@@ -127,7 +131,7 @@ def test_the_workers_senders_write_their_records() -> None:
         (RouterLink.gone, (3, True), wire.GONE, wire.Gone(3, True), b""),
         (RouterLink.session_expiry, (3, 0), wire.SESSION_EXPIRY, wire.SessionExpiry(3, 0), b""),
         (RouterLink.stats, (stats,), wire.STATS, stats, b""),
-        (RouterLink.clients, (7, "0", []), wire.CLIENTS, wire.Clients(7, "0", []), b""),
+        (RouterLink.clients, (7, "0", [], 4), wire.CLIENTS, wire.Clients(7, "0", [], 4), b""),
         (RouterLink.routes_ack, (4,), wire.ROUTES_ACK, wire.RoutesAck(4), b""),
         (RouterLink.kicked, (3,), wire.KICKED, wire.Kicked(3), b""),
         (RouterLink.traces_ack, (2,), wire.TRACES_ACK, wire.TracesAck(2), b""),
@@ -148,7 +152,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.unsuback(3, 11, b"\x11")
     out.resend_rel(3, 40000)
     out.kick(3)
-    out.list_clients(7, "", None)
+    out.list_clients(wire.ListClients(7, "", None))
     out.close(3)
     out.rejoin(5)
     out.traces(2, [[3, "", "t/#"]])

@@ -7,6 +7,7 @@ and no call was added per record.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -178,15 +179,19 @@ def close(worker: Worker, header: bytes, payload: bytes) -> None:
 
 def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
     """`plexmq clients` and the console: the connected clients whose id, username or address contains the
-    filter, or all of them when this worker's label (NODE/wN) does (of the tenant asked for, if one is),
-    for the router."""
-    request, text, tenant = wire.ListClients.decode(header)
-    everyone = text in worker.label
-    clients = [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level],
-                c.tenant] for c in worker.conns.values()
-               if c.state == CONNECTED and (tenant is None or c.tenant == tenant)
-               and (everyone or text in c.client_id or text in (c.username or "") or text in c.peer)]
-    worker.link.clients(request, worker.label, clients)
+    filter (or whose id is it, `exact`), or all of them when this worker's label (NODE/wN) does; of the
+    tenant and MQTT version asked for, if any; the first `most` by client id, and how many matched."""
+    asked = wire.ListClients.decode(header)
+    text, tenant, protocol = asked.filter, asked.tenant, asked.protocol
+    everyone = not asked.exact and text in worker.label
+    found = [c for c in worker.conns.values()
+             if c.state == CONNECTED and (tenant is None or c.tenant == tenant)
+             and (not protocol or PROTOCOLS[c.level] == protocol)
+             and (c.client_id == text if asked.exact else
+                  everyone or text in c.client_id or text in (c.username or "") or text in c.peer)]
+    shown = heapq.nsmallest(asked.most, found, key=lambda c: c.client_id) if asked.most else found
+    worker.link.clients(asked.id, worker.label, [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight),
+                                                  c.persistent, PROTOCOLS[c.level], c.tenant] for c in shown], len(found))
 
 
 def rejoin(worker: Worker, header: bytes, payload: bytes) -> None:

@@ -172,8 +172,8 @@ class RouterLink:
     def stats(self, report: wire.Stats) -> None:
         self.batch.add(wire.STATS, report.encode())
 
-    def clients(self, request: int, label: str, clients: list[list]) -> None:
-        self.batch.add(wire.CLIENTS, wire.Clients(request, label, clients).encode())
+    def clients(self, request: int, label: str, clients: list[list], matched: int) -> None:
+        self.batch.add(wire.CLIENTS, wire.Clients(request, label, clients, matched).encode())
 
     def routes_ack(self, gen: int) -> None:
         self.batch.add(wire.ROUTES_ACK, wire.RoutesAck(gen).encode())

@@ -5,11 +5,13 @@
 const csrf = document.querySelector('meta[name="csrf"]').content;
 const summary = document.getElementById("summary"), outcome = document.getElementById("outcome");
 async function search() {
-  const filter = document.getElementById("filter").value;
-  const answer = await fetch("/api/clients?limit=200&filter=" + encodeURIComponent(filter));
+  const asked = new URLSearchParams({limit: 200, filter: document.getElementById("filter").value,
+                                     protocol: document.getElementById("protocol").value});
+  const answer = await fetch("/api/clients?" + asked);
   if (!answer.ok) { summary.textContent = await answer.text(); return; }
   const listing = await answer.json();
-  summary.textContent = listing.total + " clients" + (listing.complete ? "" : " (a worker did not answer)");
+  summary.textContent = listing.total + " clients" + (listing.total > listing.clients.length ?
+    ` (the first ${listing.clients.length} shown: narrow the search)` : "") + (listing.complete ? "" : " (a worker did not answer)");
   document.getElementById("clients").replaceChildren(...listing.clients.map(client => {
     const tr = document.createElement("tr");
     for (const value of client) {
