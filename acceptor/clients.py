@@ -16,6 +16,7 @@ import urllib.request
 
 import orjson
 
+from plexmq.mqtt import PROTOCOLS
 from plexmq.router import admin
 
 
@@ -33,6 +34,7 @@ def main(argv: list[str]) -> int:
                         help="only clients whose id, username, address or worker (NODE/wN) contains this text")
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
+    parser.add_argument("--protocol", choices=PROTOCOLS.values(), help="only the clients of this MQTT version")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
     parser.add_argument("--tenant", metavar="NAME", help='only the clients of this tenant ("": the default tenant); '
                         "with --disconnect, the tenant of that client (default: the default tenant)")
@@ -44,7 +46,8 @@ def main(argv: list[str]) -> int:
             body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant or ""})
             print(_ask(url, token, "/clients/disconnect", body).decode().strip())
             return 0
-        asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page}
+        asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page,
+                 "protocol": args.protocol or ""}
         query = urllib.parse.urlencode(asked if args.tenant is None else {**asked, "tenant": args.tenant})
         listing = orjson.loads(_ask(url, token, f"/clients?{query}"))
     except Refused as exc:

@@ -225,6 +225,8 @@ def test_clients_by_protocol_version(tmp_path: Path, start_broker: Callable[...,
             return rows if len(rows) == 4 else None
 
         assert wait_for(versions, 10, "plexmq clients to list all four") == expected
+        assert [r.split()[0] for r in cli("clients", url, "--filter", tag, "--protocol", "5.0").splitlines()[1:-1]] \
+            == sorted([f"ops-m5-{tag}", f"ops-v5-{tag}"])
         assert cli("clients", url).splitlines()[0].split()[-2:] == ["protocol", "tenant"]
 
         def metrics(counts: dict[str, float]) -> Callable[[], bool]:
