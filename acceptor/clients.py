@@ -46,10 +46,12 @@ def main(argv: list[str]) -> int:
             body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant or ""})
             print(_ask(url, token, "/clients/disconnect", body).decode().strip())
             return 0
-        asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page,
-                 "protocol": args.protocol or ""}
-        query = urllib.parse.urlencode(asked if args.tenant is None else {**asked, "tenant": args.tenant})
-        listing = orjson.loads(_ask(url, token, f"/clients?{query}"))
+        asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page}
+        if args.tenant is not None:
+            asked["tenant"] = args.tenant
+        if args.protocol:
+            asked["protocol"] = args.protocol
+        listing = orjson.loads(_ask(url, token, f"/clients?{urllib.parse.urlencode(asked)}"))
     except Refused as exc:
         print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
