@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +23,13 @@ ADMIN, PASSWORD = "ops", "correct horse battery"
 Answer = tuple[int, dict[str, str], bytes]
 
 
-def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None) -> Answer:
-    """Status, headers (lower-case names) and body of one request, redirects not followed."""
+def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None, body: bytes | None = None,
+        context: ssl.SSLContext | None = None) -> Answer:
+    """Status, headers (lower-case names) and body of one request, redirects not followed; over HTTPS
+    with `context`."""
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15) if context is None else \
+        http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=15, context=context)
     try:
         conn.request(method, path, body, headers or {})
         answer = conn.getresponse()

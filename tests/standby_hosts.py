@@ -71,12 +71,7 @@ class StandbyNet(Net):
         (started where they are not running)."""
         for name in ROUTERS:
             self.start_router_named(name)
-        self.active()
-        for name in NODES:
-            if not self.running(name):
-                self.start_node(name, join=False)
-        for name in NODES:
-            self.wait_joined(name)
+        self.join_nodes()
 
     def restart_routers(self) -> None:
         """Stop both routers, then start them at once again (as `start_routers`)."""
@@ -100,6 +95,11 @@ class StandbyNet(Net):
         for name in ROUTERS:
             if not self.running(name):
                 self.start_router_named(name)
+        self.join_nodes()
+
+    def join_nodes(self) -> None:
+        """Wait for the active router, start the nodes that are not running, and wait until both have
+        joined it."""
         self.active()
         for name in NODES:
             if not self.running(name):

@@ -48,15 +48,7 @@ def self_signed(where: Path) -> tuple[Path, Path]:
 def ask_tls(url: str, certfile: Path, method: str, path: str, headers: dict[str, str] | None = None,
             body: bytes | None = None) -> Answer:
     """`ask` over HTTPS, trusting `certfile` and checking the console's name against it."""
-    parts = urlsplit(url)
-    context = ssl.create_default_context(cafile=str(certfile))
-    conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=15, context=context)
-    try:
-        conn.request(method, path, body, headers or {})
-        answer = conn.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        conn.close()
+    return ask(url, method, path, headers, body, ssl.create_default_context(cafile=str(certfile)))
 
 
 def first_event(url: str, certfile: Path, cookie: dict[str, str]) -> dict:
