@@ -78,6 +78,25 @@ def test_broker_receive_maximum_closes_a_client_past_it():
     assert c.transport.closed
 
 
+def test_v5_qos0_publishes_take_the_raw_path_only_with_an_empty_property_block():
+    """5.0 QoS 0: a PUBLISH whose property block is empty joins the raw run (one PUB0_V5 record for the
+    run, the packets as they came); one with properties goes alone, decoded (PUB); one that ends
+    before its property length is malformed: DISCONNECT 0x81, and what came before it is routed."""
+    h = ConnectionHarness()
+    c = h.client("pub", version=5)
+    plain = v5.encode_publish(b"t", b"1", 0) + v5.encode_publish(b"t", b"2", 0)
+    told = v5.encode_publish(b"t", b"3", 0, properties={props.CONTENT_TYPE: "text/plain"})
+    c.send(plain + told + v5.encode_publish(b"t", b"4", 0))
+    h.turn()
+    assert [(r.kind, r.fields) for r in h.records()] == [("PUB0_V5", (2, c.conn_id, "t")), ("PUB", (c.conn_id, 0, 0, False, "t")),
+                                                         ("PUB0_V5", (1, c.conn_id, "t"))]
+    c.send(v5.encode_publish(b"t", b"5", 0) + bytes.fromhex("3003 0001") + b"t")  # no property length at all
+    h.turn()
+    assert [(r.kind, r.fields) for r in h.records()] == [("PUB0_V5", (1, c.conn_id, "t")), ("GONE", (c.conn_id, True))]
+    [disconnect] = c.packets()
+    assert disconnect.kind == p.DISCONNECT and disconnect.body[0] == reasons.MALFORMED_PACKET
+
+
 # -- to the client: the window --------------------------------------------------------------------------------
 
 

@@ -972,7 +972,3 @@ def test_raw_runs_convert_between_the_versions_byte_exact() -> None:
     assert p.publishes_to_v4(v5_run) == v4_run
     long = bytes.fromhex("308001 0001") + b"t" + b"\x00" + b"y" * 124  # 128 bytes after the fixed header
     assert p.publishes_to_v4(long) == bytes.fromhex("307f 0001") + b"t" + b"y" * 124  # its length: one byte shorter
-    body = bytes.fromhex("0001") + b"t" + b"\x00ab"
-    assert p.without_properties(body, 0, len(body))
-    assert not p.without_properties(bytes.fromhex("0001") + b"t" + bytes.fromhex("03 0300 01") + b"a", 0, 9)
-    assert not p.without_properties(bytes.fromhex("0001") + b"t", 0, 3)  # no property length at all

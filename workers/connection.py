@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("plexmq.worker")
 
 _frame = p.frame
-_without_properties = v5.without_properties
 # MQTT 3.1 let a client set DUP on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends again (flags 0b1010);
 # 3.1.1 fixed their flags at 0b0010
 _DUP_IN_31 = frozenset((PUBREL, SUBSCRIBE, UNSUBSCRIBE))
@@ -159,8 +158,10 @@ class Connection(Outbound, asyncio.Protocol):
                 first, start, stop = found
                 if published >= max_published and first & 0xF0 == 0x30:
                     break  # the rest waits in the buffer until the client's bucket has refilled
-                if first == 0x30 and self.fast and (plain or _without_properties(buf, start, stop)):
-                    topic_end = start + 2 + ((buf[start] << 8) | buf[start + 1]) if stop - start >= 2 else end + 1
+                # a 5.0 PUBLISH joins the run when its property block is empty (the byte after its topic is 0)
+                if first == 0x30 and self.fast and stop - start >= 2 and (
+                        (topic_end := start + 2 + ((buf[start] << 8) | buf[start + 1])) < stop and buf[topic_end] == 0
+                        or plain):
                     topic = buf[start + 2:topic_end]
                     if run < 0 or topic != run_topic:
                         to_archive = known_topics.get(topic) if topic_end <= stop else None

@@ -125,9 +125,13 @@ class Outbound:
 
     def deliver_raw(self, packets: bytes) -> None:
         """Plain 3.1.1 QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
-        if not (self.paused or self.queue):
+        if self.paused or self.queue:
+            self._enqueue_packets(packets)
+        else:
             self.write(packets)
-            return
+
+    def _enqueue_packets(self, packets: bytes) -> None:
+        """Queue a raw run packet by packet, each to be written as it is."""
         pos = 0
         while pos < len(packets):
             _first, _start, stop = _frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
@@ -137,12 +141,17 @@ class Outbound:
     def deliver_raw5(self, topic: bytes, packets: bytes, forms: Forms) -> None:
         """A raw run to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
         connection's topic alias; queued message by message when backed up (or one by one when the
-        client's Maximum Packet Size may leave some out), so each is aliased when it is written."""
+        client's Maximum Packet Size may leave some out), so each is aliased when it is written (a
+        client that takes them as they are gets them queued as they are: not encoded again)."""
         negotiated: Negotiated = self.v5  # type: ignore[assignment]  # 5.0 forms go to 5.0 clients only
+        as_is = negotiated.writes_as_is()
         if self.paused or self.queue:
-            for payload in v5.payloads(packets):
-                self._enqueue((topic, payload, 0, False, False, 0, None))
-        elif negotiated.writes_as_is():
+            if as_is:
+                self._enqueue_packets(packets)
+            else:
+                for payload in v5.payloads(packets):
+                    self._enqueue((topic, payload, 0, False, False, 0, None))
+        elif as_is:
             self.write(packets)
         elif not self._write_shared(topic, packets, forms):
             for payload in v5.payloads(packets):

@@ -289,15 +289,6 @@ def publishes_to_v4(packets: bytes) -> bytes:
     return b"".join(out)
 
 
-def without_properties(buf: bytes, start: int, stop: int) -> bool:
-    """Whether the 5.0 QoS 0 PUBLISH body at buf[start:stop] has an empty property block (it may
-    take the raw path)."""
-    if stop - start < 2:
-        return False
-    at = start + 2 + ((buf[start] << 8) | buf[start + 1])
-    return at < stop and buf[at] == 0
-
-
 def first_topic(packets: bytes) -> bytes:
     """The topic name of the first PUBLISH in `packets` (3.1.1 or 5.0: a raw run's packets share it)."""
     _first, start, _stop = frame(packets, 0, MAX_REMAINING_LENGTH + 5)  # type: ignore[misc]  # whole packets: never None
