@@ -4,6 +4,7 @@ numbers add up; no timing is asserted."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -36,3 +37,14 @@ def test_every_client_comes_back_after_a_restart(capsys, args: tuple[str, ...]) 
     assert r["broker_cpu_s"] >= r["broker_start_cpu_s"] >= 0 and r["broker_cpu_s"] > 0
     assert r["broker_us_per_reconnect"] > 0 and r["generator_cpu_s"] > 0
     assert r["stop_s"] >= 0 and r["connect_rate"] > 0
+    assert r["last_failed_s"] is None or r["last_failed_s"] <= r["all_back_s"]
+
+
+def test_listens_asks_the_kernel_for_a_listening_port() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert not reconnect.listens(port)  # bound, not listening
+        s.listen()
+        assert reconnect.listens(port)
+    assert not reconnect.listens(port)
