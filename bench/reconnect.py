@@ -117,7 +117,6 @@ class Fleet:
         self.epoll = select.epoll()
         self.armed = False  # the broker is about to restart: drops and CONNACKs from here on are the storm's
         self.running = True
-        self.reported: set[str] = set()
         self.c: dict = {"connected": 0, "connect_attempts": 0, "connect_failed": 0, "connect_errors": {},
                         "t_connect0": 0.0, "t_connected": 0.0, "dropped_early": 0, "pings": 0, "pongs": 0,
                         "protocol_errors": 0, "notes": [],
