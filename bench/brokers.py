@@ -37,6 +37,9 @@ class BrokerSpec:
     max_queued: int = 1000
     extra: list[str] = field(default_factory=list)  # more arguments for `plexmq serve`
     acl_file: str = ""  # an ACL (mosquitto's syntax, which both read) for anonymous clients
+    # the store, kept by stop() so that a restart on it finds the sessions again: plexmq --data-dir,
+    # mosquitto persistence in it (default: plexmq a fresh one that stop() removes, mosquitto none)
+    data_dir: str = ""
 
 
 def free_port() -> int:
@@ -62,6 +65,8 @@ class RunningBroker:
         self.own_data_dir: str | None = None
         if spec.kind == "plexmq":
             extra = list(spec.extra)
+            if spec.data_dir:
+                extra += ["--data-dir", spec.data_dir]
             if "--data-dir" not in extra and "--no-persistence" not in extra:
                 # a store of its own, removed by stop(): never ./plexmq-data, never an earlier run's state
                 self.own_data_dir = os.path.join(log_dir, f"{spec.name}-{self.port}.data")
@@ -82,7 +87,7 @@ class RunningBroker:
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:
-                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued, spec.acl_file))
+                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued, spec.acl_file, spec.data_dir))
             cmd = [MOSQUITTO, "-c", conf]
         self.cmd = cmd
         with open(self.log_path, "ab") as log:  # append: a restart on the same port keeps the first log
@@ -123,6 +128,20 @@ class RunningBroker:
         except OSError:
             return ""
 
+    def kill(self) -> None:
+        """SIGKILL the broker and every process under it at once (a crash, a power cut: nothing is
+        closed in order, a kept store is what it was on disk); stop() then only reaps."""
+        try:
+            tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.Error:
+            tree = []
+        for proc in tree:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        self.proc.wait()
+
     def stop(self) -> None:
         try:
             tree = psutil.Process(self.proc.pid).children(recursive=True)
@@ -144,9 +163,15 @@ class RunningBroker:
             shutil.rmtree(self.own_data_dir, ignore_errors=True)
 
 
-def mosquitto_conf(port: int, nodelay: bool, max_queued: int, acl_file: str = "") -> str:
+def mosquitto_conf(port: int, nodelay: bool, max_queued: int, acl_file: str = "", data_dir: str = "") -> str:
     lines = [f"listener {port} 127.0.0.1", "allow_anonymous true", f"max_queued_messages {max_queued}",
-             "persistence false", "log_dest stderr", "log_type error", "log_type warning"]
+             "log_dest stderr", "log_type error", "log_type warning"]
+    if data_dir:  # sessions saved at exit and read at start (autosave_interval's default 1800 s: a kill -9 loses them)
+        lines += ["persistence true", f"persistence_location {data_dir.rstrip('/')}/"]
+        if os.geteuid() == 0:  # as root it would run as user mosquitto, who cannot write our 0700 directories
+            lines.append("user root")
+    else:
+        lines.append("persistence false")
     if nodelay:
         lines.append("set_tcp_nodelay true")
     if acl_file:

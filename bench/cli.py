@@ -4,7 +4,7 @@ SCENARIO is a kind (conn, fanin, fanout, p2p) or a preset of bench.presets (p2p2
 means the same run here, in compare and in RESULTS.md; options given on the command line override the preset's.
 
 `plexmq bench compare ...`, `plexmq bench sweep ...`, `plexmq bench protocols ...`, `plexmq bench
-profile ...` and `plexmq bench mqload ...` hand over to the bench module of that name.
+profile ...`, `plexmq bench mqload ...` and `plexmq bench reconnect ...` hand over to the bench module of that name.
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
 3 clients failed to connect or were dropped (a limit, or the broker refused them).
 """
@@ -28,7 +28,8 @@ _EPILOG = """scenarios:
 presets: {presets}
 also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K), protocols (3.1.1 vs 5.0 clients),
 profile (a running broker's CPU, context switches and py-spy profile), mqload (compare with
-the C generator mqload); see their --help"""
+the C generator mqload), reconnect (N idle clients, the broker restarted: time until all are back);
+see their --help"""
 
 
 def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "mqload":
         from plexmq.bench import mqload
         return mqload.main(args[1:])
+    if args and args[0] == "reconnect":
+        from plexmq.bench import reconnect
+        return reconnect.main(args[1:])
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
                                      epilog=_EPILOG.format(presets=", ".join(presets.PRESETS)),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

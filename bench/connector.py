@@ -30,6 +30,21 @@ CONNACK = 0x20
 DISCONNECT = 0xE0
 
 
+def start_connect(address: tuple[str, int], source: str | None) -> tuple[socket.socket, int]:
+    """A non-blocking TCP socket, bound to `source` if given, and what its connect_ex(address) said
+    (0, EINPROGRESS or an errno); an OSError before that closes the socket and is raised."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        if source:  # bind first; the kernel picks the port per 4-tuple at connect
+            sock.setsockopt(socket.SOL_IP, limits.IP_BIND_ADDRESS_NO_PORT, 1)
+            sock.bind((source, 0))
+        return sock, sock.connect_ex(address)
+    except OSError:
+        sock.close()
+        raise
+
+
 class Raw:
     """One connection until it is ready; an idle client's whole life."""
 
@@ -49,13 +64,10 @@ class Raw:
     def begin(self) -> None:
         connector = self.connector
         self.t0 = monotonic()
+        sources = connector.sources
         try:
-            sock = self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setblocking(False)
-            if connector.sources:  # bind first; the kernel picks the port per 4-tuple at connect
-                sock.setsockopt(socket.SOL_IP, limits.IP_BIND_ADDRESS_NO_PORT, 1)
-                sock.bind((connector.sources[self.gid % len(connector.sources)], 0))
-            err = sock.connect_ex(connector.address_of(self))
+            sock, err = start_connect(connector.address_of(self), sources[self.gid % len(sources)] if sources else None)
+            self.sock = sock
         except OSError as exc:
             connector.agent.connect_error(exc)
             self.fail(errno.errorcode.get(exc.errno or 0, type(exc).__name__))
@@ -112,7 +124,7 @@ class Raw:
                 if first == PINGRESP and self.state == READY:
                     self.connector.agent.pongs += 1
                 elif first & 0xF0 == CONNACK and self.state == HANDSHAKE:
-                    self._connack(wire.connack_code(level, first & 0x0F, data[start:pos]))
+                    self._connack(wire.connack(level, first & 0x0F, data[start:pos])[1])
                     if self.state != READY:
                         return
                 elif first & 0xF0 == DISCONNECT:

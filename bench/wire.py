@@ -25,11 +25,12 @@ def connect(level: int, client_id: str, clean: bool, keepalive: int, username: s
     return v4.encode_connect(client_id, clean, keepalive, username=username, protocol_level=level, properties=properties)
 
 
-def connack_code(level: int, flags: int, body: bytes) -> int:
-    """The CONNACK's return code (3.1.1) or reason code (5.0): 0 is accepted."""
+def connack(level: int, flags: int, body: bytes) -> tuple[bool, int]:
+    """(session present, the CONNACK's return code (3.1.1) or reason code (5.0)): 0 is accepted."""
     if level == 5:
-        return v5.decode_connack(flags, body)[1]
-    return v4.decode_connack(flags, body)[1]
+        present, code, _ = v5.decode_connack(flags, body)
+        return present, code
+    return v4.decode_connack(flags, body)
 
 
 def publish(level: int, topic: bytes, payload: bytes, qos: int, packet_id: int) -> bytes:
