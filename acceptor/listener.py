@@ -68,7 +68,7 @@ class Listener:
         try:
             for start in range(0, len(fds), handoff.MAX_FDS_PER_MESSAGE):
                 chunk = fds[start:start + handoff.MAX_FDS_PER_MESSAGE]
-                handoff.send_fds(worker.channel, chunk, self.index * len(chunk))  # type: ignore[arg-type]  # a live worker has its channel
+                handoff.send_fds(worker.channel, chunk, self.sock.family, self.index * len(chunk))  # type: ignore[arg-type]  # a live worker has its channel
                 sent += len(chunk)
         except OSError as exc:
             worker.handed -= len(fds) - sent  # never arrive: they must not count as load

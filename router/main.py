@@ -15,7 +15,7 @@ import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
-from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload
+from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload, settle_heap
 from plexmq.router.asks import Asks, start_asked
 from plexmq.router.console import serve_console
 from plexmq.router.core import Router
@@ -120,6 +120,7 @@ def serve(config: dict) -> None:
     handle = router.handle_frame
     accept = links.accept
     deadlines = router.deadlines
+    settle_heap()
     while not stopping:
         try:  # wait no longer than the once-a-second work, the first deadline or the lease's renewal
             now = time.monotonic()

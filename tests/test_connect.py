@@ -10,6 +10,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from plexmq.mqtt import v4 as p
+from tests.cli import cli, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
@@ -307,3 +308,22 @@ def test_no_connect_within_the_timeout_closes(start_broker: Callable[..., Broker
     assert_served(connected)
     for raw in (silent, partial, connected):
         raw.close()
+
+
+def test_an_ipv6_listener_serves_ipv6_and_mapped_ipv4_clients_with_their_addresses(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    """A listener on "::" hands the workers IPv6 sockets (handoff.py says their family): a client over
+    ::1 and one over 127.0.0.1 (a v4-mapped address) both connect, one hears what the other publishes,
+    and each is listed with its own address."""
+    conf = tmp_path / "plexmq.toml"
+    conf.write_text('host = "::"\nallow_anonymous = true\n')  # every address of the host: anonymous only here
+    b = start_broker("--workers", "1", "--config", str(conf))
+    over_v6, over_v4 = RawClient(b.port, host="::1"), RawClient(b.port, host="127.0.0.1")
+    assert over_v6.connect("six", True) == (False, 0) and over_v4.connect("four", True) == (False, 0)
+    over_v6.send(p.encode_subscribe(1, [("t/ipv6", 0)]))
+    assert over_v6.recv()[0] >> 4 == p.SUBACK
+    over_v4.send(p.encode_publish(b"t/ipv6", b"hello", 0))
+    first, body = over_v6.recv()
+    assert p.decode_publish(first & 15, body)[::2] == ("t/ipv6", b"hello")
+    rows = {row.split()[0]: row for row in cli("clients", metrics_url(b)).splitlines()[1:-1]}
+    assert "::1:" in rows["six"] and "::ffff:127.0.0.1:" in rows["four"], rows

@@ -1,7 +1,9 @@
 """The acceptor <-> worker channel: accepted sockets passed with SCM_RIGHTS over a SEQPACKET pair.
 
 Messages (one datagram each):
-  acceptor -> worker  b"F" + one listener byte per fd, with the fds: the listener's index in
+  acceptor -> worker  b"F" + the address family of the fds (one byte: socket.AF_INET or AF_INET6, so
+                      the worker makes its socket objects without asking the kernel) + one listener
+                      byte per fd, with the fds: the listener's index in
                       `config["listening"]` (written by the acceptor, acceptor/config.py `listeners` order:
                       the broker's own first, then the tenants'), a [scheme, owning tenant] pair that says
                       how to speak on the socket (mqtt, mqtts, ws, wss) and whose it is ("": nobody's);
@@ -27,19 +29,19 @@ def channel_pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 
 
-def send_fds(chan: socket.socket, fds: list[int], listeners: bytes) -> None:
-    """Pass up to MAX_FDS_PER_MESSAGE sockets in one sendmsg."""
-    chan.sendmsg([b"F" + listeners], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+def send_fds(chan: socket.socket, fds: list[int], family: int, listeners: bytes) -> None:
+    """Pass up to MAX_FDS_PER_MESSAGE sockets of one address family in one sendmsg."""
+    chan.sendmsg([b"F" + bytes((family,)) + listeners], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
 
 
 def recv_message(chan: socket.socket) -> tuple[bytes, list[int], int]:
     """(data, fds received, fds the kernel could not give us because we are out of descriptors)."""
-    msg, ancdata, flags, _addr = chan.recvmsg(1 + MAX_FDS_PER_MESSAGE, socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4))
+    msg, ancdata, flags, _addr = chan.recvmsg(2 + MAX_FDS_PER_MESSAGE, socket.CMSG_SPACE(MAX_FDS_PER_MESSAGE * 4))
     fds = array.array("i")
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     lost = 0
     if msg[:1] == b"F":
-        lost = len(msg) - 1 - len(fds)
+        lost = len(msg) - 2 - len(fds)
     return msg, list(fds), lost

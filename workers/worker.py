@@ -29,7 +29,7 @@ from plexmq.files import Access
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import properties as props
 from plexmq.mqtt.framing import packets_in
-from plexmq.process import become_child, child_config, connections_per_worker, missed_reload, process_usage
+from plexmq.process import become_child, child_config, connections_per_worker, missed_reload, process_usage, settle_heap
 from plexmq.workers import from_router, handoff, tls, trace_watch
 from plexmq.workers.acl import Checker
 from plexmq.workers.archive import ArchiveWriter
@@ -150,16 +150,16 @@ class Worker:
 
     # -- connections -------------------------------------------------------------------------------
 
-    def adopt(self, fd: int, listener: int) -> None:
-        """Serve a socket passed by the acceptor as its listener (an index in `listeners`) says, or
-        refuse it when out of descriptors."""
+    def adopt(self, fd: int, family: int, listener: int) -> None:
+        """Serve a TCP socket of address `family` passed by the acceptor as its listener (an index in
+        `listeners`) says, or refuse it when out of descriptors."""
         if len(self.conns) >= self.max_conns:
             os.close(fd)
             self._refuse(1)
             return
         if listener >= len(self.listeners):  # a listener a reload added: its SIGHUP is still on its way
             self.reload()
-        sock = socket.socket(fileno=fd)
+        sock = socket.socket(family, socket.SOCK_STREAM, 0, fd)  # told: no getsockname and getsockopt to find them
         sock.setblocking(False)
         conn_id = self.next_conn
         self.next_conn += 1
@@ -441,8 +441,8 @@ class Worker:
                 return
             if msg[0] == handoff.FDS:
                 self.received += len(fds) + lost
-                for fd, listener in zip(fds, msg[1:]):  # the kernel drops the last fds when we run out
-                    self.adopt(fd, listener)
+                for fd, listener in zip(fds, msg[2:]):  # the kernel drops the last fds when we run out
+                    self.adopt(fd, msg[1], listener)
                 if lost:
                     self._refuse(lost)
         self._report_load()
@@ -646,6 +646,7 @@ def main() -> None:
     loop.add_signal_handler(signal.SIGHUP, worker.reload)
     if missed_reload(config):
         worker.reload()
+    settle_heap()
     log.info("worker %d ready (pid %d, up to %d connections)", worker_id, os.getpid(), worker.max_conns)
     loop.run_forever()
     sys.exit(worker.exit_status)
