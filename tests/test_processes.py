@@ -20,6 +20,7 @@ import orjson
 import psutil
 import pytest
 
+from plexmq.mqtt import reasons
 from plexmq.mqtt import v4 as p
 from plexmq.process import CONFIG_ENV
 from tests.conftest import Broker, wait_for
@@ -332,6 +333,8 @@ def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Brok
     b = start_broker("--workers", "2")
     no_orphans(b)
     clients = connect_spread(b, "term", per_worker=1)
+    v5_client = RawClient(b.port)
+    assert v5_client.connect5("term-v5")[1] == 0
     children = descendants(b)
     assert len(children) == 3, f"expected a router and 2 workers: {children}"
 
@@ -344,6 +347,10 @@ def test_sigterm_stops_every_process_within_5_s(start_broker: Callable[..., Brok
     for cs in clients.values():
         for c in cs:
             c.read_until_closed(1)
+    last = v5_client.read_until_closed(1)  # its DISCONNECT (with the reason string), then EOF
+    assert last[0] == 0xE0 and last[2] == reasons.SERVER_SHUTTING_DOWN, last
+    closed = [int(n) for n in re.findall(r"worker-\d+\[\d+\]: closed (\d+) clients: broker shutting down", b.output())]
+    assert len(closed) == 2 and sum(closed) == 3, b.output()[-3000:]  # one line per worker, not one per client
     assert port_closed(b.port)
     assert "Traceback" not in b.output(), b.output()[-3000:]
     said = [line for line in b.output().splitlines() if " WARNING " in line or " ERROR " in line]

@@ -37,13 +37,14 @@ _AGAIN = (BlockingIOError, InterruptedError)
 class Poller:
     """A worker's plain sockets: fd -> transport, and the epoll set the loop watches for them."""
 
-    __slots__ = ("loop", "epoll", "sockets", "close_timeout", "linger")
+    __slots__ = ("loop", "epoll", "sockets", "close_timeout", "linger", "stopping")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, close_timeout: float = CLOSE_TIMEOUT,
                  linger: float = LINGER) -> None:
         self.loop = loop
         self.close_timeout = close_timeout
         self.linger = linger
+        self.stopping = False  # the worker stops: a socket closes at once, with no shutdown and no linger
         self.epoll = select.epoll()
         self.sockets: dict[int, SocketTransport] = {}
         loop.add_reader(self.epoll.fileno(), self._ready)
@@ -185,6 +186,10 @@ class SocketTransport(asyncio.Transport):
             return
         self.closing = True
         self.reading = False
+        if self.poller.stopping:  # the process exits next: what is buffered is tried once, no one waits
+            if self.pending:
+                self._send_pending()
+            return self._finish(None)
         if self.pending:
             self._watch()
             self.poller.loop.call_later(self.poller.close_timeout, self.abort)
