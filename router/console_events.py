@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 
-from plexmq import VERSION
+from plexmq import version
 from plexmq.router.httpd import Endpoint
 from plexmq.router.stats import Stats
 from plexmq.router.store import Store
@@ -85,7 +85,7 @@ def figures(stats: Stats, now: dict, before: dict | None, store: dict[str, str])
         "router": now["router"],  # the lease (epoch, members) of a shared store; {} without one
         "alarms": now["alarms"].get(None, []),
         "uptime": int(now["at"] - stats.started),
-        "version": VERSION,
+        "version": version(),
     }
 
 
@@ -99,7 +99,7 @@ def tenant_figures(stats: Stats, now: dict, before: dict | None, tenant: str) ->
         return tuple(mine.get(key, 0) for key in ("connections", "received", "sent", "dropped"))
 
     return {**_moving(now, before, numbers), "tenant": tenant, "alarms": now["alarms"].get(tenant, []),
-            "uptime": int(now["at"] - stats.started), "version": VERSION}
+            "uptime": int(now["at"] - stats.started), "version": version()}
 
 
 def _moving(now: dict, before: dict | None, read: Callable[[dict], tuple[int | None, ...]]) -> dict:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from plexmq import VERSION
+from plexmq import version
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router import alarms
 
@@ -179,7 +179,7 @@ class Stats:
         """(topic, payload) of the broker-wide $SYS messages, the default tenant's."""
         snap = self.snapshot
         values: dict[str, object] = {
-            "version": f"plexmq {VERSION}",
+            "version": f"plexmq {version()}",
             "uptime": f"{int(now - self.started)} seconds",
             "clients/connected": snap["clients"],
             "clients/disconnected": snap["offline"],

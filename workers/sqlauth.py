@@ -20,13 +20,14 @@ import math
 import secrets
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
-
-import pymysql
 
 from plexmq.workers import passwords
 from plexmq.workers.acl import AclBuilder, AclFile
+
+if TYPE_CHECKING:  # pymysql itself is imported by the first query: ~25 ms of every worker's start otherwise
+    import pymysql
 
 USERS, ACL = "plexmq_users", "plexmq_acl"
 CACHED_MAX = 100_000  # cached users and remembered good passwords; emptied when full
@@ -136,6 +137,8 @@ class UserDatabase:
     def _query(self, sql: str, args: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
         """The rows of one query on this thread's connection, made again once when the one kept has
         gone away (servers close idle connections)."""
+        import pymysql
+
         kept: pymysql.connections.Connection | None = getattr(self._local, "connection", None)
         try:
             if kept is not None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 
-import jwt
-
 ALGORITHMS = ["RS256", "ES256"]
 
 
@@ -20,6 +18,8 @@ class TokenError(ValueError):
 
 class TokenVerifier:
     def __init__(self, path: str, audience: str, issuer: str, username_claim: str = "sub", tenant_claim: str = "") -> None:
+        import jwt  # here, not at the top: PyJWT costs every worker's start ~30 ms where no token is read
+
         try:
             with open(path, "rb") as f:
                 keys = jwt.PyJWKSet.from_dict(json.loads(f.read()))
@@ -42,6 +42,8 @@ class TokenVerifier:
         `tenant_claim` names or "") when its signature, expiry, audience and issuer hold and it names a
         user; else None. A token must name its user: one without the claim would log in as whatever
         user name the client chose. A tenant claim that is there must be a name."""
+        import jwt
+
         try:
             kid = jwt.get_unverified_header(token).get("kid")
             key = self.keys.get(kid) if kid is not None else next(iter(self.keys.values()), None)
