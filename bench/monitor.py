@@ -89,3 +89,12 @@ class BrokerMonitor:
     def cpu_seconds(self) -> float:
         """User + system CPU seconds consumed so far by the live processes of the tree."""
         return cpu_seconds(self.tree())
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """`cpu_seconds` per role: 'acceptor', 'router', 'workers' (all of them), or the process's name."""
+        roles: dict[str, float] = {}
+        for proc in self.tree():
+            name = self.names[proc.pid]
+            role = "workers" if name.startswith("worker") else name
+            roles[role] = roles.get(role, 0.0) + cpu_seconds([proc])
+        return roles

@@ -27,6 +27,7 @@ from plexmq.bench.report import per_connect_us
 
 DEFAULT_BINARY = os.environ.get("MQLOAD", str(brokers.ROOT.parent / "shared" / "tools" / "mqload" / "mqload"))
 PROGRESS_S = 0.1  # mqload's progress interval: how late the start of its run phase is seen
+ROLES = ("acceptor", "router", "workers")  # plexmq's processes, whose CPU per connection a conn scenario shows
 
 
 def arguments(opts: Options, port: int) -> list[str]:
@@ -51,11 +52,12 @@ def parse(line: str) -> dict[str, str]:
 
 
 def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int, int], opts: Options,
-           connecting: tuple[float, float] | None = None) -> dict:
+           connecting: tuple[float, float] | None = None, roles: dict[str, float] | None = None) -> dict:
     """mqload's result under the keys of bench.report, so compare's table shows it; `rss` is the broker's
     (idle, held) resident memory over all its processes; `connecting` its CPU seconds and the wall
     seconds from mqload's start until it said the connect phase was over (a conn scenario's only: in
-    the others that time holds subscribing too)."""
+    the others that time holds subscribing too), and `roles` those CPU seconds per role of plexmq
+    (`BrokerMonitor.cpu_by_role`: what the acceptor, the router and the workers each spend per connection)."""
     def num(key: str) -> float:
         return float(raw.get(key, 0) or 0)
 
@@ -77,6 +79,8 @@ def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int
             "broker_connect_cpu_pct": round(connect_pct, 1) if connect_pct is not None else None,
             "broker_connect_us": per_connect_us(connect_pct, connect_rate or 0),
             "generator_connect_cpu_pct": num("self_cpu_connect_pct") if "self_cpu_connect_pct" in raw else None,
+            **{f"{role}_connect_us": round(seconds * 1e6 / connected, 1)
+               for role, seconds in (roles or {}).items() if role in ROLES and opts.scenario == "conn" and connected},
             "mqload": raw}
 
 
@@ -87,21 +91,22 @@ def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str, 
     try:
         monitor = BrokerMonitor(broker.pid)
         cmd = [binary, *arguments(opts, port or broker.port)]
-        connect_cpu0, launched = monitor.cpu_seconds(), time.monotonic()
+        connect_cpu0, roles0, launched = monitor.cpu_seconds(), monitor.cpu_by_role(), time.monotonic()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = threading.Event()
         threading.Thread(target=_watch, args=(proc.stderr, running), daemon=True).start()
-        rss_idle, rss_held, cpu_s, wall, connecting = monitor.rss(), 0, None, 0.0, None
+        rss_idle, rss_held, cpu_s, wall, connecting, roles = monitor.rss(), 0, None, 0.0, None, {}
         if running.wait(opts.connect_timeout + 120):  # connected: mqload publishes (or holds) `duration` s
             cpu0, t0 = monitor.cpu_seconds(), time.monotonic()
             connecting = (cpu0 - connect_cpu0, t0 - launched)
+            roles = {role: seconds - roles0.get(role, 0.0) for role, seconds in monitor.cpu_by_role().items()}
             time.sleep(max(opts.duration - PROGRESS_S, 0.1))
             cpu_s, wall, rss_held = monitor.cpu_seconds() - cpu0, time.monotonic() - t0, monitor.rss()
         out, _ = proc.communicate()
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         if not lines:
             raise RuntimeError(f"mqload exited with {proc.returncode} and no RESULT: {' '.join(cmd)}")
-        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts, connecting)
+        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts, connecting, roles)
         result.update(mqload_cmd=" ".join(cmd), mqload_exit=proc.returncode, broker_cmd=" ".join(broker.cmd))
         return result
     finally:

@@ -40,6 +40,8 @@ METRICS = {
     "conn": [("connected", "connected", 0), ("connect/s", "connect_rate", 0), ("failed", "connect_failed", 0),
              ("broker cpu % connecting", "broker_connect_cpu_pct", 0),
              ("broker cpu µs/connect", "broker_connect_us", 0),
+             ("  acceptor µs/connect", "acceptor_connect_us", 1), ("  router µs/connect", "router_connect_us", 1),
+             ("  workers µs/connect", "workers_connect_us", 1),
              ("generator cpu % connecting", "generator_connect_cpu_pct", 0),
              ("dropped", "dropped", 0), ("KB/conn (rss)", "rss_per_conn_kb", 2), ("broker rss MB", "broker_rss_mb", 0),
              ("broker cpu % holding", "broker_cpu_pct", 0)],

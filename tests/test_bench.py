@@ -157,8 +157,20 @@ def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
     assert report.per_connect_us(110.0, 10_000) == 110.0  # 1.1 cores at 10k conn/s: 110 µs each
     assert report.per_connect_us(None, 10_000) is None and report.per_connect_us(50.0, 0) is None
     raw = {"conns": "1000", "connect_rate": "20000", "connect_s": "0.05"}
-    storm = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1))
+    storm = mqload.report(raw, 0.1, 1.0, (0, 0), presets.options("connstorm15k"), (0.11, 0.1),
+                          {"acceptor": 0.02, "router": 0.015, "workers": 0.075})
     assert storm["broker_connect_cpu_pct"] == 110.0 and storm["broker_connect_us"] == 110.0  # 0.11 s for 1,000
+    assert (storm["acceptor_connect_us"], storm["router_connect_us"], storm["workers_connect_us"]) == (20.0, 15.0, 75.0)
+
+
+def test_a_connect_storm_says_what_each_role_of_plexmq_spends(capsys) -> None:
+    """The acceptor's, the router's and the workers' CPU per connection, measured over the connect phase."""
+    status = mqload.main(["--scenarios", "connstorm15k", "--brokers", "plexmq", "-d", "0.5", "--json"])
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])["connstorm15k"]["plexmq"]
+    assert status == 0 and result["connected"] == 15_000, result
+    shares = [result[f"{role}_connect_us"] for role in ("acceptor", "router", "workers")]
+    assert all(share > 0 for share in shares) and sum(shares) <= result["broker_connect_us"] * 1.2 + 5, result
 
 
 def test_fanin_and_fanout_count_every_delivery(start_broker) -> None:
