@@ -81,6 +81,7 @@ class Host:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = net.tmp_path / f"{name}.log"
         self.starts = 0
+        self.run_dir = net.tmp_path  # its run_dir once started (`start`)
         self.mark = 0  # where the latest start's log begins
 
     def create(self) -> None:
@@ -100,7 +101,7 @@ class Host:
         assert self.proc is None or self.proc.poll() is not None, f"{self.name} is already running"
         self.starts += 1
         conf = self.net.tmp_path / f"{self.name}.toml"
-        run_dir = self.net.tmp_path / f"{self.name}-run{self.starts}"
+        run_dir = self.run_dir = self.net.tmp_path / f"{self.name}-run{self.starts}"
         console = "" if "console_port" in config else "console_port = -1\n"  # no console unless a test asks
         conf.write_text(f"link_timeout = {LINK_TIMEOUT}\nallow_anonymous = true\nrun_dir = \"{run_dir}\"\n"
                         f"max_queued_messages = {QUEUE}\n{console}{config}")
@@ -222,6 +223,12 @@ class Net:
     @property
     def router(self) -> Host:
         return self.host("router")
+
+    @property
+    def token_file(self) -> str:
+        """The router's admin token: `plexmq clients` is told it, since another test's broker in another
+        namespace may serve the same metrics port (the tool could not tell which of them is meant)."""
+        return str(self.router.run_dir / f"admin-{METRICS_PORT}.token")
 
     @property
     def router_url(self) -> str:

@@ -232,7 +232,7 @@ def test_status_and_clients_show_both_nodes_and_the_clients_node(shared_net: Net
     a, b = shared_net.host("n1").client(f"st-a-{tag}"), shared_net.host("n2").client(f"st-b-{tag}")
 
     def listed() -> dict[str, str] | None:
-        out = plexmq("clients", "--metrics", shared_net.metrics_url, "--filter", tag)
+        out = plexmq("clients", "--metrics", shared_net.metrics_url, "--token-file", shared_net.token_file, "--filter", tag)
         rows = {line.split()[0]: line.split()[1] for line in out.splitlines() if tag in line}
         return rows if len(rows) == 2 else None
     assert wait_for(listed, 10, "plexmq clients to list both clients") == {f"st-a-{tag}": "n1/0", f"st-b-{tag}": "n2/0"}
