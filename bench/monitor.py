@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import psutil
 
+from plexmq.process import WORKER_NAME
+
 
 def process_name(proc: psutil.Process) -> str:
     """A short role name: 'router', 'worker-1', 'acceptor', 'mosquitto'."""
     try:
-        cmd = proc.cmdline()
+        cmd, name = proc.cmdline(), proc.name()
     except psutil.Error:
         return "?"
+    if name.startswith(WORKER_NAME):  # forked from the acceptor: its command line is the acceptor's
+        return f"worker-{name[len(WORKER_NAME):]}"
     module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
     if module == "plexmq.router":
         return "router"
-    if module == "plexmq.workers":
-        i = cmd.index(module)
-        return f"worker-{cmd[i + 1]}" if i + 1 < len(cmd) else "worker"
     if any("acceptor" in part for part in cmd):
         return "acceptor"
     return proc.name()

@@ -18,6 +18,8 @@ import orjson
 import psutil
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+WORKER_NAME = "plexmq-w"  # + its id: a worker's process name (a forked worker's command line is the acceptor's)
 # a child's start: {"config_path": the config file the acceptor wrote, "parent_pid": the acceptor}; the
 # config itself is read from the file (`child_config`): with many tenants declared it outgrows what one
 # environment variable may hold (128 KiB on Linux)
@@ -74,6 +76,8 @@ def become_child(parent_pid: int, log_level: str, log_format: str, role: str) ->
     """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    name = WORKER_NAME + role[len("worker-"):] if role.startswith("worker-") else f"plexmq-{role}"
+    libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)  # what ps, top and psutil call it
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -89,6 +93,23 @@ def settle_heap() -> None:
     18.6 µs as CPython sets it, 16.9 frozen, 14.1 frozen with GC_YOUNG, tests/connection_harness.py)."""
     gc.freeze()
     gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
+
+
+def leave_parent(keep: int, config_env: str) -> None:
+    """First thing in a child forked (not exec'd) from the acceptor: none of the acceptor's descriptors but
+    `keep` (and stdin, stdout, stderr) stays open (its listeners, lock, loop and the other workers' channels), its
+    signal handlers and wakeup fd are undone (SIGHUP and SIGINT ignored, as an exec'd child starts), and the
+    objects it inherited are frozen out of the collector, so none of them is ever finalized here (one would
+    close a descriptor number this process has since reused)."""
+    gc.freeze()
+    signal.set_wakeup_fd(-1)
+    for signum in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    for signum in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    os.closerange(3, keep)
+    os.closerange(keep + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.environ[CONFIG_ENV] = config_env
 
 
 def child_env(config_path: str) -> str:

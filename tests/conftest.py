@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, TypeVar
 import psutil
 import pytest
 
+from plexmq.process import WORKER_NAME
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -100,15 +102,15 @@ class Broker:
             return []
 
     def workers(self) -> dict[int, psutil.Process]:
-        """worker id -> process."""
+        """worker id -> process (forked from the acceptor, each names itself plexmq-w<id>)."""
         found = {}
         for child in self.children():
             try:
-                cmd = child.cmdline()
+                name = child.name()
             except psutil.Error:
                 continue
-            if "plexmq.workers" in cmd:
-                found[int(cmd[cmd.index("plexmq.workers") + 1])] = child
+            if name.startswith(WORKER_NAME):
+                found[int(name[len(WORKER_NAME):])] = child
         return found
 
     def router(self) -> psutil.Process | None:

@@ -22,7 +22,7 @@ import pytest
 
 from plexmq.mqtt import reasons
 from plexmq.mqtt import v4 as p
-from plexmq.process import CONFIG_ENV
+from plexmq.process import CONFIG_ENV, WORKER_NAME
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from tests.processes import OwnBroker, alive, descendants
@@ -36,11 +36,15 @@ WILL = p.Will("proc/kwill/will/v", b"victim gone", 1, False)
 
 
 def spawned_by(acceptor_pid: int) -> list[psutil.Process]:
-    """Every live process that an acceptor with this pid started (they carry its pid in their config),
-    wherever they were reparented to."""
+    """Every live process that an acceptor with this pid started: its router carries the pid in its
+    config, wherever it was reparented to; its workers (forked, named plexmq-w<id>) while it is their parent
+    (the tests take them as `descendants` before the acceptor goes)."""
     found = []
     for proc in psutil.process_iter():
         try:
+            if proc.name().startswith(WORKER_NAME) and proc.ppid() == acceptor_pid and alive(proc):
+                found.append(proc)
+                continue
             env = proc.environ()
         except psutil.Error:
             continue

@@ -1,3 +1,0 @@
-from plexmq.workers.worker import main
-
-main()
