@@ -490,3 +490,21 @@ def test_workers_refuse_sockets_cleanly_when_out_of_descriptors(own_broker: Call
     newcomer.close()
     for c in accepted:
         c.close()
+
+
+def test_a_forked_worker_keeps_none_of_the_acceptors_descriptors(start_broker: Callable[..., Broker]) -> None:
+    """A worker is forked from the acceptor: it must not hold the acceptor's listeners (a listener a reload
+    closes would stay bound), its lock on the data dir, or the other workers' channels; and it names itself."""
+    b = start_broker("--workers", "2")
+    old = b.workers()[0]
+    old.send_signal(signal.SIGKILL)  # a restarted worker is forked from the acceptor's running loop
+    new = wait_for(lambda: w if (w := b.workers().get(0)) is not None and w.pid != old.pid else None, 10, "a new worker 0")
+    wait_for(lambda: b.output().count(" ready (pid ") == 3, 10, "the new worker to be ready")
+    for worker_id, proc in b.workers().items():
+        assert proc.name() == f"plexmq-w{worker_id}"
+        listening = [c for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN]
+        assert listening == [], f"worker {worker_id} holds a listener: {listening}"
+        assert not [f.path for f in proc.open_files() if f.path.endswith("plexmq.lock")]
+        channels = [c for c in proc.net_connections(kind="unix") if c.type == socket.SOCK_SEQPACKET]
+        assert len(channels) == 1, f"worker {worker_id} holds other workers' channels: {channels}"  # its own only
+    assert new.pid == b.workers()[0].pid
