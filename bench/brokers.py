@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from plexmq.bench import runner
+from plexmq.bench.monitor import BrokerMonitor
 from plexmq.bench.plan import Options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +98,7 @@ class RunningBroker:
                                          preexec_fn=_raise_nofile)  # noqa: PLW1509 (no threads here)
         if wait:
             self._wait_ready(30)
-            time.sleep(0.2 if spec.kind == "mosquitto" else 0.5)  # let every worker register with the router
+            self._wait_quiet(10)
 
     @property
     def pid(self) -> int:
@@ -105,6 +106,20 @@ class RunningBroker:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def _wait_quiet(self, timeout: float, window: float = 0.1, busy: float = 0.05) -> None:
+        """Until the broker's processes use less than `busy` of a core over a `window`: the first CONNACK
+        comes from the first worker ready, while the others and the router may still be starting, and
+        a run's CPU must not include their start (it did: a fixed 0.5 s was not always enough)."""
+        monitor = BrokerMonitor(self.proc.pid)
+        deadline = time.monotonic() + timeout
+        used = monitor.cpu_seconds()
+        while time.monotonic() < deadline:
+            time.sleep(window)
+            now = monitor.cpu_seconds()
+            if now - used < busy * window:
+                return
+            used = now
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
