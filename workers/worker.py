@@ -61,6 +61,9 @@ log = logging.getLogger("plexmq.worker")
 
 KNOWN_TOPICS_MAX = 100_000  # topic names already validated, so a plain QoS 0 PUBLISH is checked by one lookup
 LOAD_REPORT_INTERVAL = 0.005  # seconds between two load reports to the acceptor, at least
+# handoff messages (up to 64 sockets each) taken per loop turn: after a restart the channel may hold
+# thousands of sockets, and the turn's end writes the CONNACKs; the rest waits for the next turn
+ADOPT_MESSAGES = 8
 BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
 # what a 5.0 CONNACK says the broker supports: all of it, said although saying nothing means the same
@@ -438,7 +441,7 @@ class Worker:
     # -- the acceptor channel and housekeeping ----------------------------------------------------
 
     def _channel_readable(self) -> None:
-        while True:
+        for _ in range(ADOPT_MESSAGES):  # the channel is read again on the next turn if more waits
             try:
                 msg, fds, lost = handoff.recv_message(self.channel)
             except BlockingIOError:
