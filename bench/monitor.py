@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import psutil
 
-from plexmq.process import WORKER_NAME
+from plexmq.process import named_worker
 
 
 def process_name(proc: psutil.Process) -> str:
     """A short role name: 'router', 'worker-1', 'acceptor', 'mosquitto'."""
     try:
-        cmd, name = proc.cmdline(), proc.name()
+        cmd, forked = proc.cmdline(), named_worker(proc.name())
     except psutil.Error:
         return "?"
-    if name.startswith(WORKER_NAME):  # forked from the acceptor: its command line is the acceptor's
-        return f"worker-{name[len(WORKER_NAME):]}"
+    if forked is not None:  # forked from the acceptor: its command line is the acceptor's
+        return f"worker-{forked}"
     module = cmd[cmd.index("-m") + 1] if "-m" in cmd[:-1] else ""
     if module == "plexmq.router":
         return "router"

@@ -76,13 +76,22 @@ def become_child(parent_pid: int, log_level: str, log_format: str, role: str) ->
     """Exit when the acceptor dies (even by SIGKILL), leave Ctrl-C to it; returns the fd limit."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    name = WORKER_NAME + role[len("worker-"):] if role.startswith("worker-") else f"plexmq-{role}"
-    libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)  # what ps, top and psutil call it
+    libc.prctl(PR_SET_NAME, process_name(role).encode()[:15], 0, 0, 0)  # what ps, top and psutil call it
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup_logging(log_level, log_format, role)
     return raise_fd_limit()
+
+
+def process_name(role: str) -> str:
+    """A child's process name (at most 15 bytes): plexmq-router, or plexmq-w<id> for role worker-<id>."""
+    return WORKER_NAME + role[len("worker-"):] if role.startswith("worker-") else f"plexmq-{role}"
+
+
+def named_worker(name: str) -> int | None:
+    """The id of the worker a process name (`process_name`) says, or None for any other process."""
+    return int(name[len(WORKER_NAME):]) if name.startswith(WORKER_NAME) else None
 
 
 def settle_heap() -> None:

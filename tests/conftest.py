@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import psutil
 import pytest
 
-from plexmq.process import WORKER_NAME
+from plexmq.process import named_worker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,11 +106,11 @@ class Broker:
         found = {}
         for child in self.children():
             try:
-                name = child.name()
+                found_id = named_worker(child.name())
             except psutil.Error:
                 continue
-            if name.startswith(WORKER_NAME):
-                found[int(name[len(WORKER_NAME):])] = child
+            if found_id is not None:
+                found[found_id] = child
         return found
 
     def router(self) -> psutil.Process | None:

@@ -22,7 +22,7 @@ import pytest
 
 from plexmq.mqtt import reasons
 from plexmq.mqtt import v4 as p
-from plexmq.process import CONFIG_ENV, WORKER_NAME
+from plexmq.process import CONFIG_ENV, named_worker
 from tests.conftest import Broker, wait_for
 from tests.mqtt import RawClient
 from tests.processes import OwnBroker, alive, descendants
@@ -42,7 +42,7 @@ def spawned_by(acceptor_pid: int) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.name().startswith(WORKER_NAME) and proc.ppid() == acceptor_pid and alive(proc):
+            if named_worker(proc.name()) is not None and proc.ppid() == acceptor_pid and alive(proc):
                 found.append(proc)
                 continue
             env = proc.environ()
