@@ -16,6 +16,9 @@ from plexmq.bench.plan import Options, assign, with_defaults
 from tests.conftest import ROOT
 from tests.mqtt import RawClient
 
+needs_mqload = pytest.mark.skipif(not os.access(mqload.DEFAULT_BINARY, os.X_OK),
+                                  reason="mqload not built (make in its directory)")
+
 
 def _records(out: Path, kind: samples.Kind) -> list[tuple]:
     rows: list[tuple] = []
@@ -142,7 +145,7 @@ def test_mqload_command_lines_follow_the_presets() -> None:
     assert (fanin["-P"], fanin["-S"], fanin["-r"], fanin["-q"]) == ("100", "1", "100", "0")
 
 
-@pytest.mark.skipif(not os.access(mqload.DEFAULT_BINARY, os.X_OK), reason="mqload not built (make in its directory)")
+@needs_mqload
 def test_mqload_run_reads_the_broker_cpu_over_its_window(capsys) -> None:
     status = mqload.main(["--scenarios", "lat0", "--brokers", "plexmq", "-d", "1", "--json"])
     out = capsys.readouterr().out
@@ -163,6 +166,7 @@ def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
     assert (storm["acceptor_connect_us"], storm["router_connect_us"], storm["workers_connect_us"]) == (20.0, 15.0, 75.0)
 
 
+@needs_mqload
 def test_a_connect_storm_says_what_each_role_of_plexmq_spends(capsys) -> None:
     """The acceptor's, the router's and the workers' CPU per connection, measured over the connect phase."""
     status = mqload.main(["--scenarios", "connstorm15k", "--brokers", "plexmq", "-d", "0.5", "--json"])
