@@ -114,6 +114,7 @@ class Router(Lifecycle, Subscribing):
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
+        self.stopping = False  # the broker stops: its own workers' BYEs end no session (no wills)
         self.received = 0
         self.delivered = 0
         self.unknown = 0  # messages of connections the router does not know (no CONNECT, or ended): dropped

@@ -54,6 +54,7 @@ class Lifecycle:
     batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
+    stopping: bool
 
     if TYPE_CHECKING:  # Router's (router/core.py) and Subscribing's (router/subscribing.py)
         def out(self, worker: bytes) -> wire.ToWorker: ...
@@ -146,8 +147,12 @@ class Lifecycle:
         self.routed.pop(worker, None)
 
     def _on_bye(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        """A worker stops: a node's, while the router lives on, takes its clients with it (wills
+        out); one of this host's, while the whole broker stops, leaves its sessions as they are."""
+        local = not self.links.links[worker].node
         self.links.drop(worker)
-        self.worker_lost(worker, "stopped")
+        if not (self.stopping and local):
+            self.worker_lost(worker, "stopped")
 
     def worker_lost(self, worker: bytes, why: str = "") -> None:
         """A worker silent past the link timeout (a dead node, a cut link), or a node's worker that

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import time
 from contextlib import nullcontext
@@ -37,10 +38,13 @@ EXPIRY_INTERVAL = 60.0  # seconds between sweeps for expired persistent sessions
 def serve(config: dict) -> None:
     """Run until SIGTERM."""
     stopping = False
+    router: Router | None = None
 
     def stop(_signum: int, _frame: object) -> None:
         nonlocal stopping
         stopping = True
+        if router is not None:  # a BYE read in this very turn is already one of the stop's
+            router.stopping = True
 
     signal.signal(signal.SIGTERM, stop)
     reload_wanted = False
@@ -116,9 +120,11 @@ def serve(config: dict) -> None:
 
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
-    recv = sock.recv_multipart
-    handle = router.handle_frame
-    accept = links.accept
+    woken, wake = socket.socketpair()  # a signal's byte (SIGTERM, SIGHUP) ends the wait: pyzmq resumes an interrupted poll
+    woken.setblocking(False)
+    wake.setblocking(False)
+    signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    poller.register(woken, zmq.POLLIN)
     deadlines = router.deadlines
     settle_heap()
     while not stopping:
@@ -130,18 +136,10 @@ def serve(config: dict) -> None:
             continue  # interrupted by a signal
         drained = 0
         if ready:
+            if len(ready) > 1 or ready[0][0] is woken:
+                woken.recv(64)
             started = time.perf_counter()
-            for drained in range(DRAIN_LIMIT):  # noqa: B007  read after the loop: how many were taken
-                try:
-                    worker, tag, frame = recv(zmq.NOBLOCK, copy=True)
-                except zmq.Again:
-                    break
-                except ValueError:  # not [identity, tag, records]: not one of our workers (its CURVE key let it in)
-                    continue
-                if accept(worker, tag):
-                    handle(worker, frame)
-            else:
-                drained = DRAIN_LIMIT
+            drained = take_frames(sock, router, DRAIN_LIMIT)
         for worker, join in links.rejoins:
             router.out(worker).rejoin(join)
         links.rejoins.clear()
@@ -191,7 +189,10 @@ def serve(config: dict) -> None:
             send(worker, later)
         if drained:
             turns.observe(drained, time.perf_counter() - started)
+    take_last_frames(sock, router, config["stop_timeout"] / 2)
     if store is not None:
+        if store.ops:
+            commit(store, lease)
         store.close()
     if members is not None:
         members.stopping.set()
@@ -201,6 +202,38 @@ def serve(config: dict) -> None:
         lease.close()
     _close(ctx, sock, auth)
     log.info("router stopped")
+
+
+def take_last_frames(sock: zmq.Socket, router: Router, wait: float) -> None:
+    """The broker stops: handle what this host's workers sent before they stopped, up to the BYE each
+    says once its clients are closed (at most `wait` seconds). A new clean session's CONNACK leaves
+    the worker before its CONNECT reaches the router: an unread one would leave the session it
+    discards in the store. What the records ask to send is dropped: nobody is left to read it."""
+    links = router.links.links
+    deadline = time.monotonic() + wait
+    while any(link.alive and not link.node for link in links.values()):
+        left = deadline - time.monotonic()
+        if left <= 0 or not sock.poll(int(left * 1000) + 1):
+            break
+        take_frames(sock, router, DRAIN_LIMIT)
+    router.take_frames(split=False)
+
+
+def take_frames(sock: zmq.Socket, router: Router, limit: int) -> int:
+    """Handle up to `limit` of the frames waiting on `sock`; how many were taken."""
+    recv = sock.recv_multipart
+    accept = router.links.accept
+    handle = router.handle_frame
+    for taken in range(limit):
+        try:
+            worker, tag, frame = recv(zmq.NOBLOCK, copy=True)
+        except zmq.Again:
+            return taken
+        except ValueError:  # not [identity, tag, records]: not one of our workers (its CURVE key let it in)
+            continue
+        if accept(worker, tag):
+            handle(worker, frame)
+    return limit
 
 
 def _close(ctx: zmq.Context, sock: zmq.Socket, auth: ThreadAuthenticator | None) -> None:

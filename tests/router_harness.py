@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import zmq
+
 from plexmq import wire
 from plexmq.mqtt import v4
 from plexmq.router.core import Router
@@ -246,6 +248,7 @@ class WorkerEnd:
         self.inbox: list[Any] = []
         self.answers_routes = True  # answer ROUTES with ROUTES_ACK at the end of each turn
         self.routes_seen: list[int] = []
+        self.via: zmq.Socket | None = None  # a DEALER: frames go through it instead of straight to the router
 
     # -- what the router sent
 
@@ -270,7 +273,10 @@ class WorkerEnd:
         link = self.link
         tag = wire.LINK.pack(link.join, link.seq)
         link.send()
-        self.harness.take(self, tag, link.frames.pop())
+        if self.via is not None:
+            self.via.send_multipart((tag, link.frames.pop()))
+        else:
+            self.harness.take(self, tag, link.frames.pop())
 
     def hello(self, live: tuple[int, ...] = (), pid: int = 4242) -> None:
         """Open a new join (seq 0), naming the connections still live."""

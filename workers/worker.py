@@ -64,7 +64,7 @@ LOAD_REPORT_INTERVAL = 0.005  # seconds between two load reports to the acceptor
 # handoff messages (up to 64 sockets each) taken per loop turn: after a restart the channel may hold
 # thousands of sockets, and the turn's end writes the CONNACKs; the rest waits for the next turn
 ADOPT_MESSAGES = 8
-BYE_LINGER_MS = 1000  # how long a stopping node's worker waits for its last frame (BYE) to leave
+BYE_LINGER_MS = 1000  # how long a stopping worker waits for its last frame (BYE) to leave
 UNANSWERED_WARNING = 5.0  # seconds a join may go unanswered before the worker says why it may be
 # what a 5.0 CONNACK says the broker supports: all of it, said although saying nothing means the same
 SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRIPTION_AVAILABLE: 1,
@@ -636,10 +636,11 @@ class Worker:
             conn.kicked = True
             conn.close("broker shutting down", logging.DEBUG, code=reasons.SERVER_SHUTTING_DOWN)
         log.info("closed %d clients: broker shutting down", len(clients))
-        if self.node:  # the router lives on: it publishes the wills now rather than after link_timeout
-            self.link.bye()
+        # BYE, after everything else this worker sent: a node's router, which lives on, publishes the
+        # wills now rather than after link_timeout; this host's, stopping too, reads up to it
+        self.link.bye()
         self.flush()
-        self.link.close(linger_ms=BYE_LINGER_MS if self.node else 0)
+        self.link.close(linger_ms=BYE_LINGER_MS)
         self.auth.close()
         if self.archive is not None:
             self.archive.close()
