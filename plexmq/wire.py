@@ -53,7 +53,7 @@ CLIENTS = 11  # Clients: the answer to LIST_CLIENTS
 SESSION_EXPIRY = 12  # SessionExpiry: a 5.0 client set its session expiry at DISCONNECT (0: ends with it)
 PUB0_V5 = 13  # as PUB0, the packets of a 5.0 client (each with an empty property block)
 ROUTES_ACK = 14  # RoutesAck: the worker has applied the ROUTES of this generation
-BYE = 15  # nothing: a worker is stopping and has closed its clients: a node's is taken for dead at once
+BYE = 15  # nothing: a worker is stopping, its clients are closing: a node's is taken for dead at once
 # (wills out); one of the router's own host, while the broker stops, is the last it reads of that worker
 KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
 TRACES_ACK = 17  # TracesAck: the worker has applied the TRACES of this generation

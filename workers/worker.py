@@ -631,14 +631,17 @@ class Worker:
             return
         self.stopped = True
         self.poller.stopping = True
+        # BYE, after everything else this worker sent and before its clients close (closed as kicked,
+        # they tell the router nothing): a node's router, which lives on, publishes their wills now
+        # rather than after link_timeout; this host's, stopping too, reads up to it and need not wait
+        # for thousands of closes
+        self.link.bye()
+        self.link.send()
         clients = list(self.conns.values())
         for conn in clients:  # each said at DEBUG: 100,000 lines would hold a restart up for seconds
             conn.kicked = True
             conn.close("broker shutting down", logging.DEBUG, code=reasons.SERVER_SHUTTING_DOWN)
         log.info("closed %d clients: broker shutting down", len(clients))
-        # BYE, after everything else this worker sent: a node's router, which lives on, publishes the
-        # wills now rather than after link_timeout; this host's, stopping too, reads up to it
-        self.link.bye()
         self.flush()
         self.link.close(linger_ms=BYE_LINGER_MS)
         self.auth.close()
