@@ -139,7 +139,7 @@ def serve(config: dict) -> None:
             if len(ready) > 1 or ready[0][0] is woken:
                 woken.recv(64)
             started = time.perf_counter()
-            drained = take_frames(sock, router, DRAIN_LIMIT)
+            drained = read_frames(sock, router, DRAIN_LIMIT)
         for worker, join in links.rejoins:
             router.out(worker).rejoin(join)
         links.rejoins.clear()
@@ -206,7 +206,7 @@ def serve(config: dict) -> None:
 
 def take_last_frames(sock: zmq.Socket, router: Router, wait: float) -> None:
     """The broker stops: handle what this host's workers sent before they stopped, up to the BYE each
-    says once its clients are closed (at most `wait` seconds). A new clean session's CONNACK leaves
+    says when it stops, before it closes its clients (at most `wait` seconds). A new clean session's CONNACK leaves
     the worker before its CONNECT reaches the router: an unread one would leave the session it
     discards in the store. What the records ask to send is dropped: nobody is left to read it."""
     links = router.links.links
@@ -215,11 +215,11 @@ def take_last_frames(sock: zmq.Socket, router: Router, wait: float) -> None:
         left = deadline - time.monotonic()
         if left <= 0 or not sock.poll(int(left * 1000) + 1):
             break
-        take_frames(sock, router, DRAIN_LIMIT)
+        read_frames(sock, router, DRAIN_LIMIT)
     router.take_frames(split=False)
 
 
-def take_frames(sock: zmq.Socket, router: Router, limit: int) -> int:
+def read_frames(sock: zmq.Socket, router: Router, limit: int) -> int:
     """Handle up to `limit` of the frames waiting on `sock`; how many were taken."""
     recv = sock.recv_multipart
     accept = router.links.accept
