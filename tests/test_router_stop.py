@@ -1,6 +1,7 @@
 """The router's side of a graceful stop of the whole broker (router/main.py `take_last_frames`): it
 reads what its own workers sent before they stopped, up to each one's BYE, and that BYE ends no
-session. The frames travel over a real ZeroMQ ROUTER/DEALER pair, as between the processes."""
+session. The frames read at the stop travel over a real ZeroMQ ROUTER/DEALER pair, as between the
+processes."""
 
 from __future__ import annotations
 
