@@ -145,11 +145,16 @@ def test_mqload_command_lines_follow_the_presets() -> None:
     assert (fanin["-P"], fanin["-S"], fanin["-r"], fanin["-q"]) == ("100", "1", "100", "0")
 
 
+def _mqload_on_plexmq(capsys, scenario: str, duration: str) -> tuple[int, dict]:
+    """`python -m plexmq.bench.mqload` of one scenario on plexmq: its exit status and plexmq's result."""
+    status = mqload.main(["--scenarios", scenario, "--brokers", "plexmq", "-d", duration, "--json"])
+    out = capsys.readouterr().out
+    return status, json.loads(out[out.index("{"):])[scenario]["plexmq"]
+
+
 @needs_mqload
 def test_mqload_run_reads_the_broker_cpu_over_its_window(capsys) -> None:
-    status = mqload.main(["--scenarios", "lat0", "--brokers", "plexmq", "-d", "1", "--json"])
-    out = capsys.readouterr().out
-    result = json.loads(out[out.index("{"):])["lat0"]["plexmq"]
+    status, result = _mqload_on_plexmq(capsys, "lat0", "1")
     assert status == 0 and result["mqload_exit"] == 0, result
     assert result["msgs_out_per_s"] > 0 and result["lost"] == 0 and result["broker_cpu_s"] > 0
     assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
@@ -169,9 +174,7 @@ def test_broker_cpu_per_connect_comes_from_the_cpu_share_and_the_rate() -> None:
 @needs_mqload
 def test_a_connect_storm_says_what_each_role_of_plexmq_spends(capsys) -> None:
     """The acceptor's, the router's and the workers' CPU per connection, measured over the connect phase."""
-    status = mqload.main(["--scenarios", "connstorm15k", "--brokers", "plexmq", "-d", "0.5", "--json"])
-    out = capsys.readouterr().out
-    result = json.loads(out[out.index("{"):])["connstorm15k"]["plexmq"]
+    status, result = _mqload_on_plexmq(capsys, "connstorm15k", "0.5")
     assert status == 0 and result["connected"] == 15_000, result
     shares = [result[f"{role}_connect_us"] for role in ("acceptor", "router", "workers")]
     assert all(share > 0 for share in shares) and sum(shares) <= result["broker_connect_us"] * 1.2 + 5, result
