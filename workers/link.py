@@ -18,6 +18,10 @@ _pack_link = wire.LINK.pack
 _unpack_link = wire.LINK.unpack
 # plain ints: pyzmq's flag enums build a new enum object on every `&`, twice per loop turn here
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+JOIN_GRACE = 1.0  # seconds a join may go unanswered before the worker takes itself for one without a router
+# seconds without a frame (the router BEATs every second) before the router is taken for gone: the
+# router's own default link_timeout, after which it takes a silent worker for dead
+ROUTER_SILENCE = 5.0
 
 
 def local_address(endpoint: str) -> str:
@@ -89,6 +93,19 @@ class RouterLink:
         self.answered = self.warned = self.standby = False
         self.opened_at = self.loop.time()
         self.batch.add(wire.HELLO, hello.encode())
+
+    def missing(self, now: float) -> str:
+        """Why no router serves this link now, '' when one does: its join unanswered for JOIN_GRACE (the
+        router down or unreachable, or this node's keys not the router's), a standby's answer, or
+        ROUTER_SILENCE without a frame. A CONNECT is refused meanwhile (`handlers.connect`): a clean
+        session's CONNACK would go out, and then nothing it sends would be answered."""
+        if self.standby:
+            return f"the router at {self.endpoint} is a standby"
+        if not self.answered:
+            return f"no answer from the router at {self.endpoint}" if now - self.opened_at >= JOIN_GRACE else ""
+        if now - self.heard_at >= ROUTER_SILENCE:
+            return f"the router at {self.endpoint} is silent"
+        return ""
 
     def drain(self) -> None:
         """Handle every frame that has arrived (the ZeroMQ fd is edge-triggered: until EVENTS says

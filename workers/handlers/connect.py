@@ -2,7 +2,9 @@
 check or a database, or run an enhanced authentication exchange), the will against the ACL; then the
 session is claimed from the router, whose answer (`Connection.session_ready`) sends the CONNACK. A
 5.0 client also agrees its limits here (`workers.negotiated`) and hears every refusal's reason code
-and reason string; with `server_reference` set every client is sent there instead. Its tenant is
+and reason string; with `server_reference` set every client is sent there instead. A node's worker
+without a router (`RouterLink.missing`) refuses every CONNECT; one of a single-host broker lets it
+wait for its own router, which may be loading a large store after a restart. Its tenant is
 found (plexmq/tenants.py) before its login is checked, against that tenant's logins (`Auth.of`); where
 nothing named one, a broker-wide login may (`settle`): one that cannot be found is refused. Its
 tenant's limits (workers/tenant_limits.py) are found with the tenant, once."""
@@ -74,6 +76,9 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         code = reasons.SERVER_MOVED if settings.server_moved else reasons.USE_ANOTHER_SERVER
         return refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"use {settings.server_reference}",
                       {props.SERVER_REFERENCE: settings.server_reference})
+    missing = worker.node and worker.link.missing(worker.loop.time())
+    if missing:  # nothing the client sent would be answered: 3.1.1 0x03, 5.0 0x88 Server unavailable
+        return refuse(conn, SERVER_UNAVAILABLE, f"no router: {missing}")
     if conn.cert_username is not None:  # use_identity_as_username: the certificate is the login
         unfit = unfit_username(conn.cert_username)
         if unfit is not None:  # as mosquitto: a bad user name (0x04, 5.0: 0x86)
