@@ -796,7 +796,8 @@ def _set(target: dict[str, Any], section: str, key: str, value: Any, path: str, 
 
     option = _options(section).get(key)
     if option is None:
-        raise ConfigError(f"{where()}: unknown key '{name}'")
+        hint = f" ({key} is a top-level key: set it above the file's first [table])" if section and key in _options("") else ""
+        raise ConfigError(f"{where()}: unknown key '{name}'{hint}")
     try:
         target[key] = _coerce(option, value)
     except ValueError as exc:

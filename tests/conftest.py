@@ -50,7 +50,7 @@ class Broker:
     so no other process can take the port between choosing and binding it)."""
 
     def __init__(self, log_path: Path, args: list[str], env: dict[str, str] | None = None,
-                 prefix: tuple[str, ...] = (), new_session: bool = False) -> None:
+                 prefix: tuple[str, ...] = (), new_session: bool = False, cwd: Path = ROOT) -> None:
         self.port = 0
         self.log_path = log_path
         self.log = open(log_path, "wb")  # noqa: SIM115  # the broker's output until stop() closes it
@@ -62,7 +62,7 @@ class Broker:
             args = [*args, "--console-port", "-1"]
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", *args],
-            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
+            cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
         try:
             wait_for(self._ready, 20, "the broker to serve")
         except BaseException:
