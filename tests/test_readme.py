@@ -80,6 +80,7 @@ def test_a_key_appended_to_the_documented_config_says_where_it_belongs(tmp_path:
     assert "unknown key 'archive.console_admins' (console_admins is a top-level key" in done.stderr, done.stderr
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
 def test_the_two_tenant_example_serves_both_tenants(tmp_path: Path) -> None:
     """The Tenants section's config, with the certificate the README's openssl line makes: acme's
     users log in by their suffix, beta's on its own ports (TLS verified for the certificate's host

@@ -4,12 +4,17 @@
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
 const summary = document.getElementById("summary"), outcome = document.getElementById("outcome");
+let asking = 0;  // the listing last asked for: an answer to an earlier one that comes later is not drawn
 async function search() {
+  const mine = ++asking;
+  summary.textContent = "Looking…";
   const asked = new URLSearchParams({limit: 200, filter: document.getElementById("filter").value,
                                      protocol: document.getElementById("protocol").value});
   const answer = await fetch("/api/clients?" + asked);
-  if (!answer.ok) { summary.textContent = await answer.text(); return; }
-  const listing = await answer.json();
+  const said = answer.ok ? await answer.json() : await answer.text();
+  if (mine !== asking) return;
+  if (!answer.ok) { summary.textContent = said; return; }
+  const listing = said;
   summary.textContent = listing.total + " clients" + (listing.total > listing.clients.length ?
     ` (the first ${listing.clients.length} shown: narrow the search)` : "") + (listing.complete ? "" : " (a worker did not answer)");
   document.getElementById("clients").replaceChildren(...listing.clients.map(client => {

@@ -17,11 +17,16 @@ function expiry(at) {
   return at ? new Date(at * 1000).toISOString() : "never";
 }
 
+let asking = 0;  // the listing last asked for: an answer to an earlier one that comes later is not drawn
 async function browse() {
+  const asked = ++asking;
+  summary.textContent = "Looking…";
   const filter = document.getElementById("filter").value || "#";
   const answer = await fetch("/api/retained?limit=" + PAGE + "&offset=" + offset + "&filter=" + encodeURIComponent(filter));
-  if (!answer.ok) { summary.textContent = (await answer.text()).trim(); return; }
-  const page = await answer.json();
+  const said = answer.ok ? await answer.json() : (await answer.text()).trim();
+  if (asked !== asking) return;
+  if (!answer.ok) { summary.textContent = said; return; }
+  const page = said;
   const shown = page.messages.length ? (page.offset + 1) + "–" + (page.offset + page.messages.length) + " of " : "";
   summary.textContent = shown + (page.whole ? "" : "at least ") + page.total + " retained messages";
   document.getElementById("messages").replaceChildren(...page.messages.map(([topic, qos, size, expires, tenant]) => {

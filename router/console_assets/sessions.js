@@ -27,12 +27,16 @@ async function listing(path) {
   return answer.json();
 }
 
+let asking = 0;  // the listing last asked for: an answer to an earlier one that comes later is not drawn
 async function sessions() {
+  const asked = ++asking;
+  summary.textContent = "Looking…";
   const prefix = document.getElementById("prefix").value;
   let page;
   try {
     page = await listing(`/api/sessions?limit=${PAGE}&offset=${offset}&prefix=` + encodeURIComponent(prefix));
-  } catch (error) { summary.textContent = error.message; return; }
+  } catch (error) { if (asked === asking) summary.textContent = error.message; return; }
+  if (asked !== asking) return;
   const last = Math.min(page.offset + page.rows.length, page.total);
   summary.textContent = `${page.total} offline sessions` + (page.total ? ` (${page.offset + 1} to ${last})` : "") +
     (page.complete ? "" : " among the first sessions looked at");
