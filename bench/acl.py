@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from plexmq.bench import brokers, compare, presets
-from plexmq.bench.mqload import DEFAULT_BINARY, measure
+from plexmq.bench.mqload import binary_option, check_binary, measure
 
 RULES = 100
 DENIES = {"covered": "topic deny elsewhere/denied", "checked": "topic deny bench/never/denied"}
@@ -47,10 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", default="plexmq,plexmq-covered,plexmq-checked,mosquitto,mosquitto-checked",
                         help="comma-separated, first is the base: plexmq or mosquitto, -covered or -checked for an ACL")
     parser.add_argument("-d", "--duration", type=float, default=8.0, help="publish seconds per run (8)")
-    parser.add_argument("--mqload", default=DEFAULT_BINARY, help=f"the mqload binary ({DEFAULT_BINARY})")
+    binary_option(parser)
     ns = parser.parse_args(argv)
-    if not os.access(ns.mqload, os.X_OK):
-        parser.error(f"no mqload at {ns.mqload}: run make in its directory, or give --mqload")
+    check_binary(parser, ns.mqload)
     names = ns.brokers.split(",")
     log_dir = tempfile.mkdtemp(prefix="plexbench-acl-")
     results: dict[str, dict[str, dict]] = {}

@@ -3,8 +3,7 @@
 SCENARIO is a kind (conn, fanin, fanout, p2p) or a preset of bench.presets (p2p2k1, ...), so one name
 means the same run here, in compare and in RESULTS.md; options given on the command line override the preset's.
 
-`plexmq bench compare ...`, `plexmq bench sweep ...`, `plexmq bench protocols ...`, `plexmq bench
-profile ...`, `plexmq bench mqload ...` and `plexmq bench reconnect ...` hand over to the bench module of that name.
+`plexmq bench TOOL ...` hands over to the bench module of that name (`TOOLS`: compare, sweep, mqload, ...).
 Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message; 2 usage;
 3 clients failed to connect or were dropped (a limit, or the broker refused them).
 """
@@ -12,6 +11,7 @@ Exit status: 0 the run went through; 1 protocol errors or a lost QoS 1/2 message
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -20,16 +20,38 @@ from plexmq.bench.client import MIN_SIZE
 from plexmq.bench.plan import SCENARIOS, Options
 from plexmq.bench.wire import LEVELS
 
+# the tools `plexmq bench NAME ...` hands over to (plexmq.bench.NAME's main), each with --help of its own
+TOOLS = {
+    "compare": "the same scenarios against plexmq and mosquitto in one run, with ratios",
+    "mqload": "compare's presets with the independent C generator mqload as the load",
+    "sweep": "one scenario against plexmq --workers 1..K",
+    "protocols": "the same scenarios with MQTT 3.1.1 and 5.0 clients",
+    "profile": "a running broker's CPU, context switches and py-spy profile, per process",
+    "reconnect": "N idle clients, the broker restarted: time until all are back",
+    "ceiling": "messages per router CPU-second, every one through the router",
+    "durability": "10,000 offline sessions with 100 queued messages each: the restart",
+    "failover": "kill -9 of the active router (PostgreSQL store): time until messages flow",
+    "store_cost": "a persistent QoS 1 stream: SQLite normal/full against PostgreSQL",
+    "acl": "an ACL of 100 rules: what judging read access at every delivery costs",
+    "subscriptions": "memory per subscription, router and worker, mosquitto beside it",
+    "floor": "memory of one idle connection in a worker, before any MQTT state",
+    "tenants": "a noisy tenant at its message_rate beside a quiet one",
+    "tenant_cost": "what declaring tenants costs",
+    "console_cost": "what open web consoles cost the router",
+    "topology": "a router and one node per port on this host",
+    "codec": "ns per operation of the MQTT codecs",
+}
+
 _EPILOG = """scenarios:
   conn    open -c clients at --conn-rate, hold them -d seconds with keepalive pings
   fanin   -P publishers to <topic>/<i>, -S subscribers on <topic>/# (default 100 -> 1)
   fanout  -P publishers (default 1) to <topic>/all, -S subscribers (default 1000)
   p2p     -c pairs: publisher i -> <topic>/p2p/<i> -> subscriber i (default 100)
-presets: {presets}
-also: compare (plexmq vs mosquitto), sweep (plexmq --workers 1..K), protocols (3.1.1 vs 5.0 clients),
-profile (a running broker's CPU, context switches and py-spy profile), mqload (compare with
-the C generator mqload), reconnect (N idle clients, the broker restarted: time until all are back);
-see their --help"""
+presets (a scenario with its options, as bench/RESULTS.md names them):
+{presets}
+tools (plexmq bench TOOL --help):
+{tools}
+bench/RESULTS.md opens with the current table, plexmq beside mosquitto, and the command of each row"""
 
 
 def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
@@ -123,28 +145,22 @@ def exit_status(result: dict) -> int:
     return 0
 
 
+def _listed(named: dict) -> str:
+    """One line per name: a tool's purpose, or a preset's options."""
+    return "\n".join(f"  {name:<13} {what if isinstance(what, str) else _preset(what)}" for name, what in named.items())
+
+
+def _preset(fields: dict) -> str:
+    return " ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in fields.items())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "compare":
-        from plexmq.bench import compare
-        return compare.main(args[1:])
-    if args and args[0] == "sweep":
-        from plexmq.bench import sweep
-        return sweep.main(args[1:])
-    if args and args[0] == "protocols":
-        from plexmq.bench import protocols
-        return protocols.main(args[1:])
-    if args and args[0] == "profile":
-        from plexmq.bench import profile
-        return profile.main(args[1:])
-    if args and args[0] == "mqload":
-        from plexmq.bench import mqload
-        return mqload.main(args[1:])
-    if args and args[0] == "reconnect":
-        from plexmq.bench import reconnect
-        return reconnect.main(args[1:])
+    if args and args[0] in TOOLS:
+        return int(importlib.import_module(f"plexmq.bench.{args[0]}").main(args[1:]))
     parser = argparse.ArgumentParser(prog="plexmq bench", description="MQTT 3.1.1 and 5.0 load generator.",
-                                     epilog=_EPILOG.format(presets=", ".join(presets.PRESETS)),
+                                     usage="plexmq bench SCENARIO [options] | plexmq bench TOOL [options]",
+                                     epilog=_EPILOG.format(presets=_listed(presets.PRESETS), tools=_listed(TOOLS)),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(parser)
     ns = parser.parse_args(args)

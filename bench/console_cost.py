@@ -178,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consoles", type=int, default=1, help="open consoles in the overview and clients states")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--states", default=",".join(STATES))
-    parser.add_argument("--mqload", default=mqload.DEFAULT_BINARY)
+    mqload.binary_option(parser)
     args = parser.parse_args(argv)
+    mqload.check_binary(parser, args.mqload)
     states = args.states.split(",")
     unknown = set(states) - set(STATES)
     if unknown:

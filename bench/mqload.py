@@ -1,6 +1,5 @@
 """`python -m plexmq.bench.mqload` (or `plexmq bench mqload`): compare's presets and table, with the independent
-C generator mqload as the load instead of ours (its binary: --mqload, or $MQLOAD, or by default a
-build of it in shared/tools/mqload beside this checkout).
+C generator mqload as the load instead of ours (its binary: --mqload, else `find_binary`).
 
 Why: at light load a broker's cost depends on how its messages arrive. Our generator publishes at a
 fixed rate on a 1 ms tick, so the messages of one process leave in bursts that plexmq handles in one
@@ -14,18 +13,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from plexmq.bench import brokers, compare, limits, presets
 from plexmq.bench.monitor import BrokerMonitor
 from plexmq.bench.plan import Options
 from plexmq.bench.report import per_connect_us
 
-DEFAULT_BINARY = os.environ.get("MQLOAD", str(brokers.ROOT.parent / "shared" / "tools" / "mqload" / "mqload"))
+
+def find_binary() -> str:
+    """The mqload to run: $MQLOAD, else `mqload` on the PATH, else a build in shared/tools/mqload beside
+    this checkout or beside the working directory (an installed plexmq has no checkout to look beside);
+    where none is built, the first of those places, for the message that says to build it."""
+    places = [Path(os.environ["MQLOAD"])] if "MQLOAD" in os.environ else []
+    on_path = shutil.which("mqload")
+    places += [Path(on_path)] if on_path else []
+    places += [where / "shared" / "tools" / "mqload" / "mqload" for where in (brokers.ROOT.parent, Path.cwd().parent, Path.cwd())]
+    return str(next((p for p in places if os.access(p, os.X_OK)), places[0]))
+
+
+DEFAULT_BINARY = find_binary()
+
+
+def binary_option(parser: argparse.ArgumentParser) -> None:
+    """--mqload, for every tool that runs it."""
+    parser.add_argument("--mqload", default=DEFAULT_BINARY, help=f"the mqload binary (default {DEFAULT_BINARY})")
+
+
+def check_binary(parser: argparse.ArgumentParser, path: str) -> None:
+    """A usage error that says how to build mqload where `path` is none."""
+    if not os.access(path, os.X_OK):
+        parser.error(f"no mqload at {path}: build it (make -C ../shared/tools/mqload, beside a plexmq checkout), "
+                     "then give --mqload PATH or set MQLOAD")
 PROGRESS_S = 0.1  # mqload's progress interval: how late the start of its run phase is seen
 ROLES = ("acceptor", "router", "workers")  # plexmq's processes, whose CPU per connection a conn scenario shows
 
@@ -126,11 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", default="plexmq,mosquitto", help="comma-separated, first is the base")
     parser.add_argument("-d", "--duration", type=float, help="publish seconds per run (default: the preset's)")
     parser.add_argument("--workers", type=int, default=1, help="plexmq workers where the scenario names none (1)")
-    parser.add_argument("--mqload", default=DEFAULT_BINARY, help=f"the mqload binary ({DEFAULT_BINARY})")
+    binary_option(parser)
     parser.add_argument("--json", action="store_true", help="print all results as JSON after the table")
     ns = parser.parse_args(argv)
-    if not os.access(ns.mqload, os.X_OK):
-        parser.error(f"no mqload at {ns.mqload}: run make in its directory, or give --mqload")
+    check_binary(parser, ns.mqload)
     try:
         scenarios = presets.expand(ns.scenarios)
     except KeyError as exc:

@@ -82,11 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", default="0,1000,10000", help="tenant counts for the idle memory part ('': skip it)")
     parser.add_argument("-d", "--duration", type=float, help="publish seconds per run (default: the preset's)")
     parser.add_argument("--workers", type=int, default=1, help="plexmq workers where the scenario names none (1)")
-    parser.add_argument("--mqload", default=mqload.DEFAULT_BINARY, help=f"the mqload binary ({mqload.DEFAULT_BINARY})")
+    mqload.binary_option(parser)
     parser.add_argument("--json", action="store_true", help="print all results as JSON after the tables")
     ns = parser.parse_args(argv)
-    if not os.access(ns.mqload, os.X_OK):
-        parser.error(f"no mqload at {ns.mqload}: run make in its directory, or give --mqload")
+    mqload.check_binary(parser, ns.mqload)
     log_dir = tempfile.mkdtemp(prefix="plexbench-tenants-")
     counts = [int(n) for n in ns.declared.split(",")]
     rows = load(ns.scenarios.split(","), counts, ns.duration, ns.workers, ns.mqload, log_dir) if ns.scenarios else []

@@ -299,3 +299,36 @@ def test_latency_samples_are_decimated_evenly_and_stay_aligned() -> None:
     assert list(kept.seq) == list(range(0, 100, 16))
     assert [list(kept.sent_ns), list(kept.recv_ns), list(kept.pub), list(kept.sub)] == [
         list(kept.seq), [i + 1000 for i in kept.seq], [i % 7 for i in kept.seq], [3] * len(kept.seq)]
+
+
+def test_bench_help_lists_every_preset_and_tool_and_each_tool_answers_help(tmp_path: Path) -> None:
+    """A newcomer's first look: `plexmq bench --help` names the presets and the tools, and each tool is
+    reached as `plexmq bench TOOL` (its own --help)."""
+    run = [sys.executable, "-m", "plexmq.acceptor", "bench"]
+    said = subprocess.run([*run, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True).stdout
+    for name in [*presets.PRESETS, *cli.TOOLS]:
+        assert re.search(rf"^  {name} ", said, re.MULTILINE), f"{name} not listed:\n{said}"
+    for tool in cli.TOOLS:
+        done = subprocess.run([*run, tool, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
+        assert done.returncode == 0 and "usage:" in done.stdout, (tool, done.stderr[-2000:])
+
+
+def test_mqload_is_found_beside_the_working_directory_and_a_missing_one_says_how_to_build_it(tmp_path: Path) -> None:
+    """An installed plexmq has no checkout beside it: mqload is looked for on the PATH and in
+    shared/tools/mqload beside the working directory, and where there is none the line says how
+    to build it."""
+    built = tmp_path / "work" / "shared" / "tools" / "mqload" / "mqload"
+    built.parent.mkdir(parents=True)
+    built.write_text("#!/bin/sh\n")
+    built.chmod(0o755)
+    (tmp_path / "work" / "plexmq").mkdir()
+    code = "from plexmq.bench import mqload; print(mqload.DEFAULT_BINARY)"
+    env = {k: v for k, v in os.environ.items() if k != "MQLOAD"} | {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    found = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "work" / "plexmq", env=env, capture_output=True,
+                           text=True, timeout=30, check=True).stdout.strip()
+    if not os.access(ROOT.parent / "shared" / "tools" / "mqload" / "mqload", os.X_OK):  # a checkout's build comes first
+        assert found == str(built)
+    env["MQLOAD"] = str(tmp_path / "none")
+    done = subprocess.run([sys.executable, "-m", "plexmq.bench.mqload"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 2 and "make -C ../shared/tools/mqload" in done.stderr, done.stderr
