@@ -93,14 +93,15 @@ def test_dollar_topics_need_a_rule_that_names_them(tmp_path: Path) -> None:
     assert not acl.checker("other", "c").can_read(b"$SYS/broker/load")
 
 
-def test_a_client_publishes_to_a_dollar_topic_only_where_a_write_rule_names_it(tmp_path: Path) -> None:
-    assert may_publish(None, "a/b")  # no ACL: everything but the below
-    assert not may_publish(None, "$SYS/broker/load") and not may_publish(None, "$app/x")
+def test_a_client_publishes_to_sys_only_where_a_write_rule_names_it(tmp_path: Path) -> None:
+    assert may_publish(None, "a/b") and may_publish(None, "$app/x")  # no ACL: everything but the below
+    assert not may_publish(None, "$SYS/broker/load") and not may_publish(None, "$SYS")
     assert not may_publish(None, "$share/g/t")
     acl = load(tmp_path, "topic readwrite #\ntopic write $app/#\ntopic read $SYS/#\ntopic write $share/#\n")
     checker = acl.checker(None, "c")
     assert may_publish(checker, "a/b") and may_publish(checker, "$app/x")
     assert not may_publish(checker, "$SYS/broker/load")  # `#` does not reach it, and read is not write
+    assert not may_publish(checker, "$other/x")  # no rule names it: `#` does not reach a `$` topic
     assert not may_publish(checker, "$share/g/t")  # a name nobody can subscribe to, whatever the ACL says
 
 

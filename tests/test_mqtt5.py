@@ -208,7 +208,7 @@ def test_acl_refusals_carry_0x87(start_broker: Callable[..., Broker], tmp_path: 
     assert subscribe5(c, 1, [("open/x", 1), ("closed/x", 1)]) == [1, 0x87]
     c.send(v5.encode_publish(b"closed/x", b"no", 1, packet_id=5))
     first, body = c.recv()
-    assert first == 0x40 and v5.decode_ack(v5.PUBACK, 0, body) == (5, 0x87, {P.REASON_STRING: "not authorized"})
+    assert (first, body) == (0x40, b"\x00\x05\x87")  # bare, as mosquitto sends it
     c.send(v5.encode_publish(b"closed/x", b"no", 2, packet_id=6))
     first, body = c.recv()
     assert first == 0x50 and v5.decode_ack(v5.PUBREC, 0, body)[:2] == (6, 0x87)
@@ -278,25 +278,18 @@ def test_a_message_that_matches_no_subscription_is_acknowledged_0x10(broker: Bro
         client.close()
 
 
-def test_success_acknowledgements_go_bare_and_refusals_say_why(broker: Broker) -> None:
-    """The bytes mosquitto and EMQX send: a PUBACK or PUBREC of 0x10 is 4 bytes, no reason string
-    (Paho's 5.0 client refuses a longer one); a refusal (0x99) carries its reason string unless the
-    client asked for no problem information [MQTT-3.1.2-29], and then goes bare too."""
+def test_acknowledgements_go_bare_as_mosquitto_sends_them(broker: Broker) -> None:
+    """The bytes mosquitto and EMQX send: a PUBACK or PUBREC of 0x10 is 4 bytes, and so is a refusal
+    (0x99), with no reason string to restate the code (Paho's 5.0 client refuses a longer one)."""
     topic = f"v5/bare/{uid()}".encode()
-    c, _ = raw5(broker.port)
+    c, _ = raw5(broker.port, properties={P.REQUEST_PROBLEM_INFORMATION: 1})
     c.send(v5.encode_publish(topic, b"x", 1, packet_id=7))
     assert c.recv() == (0x40, b"\x00\x07\x10")
     c.send(v5.encode_publish(topic, b"x", 2, packet_id=8))
     assert c.recv() == (0x50, b"\x00\x08\x10")
-    bad_utf8 = {P.PAYLOAD_FORMAT_INDICATOR: 1}
-    c.send(v5.encode_publish(topic, b"\xff", 1, packet_id=9, properties=bad_utf8))
-    first, body = c.recv()
-    assert first == 0x40 and v5.decode_ack(v5.PUBACK, 0, body)[1:] == (0x99, {P.REASON_STRING: "payload format invalid"})
-    quiet, _ = raw5(broker.port, properties={P.REQUEST_PROBLEM_INFORMATION: 0})
-    quiet.send(v5.encode_publish(topic, b"\xff", 1, packet_id=10, properties=bad_utf8))
-    assert quiet.recv() == (0x40, b"\x00\x0a\x99")
-    for client in (c, quiet):
-        client.close()
+    c.send(v5.encode_publish(topic, b"\xff", 1, packet_id=9, properties={P.PAYLOAD_FORMAT_INDICATOR: 1}))
+    assert c.recv() == (0x40, b"\x00\x09\x99")
+    c.close()
 
 
 def test_payload_format_indicator_checks_utf8(broker: Broker) -> None:

@@ -193,12 +193,16 @@ class Checker:
 def may_publish(checker: Checker | None, topic: str) -> bool:
     """May a client publish to (or leave its will on) this topic name; `checker` None: no ACL.
 
-    `$` topics are the broker's ($SYS): a client writes one only where a write rule of its ACL names
-    it (a rule starting with `$`: wildcards never reach them [MQTT-4.7.2-1]), so that without an
-    ACL nobody can spoof them, as in mosquitto. A `$share/` name reaches nobody whatever the ACL
-    says (a filter so named is a shared subscription [MQTT-4.8.2-1])."""
+    `$SYS` is the broker's: a client writes there only where a write rule of its ACL names it (a rule
+    starting with `$`: wildcards never reach `$` topics [MQTT-4.7.2-1]), so that without an ACL nobody
+    can spoof it. Another `$` topic is any client's, as in mosquitto (Paho's interoperability suite
+    publishes to one), though `#` in an ACL does not reach it either. A `$share/` name reaches
+    nobody whatever the ACL says (a filter so named is a shared subscription [MQTT-4.8.2-1])."""
     if topic[:1] == "$":
-        return checker is not None and not topic.startswith(SHARED_PREFIX) and checker.can_write(topic)
+        if topic.startswith(SHARED_PREFIX):
+            return False
+        if topic == "$SYS" or topic.startswith("$SYS/"):
+            return checker is not None and checker.can_write(topic)
     return checker is None or checker.can_write(topic)
 
 

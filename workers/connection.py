@@ -418,9 +418,10 @@ class Connection(Outbound, asyncio.Protocol):
 
     def acknowledge(self, packet_id: int, qos: int, code: int) -> None:
         """PUBACK (QoS 1) or PUBREC (QoS 2) for a PUBLISH of the client; 5.0 also hears a refusal's
-        reason (3.1.1 has no way to say it: the message is acknowledged and dropped). Success codes
-        (0x10 No matching subscribers too) go bare, as mosquitto and EMQX send them: Paho's 5.0 client
-        refuses a PUBACK longer than 4 bytes, and a reason string there says nothing the code does not."""
+        reason code (3.1.1 has no way to say it: the message is acknowledged and dropped). Bare, as
+        mosquitto and EMQX send them: a reason string here would only restate the code, and Paho's
+        5.0 client refuses a PUBACK longer than 4 bytes. Reason strings go where they say more, on a
+        refused CONNACK and on DISCONNECT (which Request Problem Information = 0 allows [MQTT-3.1.2-29])."""
         negotiated = self.v5
         if negotiated is None:
             self.write(p.encode_puback(packet_id) if qos == 1 else p.encode_pubrec(packet_id))
@@ -429,11 +430,7 @@ class Connection(Outbound, asyncio.Protocol):
             negotiated.receiving -= 1
         elif code >= 0x80:
             negotiated.releasing.discard(packet_id)  # a refused QoS 2 flow ends here: no PUBREL comes
-        kind = p.PUBACK if qos == 1 else p.PUBREC
-        if code >= 0x80 and negotiated.problem_info:
-            self.send5(partial(v5.encode_ack, kind, packet_id, code), {props.REASON_STRING: reasons.name(code)})
-        else:
-            self.write(v5.encode_ack(kind, packet_id, code))
+        self.write(v5.encode_ack(p.PUBACK if qos == 1 else p.PUBREC, packet_id, code))
 
     # -- closing -----------------------------------------------------------------------------------
 

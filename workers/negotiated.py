@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 class Negotiated:
-    __slots__ = ("problem_info", "receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
+    __slots__ = ("receive_max", "max_packet", "alias_max", "aliases", "receiving", "releasing",
                  "session_expiry", "assigned_id", "response_info", "server_keepalive", "auth_method", "exchange",
                  "pending", "auth_data",
                  "send_alias_max", "sent_aliases", "alias_misses")
@@ -22,7 +22,6 @@ class Negotiated:
     def __init__(self, connect: Connect, alias_max: int) -> None:
         p = connect.properties
         # the client's limits on what the broker sends it
-        self.problem_info = bool(p.get(props.REQUEST_PROBLEM_INFORMATION, 1))  # reason strings on acks
         # (a property's value has the type its entry in properties.TABLE says: these are integers)
         self.receive_max: int = p.get(props.RECEIVE_MAXIMUM, 65535)  # type: ignore[assignment]  # an int
         self.max_packet: int = p.get(props.MAXIMUM_PACKET_SIZE, 0)  # type: ignore[assignment]  # 0: no limit
