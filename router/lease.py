@@ -58,7 +58,11 @@ _RELEASE = "UPDATE router_lease SET expires = now() WHERE id = 1 AND epoch = %s"
 _HOLDER = ("SELECT holder, CASE WHEN expires > now() THEN endpoint ELSE '' END, epoch FROM router_lease WHERE id = 1")
 _SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (name, endpoint) DO UPDATE "
         "SET state = excluded.state, epoch = excluded.epoch, seen = excluded.seen")
-_MEMBERS = "SELECT name, state, extract(epoch FROM now() - seen)::float8 FROM router_members ORDER BY name"
+# only the lease's holder reads as active: the row of an active whose epoch has passed (killed, or stepping
+# down) still says "active" until its restart says "standby" or it falls silent, beside the new active's
+_MEMBERS = ("SELECT m.name, CASE WHEN m.state = 'active' AND (m.epoch <> l.epoch OR l.expires <= now()) THEN 'gone' "
+            "ELSE m.state END, extract(epoch FROM now() - m.seen)::float8 FROM router_members m, router_lease l "
+            "WHERE l.id = 1 ORDER BY m.name")
 
 
 def is_postgres(store: str) -> bool:
@@ -87,7 +91,7 @@ class Holder(NamedTuple):
 
 class Member(NamedTuple):
     name: str
-    state: str  # active or standby
+    state: str  # active (the lease's holder), standby, or gone (an active whose epoch has passed)
     age: float  # seconds since it last said so
 
 

@@ -130,3 +130,15 @@ def test_members(leases: Callable[[str], Lease]) -> None:
     b.say("standby")
     assert [(m.name, m.state) for m in b.members()] == [("a", "active"), ("b", "standby")]
     assert all(m.age < 60 for m in a.members())
+
+
+def test_after_a_failover_only_the_new_holder_reads_as_active(leases: Callable[[str], Lease]) -> None:
+    """The old active's row still says "active" (it was killed, or is stepping down) until its restart
+    says "standby" or it falls silent: read beside the new active's, an alert on two actives fired at
+    every failover (issue 34). Only the lease's holder reads as active; the old one as gone."""
+    a, b = leases("a"), leases("b")
+    assert a.try_acquire() is not None
+    a.say("active")
+    wait_for(b.try_acquire, LEASE + 5, "b to take the lapsed lease")
+    b.say("active")
+    assert [(m.name, m.state) for m in b.members()] == [("a", "gone"), ("b", "active")]

@@ -294,7 +294,8 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
     lease = Lease("postgresql://unused/db", "a", "tcp://a:7883", LEASE)  # never connects here
     lease.epoch, lease.since = 3, 1_800_000_000.0
     members = Members(lease)  # not started: its last read set by hand
-    members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0)]
+    members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0),
+                    Member("d", "gone", 1.0)]  # d: the active before a, killed a second ago
     stats = Stats(RouterHarness().router, os.getpid(), members=members)
     stats.refresh(time.time())
     sys_topics = {topic: payload for _tenant, topic, payload in stats.sys_messages(time.time())
@@ -303,7 +304,7 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
         "$SYS/broker/router/name": b"a", "$SYS/broker/router/epoch": b"3", "$SYS/broker/router/failovers": b"2",
         "$SYS/broker/router/active_since": b"1800000000",
         "$SYS/broker/router/members/a/state": b"active", "$SYS/broker/router/members/b/state": b"standby",
-        "$SYS/broker/router/members/c/state": b"gone"}
+        "$SYS/broker/router/members/c/state": b"gone", "$SYS/broker/router/members/d/state": b"gone"}
     registry = CollectorRegistry()
     registry.register(stats)
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -313,6 +314,7 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
     assert samples[("plexmq_router_active_since_seconds", (("name", "a"),))] == 1_800_000_000
     assert samples[("plexmq_router_member_up", (("name", "b"), ("state", "standby")))] == 1
     assert samples[("plexmq_router_member_up", (("name", "c"), ("state", "standby")))] == 0
+    assert samples[("plexmq_router_member_up", (("name", "d"), ("state", "gone")))] == 0
     line = router_line(samples)
     assert line is not None and line.startswith("router: a active, epoch 3, since ")
-    assert line.endswith("; standby b (seen 0.1s ago); standby c (seen 60.0s ago, gone)"), line
+    assert line.endswith("; standby b (seen 0.1s ago); standby c (seen 60.0s ago, gone); gone d (seen 1.0s ago)"), line
