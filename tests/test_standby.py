@@ -232,13 +232,36 @@ def test_an_active_whose_database_stops_answering_steps_down_in_time_and_takes_t
     for proc in paused:
         proc.suspend()
     try:
-        wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \(the database is slow or "
-                                  r"unreachable\): stepping down", mark), LEASE + MARGIN, "a to step down")
+        wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \(the database has not answered "
+                                  r"a renewal for [\d.]+ s\): stepping down", mark), LEASE + MARGIN, "a to step down")
     finally:
         for proc in paused:
             proc.resume()
     found = wait_for(lambda: active_line(a, mark), START_LIMIT, "a to take the lease again")
     assert found.group(1) == "2", found.group(0)
+
+
+@needs_pg
+def test_a_router_paused_past_its_lease_says_it_was_late_itself(routers: Callable[[str], RouterHost]) -> None:
+    """SIGSTOP of the active router (a VM paused, swapping) while the database answers: on SIGCONT it
+    steps down, and its line says that the router itself did not run, not that the database did not
+    answer (issue 34)."""
+    a = routers("a")
+    a.start()
+    wait_for(lambda: active_line(a), START_LIMIT, "a to become active")
+    mark = len(a.output())
+    router = a.router()
+    assert router is not None
+    with psycopg.connect(a.dsn, autocommit=True) as db:
+        router.suspend()
+        try:
+            wait_for(lambda: db.execute("SELECT expires < now() FROM router_lease WHERE id = 1").fetchone() == (True,),
+                     LEASE + MARGIN, "a's lease to lapse while it is stopped")
+        finally:
+            router.resume()
+    found = wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \((.*?)\): stepping down", mark),
+                     10, "a to step down")
+    assert found.group(1).startswith("this router did not run for "), found.group(0)
 
 
 @needs_pg
