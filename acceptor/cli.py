@@ -45,8 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="keep everything in memory only")
     serve.add_argument("--sync", choices=("normal", "full"),
                        help="store durability: full also survives power loss (default normal)")
-    serve.add_argument("--store", metavar="DSN", help="postgresql://USER:PASSWORD@HOST:PORT/DB: keep the router's state "
-                                                      "in PostgreSQL (default: SQLite in the data dir)")
+    serve.add_argument("--store", metavar="DSN", help="postgresql://USER@HOST:PORT/DB: keep the router's state in PostgreSQL "
+                                                      "(default: SQLite in the data dir); its password best from "
+                                                      "PGPASSFILE or PGPASSWORD")
     for name, (_module, text) in TOOLS.items():
         commands.add_parser(name, help=text, add_help=False)
     return parser

@@ -19,7 +19,7 @@ from plexmq.acceptor.config import curve_keys, default_router_name, listeners, r
 from plexmq.acceptor.listening import Listening, bind
 from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
-from plexmq.process import connections_per_worker, raise_fd_limit
+from plexmq.process import connections_per_worker, hide_in_command_line, raise_fd_limit
 from plexmq.router.store import StoreError, open_store
 
 log = logging.getLogger("plexmq.acceptor")
@@ -82,6 +82,10 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     """Run this host's part of the broker (its `role`) until SIGTERM/SIGINT; the exit status. `load`
     reads the config again (SIGHUP)."""
     role = config["role"]
+    if config["store"]:  # a PostgreSQL URL: its password leaves the command line before any worker is forked
+        from plexmq.router.store_pg import masked  # psycopg only with such a store
+
+        hide_in_command_line(config["store"], masked(config["store"]))  # the children read it from config.json (0600)
     per_worker = connections_per_worker(raise_fd_limit())
     if role == "router":
         config["workers"] = 0

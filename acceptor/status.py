@@ -78,7 +78,7 @@ def router_line(now: Samples) -> str | None:
     for (metric, labels), up in sorted(now.items()):
         member = dict(labels)
         if metric == "plexmq_router_member_up" and member["name"] != name:
-            gone = "" if up else ", gone"
+            gone = "" if up or member["state"] == "gone" else ", gone"  # silent, or an active whose epoch passed
             parts.append(f"{member['state']} {member['name']} (seen {seen.get(member['name'], 0):.1f}s ago{gone})")
     return "; ".join(parts)
 

@@ -84,6 +84,22 @@ def become_child(parent_pid: int, log_level: str, log_format: str, role: str) ->
     return raise_fd_limit()
 
 
+def hide_in_command_line(text: str, shown: str) -> None:
+    """Show `shown` (as long as `text`) instead of `text` wherever this process's command line holds it:
+    /proc/PID/cmdline, which `ps` shows any local user, reads the argv memory the kernel gave the
+    process (CPython has copied it), and the workers forked later inherit the change. A secret on the
+    command line is readable until this runs: PGPASSFILE or PGPASSWORD keep it off for good."""
+    assert len(shown) == len(text), "the command line keeps its length"
+    with open("/proc/self/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()  # from field 3 (state) on: proc(5)
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49
+    argv, old, new = ctypes.string_at(start, end - start), text.encode(), shown.encode()
+    at = argv.find(old)
+    while at >= 0 and old:
+        ctypes.memmove(start + at, new, len(new))
+        at = argv.find(old, at + len(old))
+
+
 def process_name(role: str) -> str:
     """A child's process name (at most 15 bytes): plexmq-router, or plexmq-w<id> for role worker-<id>."""
     return WORKER_NAME + role[len("worker-"):] if role.startswith("worker-") else f"plexmq-{role}"

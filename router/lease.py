@@ -16,6 +16,7 @@ trying, the active's member thread logs it once per outage.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -58,7 +59,11 @@ _RELEASE = "UPDATE router_lease SET expires = now() WHERE id = 1 AND epoch = %s"
 _HOLDER = ("SELECT holder, CASE WHEN expires > now() THEN endpoint ELSE '' END, epoch FROM router_lease WHERE id = 1")
 _SAY = ("INSERT INTO router_members VALUES (%s, %s, %s, %s, now()) ON CONFLICT (name, endpoint) DO UPDATE "
         "SET state = excluded.state, epoch = excluded.epoch, seen = excluded.seen")
-_MEMBERS = "SELECT name, state, extract(epoch FROM now() - seen)::float8 FROM router_members ORDER BY name"
+# only the lease's holder reads as active: the row of an active whose epoch has passed (killed, or stepping
+# down) still says "active" until its restart says "standby" or it falls silent, beside the new active's
+_MEMBERS = ("SELECT m.name, CASE WHEN m.state = 'active' AND (m.epoch <> l.epoch OR l.expires <= now()) THEN 'gone' "
+            "ELSE m.state END, extract(epoch FROM now() - m.seen)::float8 FROM router_members m, router_lease l "
+            "WHERE l.id = 1 ORDER BY m.name")
 
 
 def is_postgres(store: str) -> bool:
@@ -87,7 +92,7 @@ class Holder(NamedTuple):
 
 class Member(NamedTuple):
     name: str
-    state: str  # active or standby
+    state: str  # active (the lease's holder), standby, or gone (an active whose epoch has passed)
     age: float  # seconds since it last said so
 
 
@@ -98,7 +103,9 @@ class Lease:
         self.dsn, self.name, self.endpoint, self.seconds = dsn, name, endpoint, seconds
         self.epoch = 0  # 0: not held
         self.since = 0.0
-        self.last_renewal = 0.0  # time.monotonic() when the last successful renewal (or the acquire) started
+        self.last_renewal = 0.0  # time.monotonic() when the last successful renewal started
+        self.asked: float | None = None  # time.monotonic() when the renewal in flight (or the last that failed) started
+        self._wake_at = math.inf  # time.monotonic() when the watch thread means to wake next
         self._db: psycopg.Connection | None = None
 
     def _conn(self) -> psycopg.Connection:
@@ -117,14 +124,18 @@ class Lease:
         return self._db
 
     def try_acquire(self) -> Taken | None:
-        """Take the lease if it has lapsed in the database; None while another router holds it."""
-        started = time.monotonic()
+        """Take the lease if it has lapsed in the database; None while another router holds it.
+
+        The acquisition may have waited in a paused database (or its answer on the way back) for longer
+        than the lease: dated by its start, a fresh holder would step down at once. A renewal started
+        after it, on a database that has just answered, dates the lease instead."""
         row = self._conn().execute(_ACQUIRE, (self.name, self.endpoint, self.seconds)).fetchone()
         if row is None:
             return None
         taken = Taken(*row)
         self.epoch, self.since = taken.epoch, taken.since
-        self.renewed(started)
+        with self.renewal():
+            self._conn().execute(FENCE, (self.seconds, self.epoch))
         return taken
 
     def fence(self) -> tuple[str, tuple]:
@@ -141,12 +152,11 @@ class Lease:
 
         def renew() -> None:
             while not done.wait(RENEW_EVERY * self.seconds):
-                started = time.monotonic()
                 try:
-                    self._conn().execute(FENCE, (self.seconds, self.epoch))
+                    with self.renewal():
+                        self._conn().execute(FENCE, (self.seconds, self.epoch))
                 except psycopg.Error:
                     return
-                self.renewed(started)
 
         thread = threading.Thread(target=renew, name="lease-renewal", daemon=True)
         thread.start()
@@ -156,9 +166,17 @@ class Lease:
             done.set()
             thread.join()
 
+    @contextmanager
+    def renewal(self) -> Iterator[None]:
+        """Around a statement that renews the lease (a commit that carries the fence, or the fence alone):
+        its start dates the renewal once it succeeds; until then the database owes an answer (`late`)."""
+        started = self.asked = time.monotonic()
+        yield
+        self.renewed(started)
+
     def renewed(self, started: float) -> None:
-        """A commit that carried the fence succeeded; it started at time.monotonic() `started`."""
-        self.last_renewal = started
+        """A renewal that started at time.monotonic() `started` succeeded."""
+        self.last_renewal, self.asked = started, None
 
     def renew_due(self, now: float) -> float:
         """Seconds from `now` (time.monotonic()) until the active must renew (an empty commit if no other
@@ -172,19 +190,33 @@ class Lease:
         threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
 
     def _watch(self) -> None:
+        """Wakes at the step-down deadline, and every renewal period at least: woken much later than it
+        meant to, the process itself did not run (`late`)."""
         while True:
             now = time.monotonic()
             if self.must_step_down(now):
-                log.error("router %s: no renewal of the lease for %.1f s (the database is slow or unreachable): "
-                          "stepping down", self.name, now - self.last_renewal)
+                log.error("%s", self.late(now))
                 logging.shutdown()
                 os._exit(STEPPED_DOWN)  # nothing the router would send after this may go: no cleanup
-            time.sleep(self.last_renewal + STEP_DOWN_AT * self.seconds - now + 0.001)
+            self._wake_at = min(self.last_renewal + STEP_DOWN_AT * self.seconds, now + RENEW_EVERY * self.seconds) + 0.001
+            time.sleep(self._wake_at - now)
 
     def must_step_down(self, now: float) -> bool:
         """Whether the last successful renewal started so long ago (by this process's monotonic clock)
         that the lease may soon lapse in the database: the active stops acting at once."""
         return now - self.last_renewal > STEP_DOWN_AT * self.seconds
+
+    def late(self, now: float) -> str:
+        """The step-down line, saying who was late: this router itself (stopped, swapped out or starved
+        of CPU: the watch thread woke over a renewal period later than it meant to), the database (a
+        renewal asked and not answered, or refused), or the router's loop (no renewal asked in time)."""
+        line = f"router {self.name}: no renewal of the lease for {now - self.last_renewal:.1f} s"
+        if now - self._wake_at > RENEW_EVERY * self.seconds:
+            return (f"{line} (this router did not run for {now - self._wake_at:.1f} s or more: stopped, or starved "
+                    "of CPU): stepping down")
+        if self.asked is not None:
+            return f"{line} (the database has not answered a renewal for {now - self.asked:.1f} s): stepping down"
+        return f"{line} (the router's loop asked for none: a turn ran long): stepping down"
 
     def holder(self) -> Holder:
         row = self._conn().execute(_HOLDER).fetchone()

@@ -178,7 +178,7 @@ def serve(config: dict) -> None:
         durable = store is not None and bool(store.ops)
         frames = router.take_frames(split=durable)
         if lease is not None and lease.must_step_down(time.monotonic()):  # paused past the lease (SIGSTOP, swap):
-            raise SteppedDown(f"router {lease.name}: no renewal of the lease for too long: stepping down")  # send nothing
+            raise SteppedDown(lease.late(time.monotonic()))  # send nothing
         for worker, at_once, _ in frames:
             send(worker, at_once)
         if store is not None and (durable or lease is not None and lease.renew_due(now) <= 0):
@@ -249,9 +249,9 @@ def commit(store: Store, lease: Lease | None) -> None:
     the last commit; not STORE_FAILED, which means "cannot open": a database that went away for a moment
     may be back); with one it steps down (the fence's division by zero: another router holds the lease;
     any other error: the database is unreachable, and a standby may take over meanwhile)."""
-    started = time.monotonic()
     try:
-        store.commit()
+        with lease.renewal() if lease is not None else nullcontext():
+            store.commit()
     except StoreError as exc:
         if lease is None:
             log.critical("router stops: the store failed: %s", exc)
@@ -260,8 +260,6 @@ def commit(store: Store, lease: Lease | None) -> None:
         if "division by zero" in str(exc) or "division by zero" in str(exc.__cause__):
             raise SteppedDown(f"another router took the lease (epoch {lease.epoch}): stepping down") from exc
         raise SteppedDown(f"router stops: the store failed: {exc}: stepping down") from exc
-    if lease is not None:
-        lease.renewed(started)
 
 
 def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:

@@ -137,9 +137,9 @@ class Stats:
         failovers: the lease has passed on epoch - 1 times since the first router took it."""
         if self.members is None:
             return {}
-        lease = self.members.lease
+        lease, silent_after = self.members.lease, self.members.silent_after
         return {"name": lease.name, "epoch": lease.epoch, "active_since": lease.since, "failovers": lease.epoch - 1,
-                "members": {m.name: {"state": m.state, "seen": m.age, "up": m.age <= self.members.silent_after}
+                "members": {m.name: {"state": m.state, "seen": m.age, "up": m.state != "gone" and m.age <= silent_after}
                             for m in self.members.seen}}
 
     def _update_loads(self, now: float, received: int, sent: int) -> None:

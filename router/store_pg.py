@@ -112,6 +112,21 @@ def describe(dsn: str) -> str:
     return f"postgresql://{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
+# a URL's password as libpq reads it: after "user:" up to the '@' of the authority (which ends at '/'),
+# or a `password` parameter
+_PASSWORD = re.compile(r"^postgres(?:ql)?://[^:@/]*:([^@/]*)@|[?&]password=([^&]*)")
+
+
+def masked(dsn: str) -> str:
+    """The DSN with each character of its password shown as '*' (acceptor/serve.py hides it so on
+    the command line: the same length, in place)."""
+    chars = list(dsn)
+    for found in _PASSWORD.finditer(dsn):
+        start, end = found.span(1) if found.group(1) is not None else found.span(2)
+        chars[start:end] = "*" * (end - start)
+    return "".join(chars)
+
+
 # a server that answered and refused us (a wrong user, password, database or pg_hba.conf): a config
 # error to stop at; any other failure to connect is an outage the routers wait out
 _REFUSED = re.compile(r"authentication|pg_hba\.conf|does not exist|permission denied|invalid", re.I)

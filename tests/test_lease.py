@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import psutil
 import psycopg
 import pytest
 
@@ -92,6 +93,46 @@ def test_held_renews_while_the_new_active_loads(leases: Callable[[str], Lease]) 
     wait_for(b.try_acquire, LEASE + 5, "b to take the lease once a no longer renews it")
 
 
+def test_a_lease_taken_from_a_paused_database_is_kept(pg_dsn: str, leases: Callable[[str], Lease]) -> None:
+    """b asks for the lease while its database backend is paused (SIGSTOP of the server, a link down)
+    for longer than the lease; once it answers, b holds the lease and keeps it: judged by the start of
+    its ask, it would step down at once (the epoch skipped, a failover that never served was counted)."""
+    a, b = leases("a"), leases("b")
+    assert a.try_acquire() is not None
+    assert b.try_acquire() is None  # b's connection is open: its backend is the one to pause
+    with psycopg.connect(pg_dsn, autocommit=True) as db:
+        row = db.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
+                         "application_name = 'plexmq lease b'").fetchone()
+    assert row is not None
+    backend = psutil.Process(row[0])
+    results: list[object] = []
+    backend.suspend()
+    try:
+        asking = threading.Thread(target=lambda: results.append(b.try_acquire()))
+        asking.start()
+        time.sleep(2 * LEASE)  # the pause itself, longer than the lease (a's lapses meanwhile)
+    finally:
+        backend.resume()
+    asking.join(30)
+    assert results and results[0] is not None, results
+    assert not b.must_step_down(time.monotonic())
+    assert b.holder() == ("b", "tcp://b:7883", 2)
+
+
+def test_the_step_down_line_says_who_was_late(leases: Callable[[str], Lease]) -> None:
+    """The database when a renewal is asked and not answered, the router's loop when none was asked
+    (a router that was itself stopped: tests/test_standby.py)."""
+    a = leases("a")
+    assert a.try_acquire() is not None
+    late = a.last_renewal + LEASE
+    assert a.must_step_down(late)
+    assert a.late(late).endswith("(the router's loop asked for none: a turn ran long): stepping down")
+    with a.renewal():
+        assert a.asked is not None
+        line = a.late(a.asked + 0.8 * LEASE)
+    assert line.endswith(f"(the database has not answered a renewal for {0.8 * LEASE:.1f} s): stepping down"), line
+
+
 def test_step_down_bookkeeping(leases: Callable[[str], Lease]) -> None:
     a = leases("a")
     assert a.try_acquire() is not None
@@ -130,3 +171,15 @@ def test_members(leases: Callable[[str], Lease]) -> None:
     b.say("standby")
     assert [(m.name, m.state) for m in b.members()] == [("a", "active"), ("b", "standby")]
     assert all(m.age < 60 for m in a.members())
+
+
+def test_after_a_failover_only_the_new_holder_reads_as_active(leases: Callable[[str], Lease]) -> None:
+    """The old active's row still says "active" (it was killed, or is stepping down) until its restart
+    says "standby" or it falls silent: read beside the new active's, an alert on two actives fired at
+    every failover (issue 34). Only the lease's holder reads as active; the old one as gone."""
+    a, b = leases("a"), leases("b")
+    assert a.try_acquire() is not None
+    a.say("active")
+    wait_for(b.try_acquire, LEASE + 5, "b to take the lapsed lease")
+    b.say("active")
+    assert [(m.name, m.state) for m in b.members()] == [("a", "gone"), ("b", "active")]

@@ -232,13 +232,36 @@ def test_an_active_whose_database_stops_answering_steps_down_in_time_and_takes_t
     for proc in paused:
         proc.suspend()
     try:
-        wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \(the database is slow or "
-                                  r"unreachable\): stepping down", mark), LEASE + MARGIN, "a to step down")
+        wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \(the database has not answered "
+                                  r"a renewal for [\d.]+ s\): stepping down", mark), LEASE + MARGIN, "a to step down")
     finally:
         for proc in paused:
             proc.resume()
     found = wait_for(lambda: active_line(a, mark), START_LIMIT, "a to take the lease again")
     assert found.group(1) == "2", found.group(0)
+
+
+@needs_pg
+def test_a_router_paused_past_its_lease_says_it_was_late_itself(routers: Callable[[str], RouterHost]) -> None:
+    """SIGSTOP of the active router (a VM paused, swapping) while the database answers: on SIGCONT it
+    steps down, and its line says that the router itself did not run, not that the database did not
+    answer (issue 34)."""
+    a = routers("a")
+    a.start()
+    wait_for(lambda: active_line(a), START_LIMIT, "a to become active")
+    mark = len(a.output())
+    router = a.router()
+    assert router is not None
+    with psycopg.connect(a.dsn, autocommit=True) as db:
+        router.suspend()
+        try:
+            wait_for(lambda: db.execute("SELECT expires < now() FROM router_lease WHERE id = 1").fetchone() == (True,),
+                     LEASE + MARGIN, "a's lease to lapse while it is stopped")
+        finally:
+            router.resume()
+    found = wait_for(lambda: a.logged(r"router a: no renewal of the lease for [\d.]+ s \((.*?)\): stepping down", mark),
+                     10, "a to step down")
+    assert found.group(1).startswith("this router did not run for "), found.group(0)
 
 
 @needs_pg
@@ -294,7 +317,8 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
     lease = Lease("postgresql://unused/db", "a", "tcp://a:7883", LEASE)  # never connects here
     lease.epoch, lease.since = 3, 1_800_000_000.0
     members = Members(lease)  # not started: its last read set by hand
-    members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0)]
+    members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0),
+                    Member("d", "gone", 1.0)]  # d: the active before a, killed a second ago
     stats = Stats(RouterHarness().router, os.getpid(), members=members)
     stats.refresh(time.time())
     sys_topics = {topic: payload for _tenant, topic, payload in stats.sys_messages(time.time())
@@ -303,7 +327,7 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
         "$SYS/broker/router/name": b"a", "$SYS/broker/router/epoch": b"3", "$SYS/broker/router/failovers": b"2",
         "$SYS/broker/router/active_since": b"1800000000",
         "$SYS/broker/router/members/a/state": b"active", "$SYS/broker/router/members/b/state": b"standby",
-        "$SYS/broker/router/members/c/state": b"gone"}
+        "$SYS/broker/router/members/c/state": b"gone", "$SYS/broker/router/members/d/state": b"gone"}
     registry = CollectorRegistry()
     registry.register(stats)
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -313,6 +337,7 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
     assert samples[("plexmq_router_active_since_seconds", (("name", "a"),))] == 1_800_000_000
     assert samples[("plexmq_router_member_up", (("name", "b"), ("state", "standby")))] == 1
     assert samples[("plexmq_router_member_up", (("name", "c"), ("state", "standby")))] == 0
+    assert samples[("plexmq_router_member_up", (("name", "d"), ("state", "gone")))] == 0
     line = router_line(samples)
     assert line is not None and line.startswith("router: a active, epoch 3, since ")
-    assert line.endswith("; standby b (seen 0.1s ago); standby c (seen 60.0s ago, gone)"), line
+    assert line.endswith("; standby b (seen 0.1s ago); standby c (seen 60.0s ago, gone); gone d (seen 1.0s ago)"), line

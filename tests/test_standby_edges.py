@@ -5,14 +5,17 @@ stop the broker; two routers given the same router_name stay apart in the member
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from plexmq.bench import postgres
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.hosts import make_keys
 from tests.test_standby import RouterHost
 
@@ -111,3 +114,65 @@ def test_two_routers_with_the_same_router_name_do_not_hide_the_active_one(pg_dsn
     finally:
         a.close()
         b.close()
+
+
+# --- the store's password is on no process's command line ---------------------------------------------
+
+PASSWORD = "s3cret-pw-34"
+
+
+@pytest.fixture(scope="module")
+def password_pg() -> Iterator[postgres.PostgreSQL]:
+    """A server of its own where role `plexmq_pw` (owner of database `plexmq_pw`) logs in over TCP with
+    PASSWORD only (the session's server trusts every login)."""
+    if not postgres.installed():
+        pytest.skip("no PostgreSQL server installed")
+    server = postgres.PostgreSQL()
+    try:
+        server.sql(f"CREATE ROLE plexmq_pw LOGIN PASSWORD '{PASSWORD}'")
+        server.sql("CREATE DATABASE plexmq_pw OWNER plexmq_pw")
+        hba = server.data / "pg_hba.conf"
+        hba.write_text(f"host all plexmq_pw {server.host}/32 scram-sha-256\n" + hba.read_text())  # first match wins
+        server.sql("SELECT pg_reload_conf()")
+        yield server
+    finally:
+        server.remove()
+
+
+def _store(server: postgres.PostgreSQL, password: str = "") -> str:
+    return f"postgresql://plexmq_pw{':' + password if password else ''}@{server.host}:{server.port}/plexmq_pw"
+
+
+def test_the_store_password_is_in_no_command_line(password_pg: postgres.PostgreSQL, tmp_path: Path) -> None:
+    """`--store postgresql://user:PASSWORD@...`: the acceptor hides the password in its own command line
+    before it forks a worker (the router is exec'd without it: its config file is mode 0600), so `ps`
+    shows it in no process of the broker; the router logged in with it all the same."""
+    b = Broker(tmp_path / "broker.log", ["--store", _store(password_pg, PASSWORD), "--workers", "2"])
+    try:
+        tree = [psutil.Process(b.proc.pid), *psutil.Process(b.proc.pid).children(recursive=True)]
+        assert len(tree) >= 4, tree  # the acceptor, the router, two workers
+        for proc in tree:
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+            assert PASSWORD.encode() not in cmdline, (proc, cmdline)
+        assert "--store\0postgresql://plexmq_pw:" + "*" * len(PASSWORD) + "@" in \
+            Path(f"/proc/{b.proc.pid}/cmdline").read_text()
+    finally:
+        b.stop()
+    assert " is active, epoch 1, the first holder" in b.output(), b.output()
+
+
+@pytest.mark.parametrize("variable", ["PGPASSFILE", "PGPASSWORD"])
+def test_libpq_reads_the_store_password_from_the_environment(password_pg: postgres.PostgreSQL, tmp_path: Path,
+                                                              variable: str) -> None:
+    """A URL without a password: libpq takes it from PGPASSWORD or the file PGPASSFILE names (the way
+    deploy/nodes.md recommends), in the acceptor's check and in the router it starts."""
+    if variable == "PGPASSFILE":
+        path = tmp_path / "pgpass"
+        path.write_text(f"{password_pg.host}:{password_pg.port}:plexmq_pw:plexmq_pw:{PASSWORD}\n")
+        path.chmod(0o600)  # libpq ignores a file others may read
+        value = str(path)
+    else:
+        value = PASSWORD
+    b = Broker(tmp_path / "broker.log", ["--store", _store(password_pg)], env={**os.environ, variable: value})
+    b.stop()
+    assert " is active, epoch " in b.output(), b.output()
