@@ -24,7 +24,7 @@ from importlib import resources
 from plexmq.router import console_clients, console_retained, console_sessions, console_trace
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
-from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session
+from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled
 from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
@@ -153,12 +153,13 @@ class Console:
         address = environ.get("REMOTE_ADDR", "")
         fields = form(environ)
         user, tenant = fields.get("user", [""])[0], fields.get("tenant", [""])[0]
-        if self.admins.throttled(address, user, tenant):
+        try:
+            token = self.admins.login(user, fields.get("password", [""])[0], address, tenant)
+        except Throttled:
             log.warning("console login for %r%s from %s refused: too many failed logins", user,
                         f" of tenant {tenant!r}" if tenant else "", address)
             status, headers, body = self.login_page("Too many failed logins: wait a minute.", "429 Too Many Requests")
             return status, [*headers, ("Retry-After", "60")], body
-        token = self.admins.login(user, fields.get("password", [""])[0], address, tenant)
         if token is None:
             return self.login_page("Wrong user or password.", "401 Unauthorized")
         return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None, self.secure))], b""

@@ -57,12 +57,13 @@ def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
 
 
 def console_broker(start_broker: Callable[..., Broker], tmp_path: Path, *args: str, tenants: tuple[str, ...] = (),
-                   config: str = "") -> tuple[Broker, str]:
+                   config: str = "", cost: int = CHEAP) -> tuple[Broker, str]:
     """A broker whose console (on a free port) has the admin ADMIN, with more `config` lines (before the
     tenants' tables); it and the console's URL (no slash). With `tenants`: those tenants declared (a username `NAME@TENANT` joins
-    one), each with its own console admin ADMIN (password PASSWORD, logging in with the tenant's name)."""
+    one), each with its own console admin ADMIN (password PASSWORD, logging in with the tenant's name).
+    `cost`: the broker's admin's scrypt n (the default's, SCRYPT_N, for a hash as slow as in use)."""
     admins = tmp_path / "admins"
-    set_password(str(admins), ADMIN, PASSWORD, n=CHEAP)  # what `plexmq passwd` writes
+    set_password(str(admins), ADMIN, PASSWORD, n=cost)  # what `plexmq passwd` writes
     text = f'console_admins = "{admins}"\n' + ('tenant_separator = "@"\n' if tenants else "") + config
     for tenant in tenants:
         set_password(str(tmp_path / f"admins-{tenant}"), ADMIN, PASSWORD, n=CHEAP)

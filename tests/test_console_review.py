@@ -4,16 +4,20 @@ login throttle against a guesser that changes its address, and requests whose he
 
 from __future__ import annotations
 
+import hashlib
 import http.client
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
 import orjson
+import pytest
 
-from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins
-from plexmq.workers.passwords import set_password
+from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
+from plexmq.workers.passwords import SCRYPT_N, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
 from tests.console import ADMIN, PASSWORD, Answer, ask, console_broker, log_in, session
@@ -101,11 +105,46 @@ def test_an_ipv6_guesser_counts_by_its_64_and_the_failures_remembered_are_bounde
     admins = Admins(str(tmp_path / "admins"))
     for i in range(FAILURES):
         assert admins.login(ADMIN, "guess", f"2001:db8::{i + 1:x}") is None
-    assert admins.throttled("2001:db8::ffff", "someone")  # the same /64
-    assert not admins.throttled("2001:db8:0:1::1", "someone")
-    for i in range(TRACKED):  # as many other addresses, one failure each: the first /64, quiet longest, is forgotten
-        admins.login(ADMIN, "guess", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
-    assert not admins.throttled("2001:db8::ffff", "someone")
+    with pytest.raises(Throttled):
+        admins.login("someone", "guess", "2001:db8::ffff")  # the same /64
+    assert admins.login("someone", "guess", "2001:db8:0:1::1") is None
+    for i in range(TRACKED):  # as many other addresses and names, one failure each: the first /64, quiet longest,
+        admins.login(f"u{i}", "guess", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")  # is forgotten
+    assert admins.login("someone", "guess", "2001:db8::ffff") is None
+
+
+def test_concurrent_wrong_logins_from_one_address_get_no_more_passwords_checked_than_the_bound(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, cost=SCRYPT_N)  # a hash as slow as in use
+    with ThreadPoolExecutor(3 * FAILURES) as pool:  # more at once than the console answers (httpd.THREADS)
+        statuses = sorted(pool.map(lambda _: log_in(url, "guess")[0], range(3 * FAILURES)))
+    assert statuses == [401] * FAILURES + [429] * (2 * FAILURES)  # each counted before its slow hash
+    assert log_in(url)[0] == 429  # the right password too, from this address, for now
+
+
+def test_a_login_naming_a_tenant_without_admins_costs_the_same_hash(tmp_path: Path) -> None:
+    set_password(str(tmp_path / "admins"), ADMIN, PASSWORD, n=CHEAP)
+    set_password(str(tmp_path / "admins-acme"), ADMIN, PASSWORD, n=CHEAP)
+    admins = Admins(str(tmp_path / "admins"), {"acme": str(tmp_path / "admins-acme")})
+    hashes = [hashed(admins.login, who, "guess", f"10.0.0.{i}", tenant)  # each from its own address
+              for i, (who, tenant) in enumerate([(ADMIN, "acme"), (ADMIN, "nosuch"), ("nobody", "acme"), ("nobody", "")])]
+    assert hashes == [1, 1, 1, 1]  # so timing does not list the tenants (nor the admins)
+
+
+def hashed(call: Callable[..., object], *args: str) -> int:
+    """How many slow hashes (scrypt) `call(*args)` ran, as the profiler sees its calls of C functions."""
+    count = 0
+
+    def seen(_frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        count += event == "c_call" and arg is hashlib.scrypt
+
+    sys.setprofile(seen)
+    try:
+        call(*args)
+    finally:
+        sys.setprofile(None)
+    return count
 
 
 def test_a_malformed_content_length_is_refused_and_the_console_keeps_serving(
