@@ -1,5 +1,5 @@
 // The Trace page: start a trace (POST /api/trace/start with the session's CSRF token), read what it
-// kept once a second (GET /api/trace/read: the router ends a trace nobody reads), stop it
+// kept once a second (POST /api/trace/read, with the token too: the router ends a trace nobody reads), stop it
 // (POST /api/trace/stop). The page keeps the newest messages only, as many as a trace's ring holds.
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
@@ -54,7 +54,7 @@ function follow(trace) {
 }
 async function read() {
   if (watched === null) return;
-  const id = watched, answer = await fetch("/api/trace/read?id=" + id);
+  const id = watched, answer = await post("/api/trace/read", {id: id});
   if (id !== watched) return;
   if (!answer.ok) {
     status.textContent = `trace ${id}: ` + (await answer.text()).trim();
