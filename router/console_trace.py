@@ -37,15 +37,15 @@ MAX_FILTER = 1024  # characters of a traced filter
 def traces(console: Console, environ: dict, session: Session) -> Reply:
     """GET /api/trace: the live traces this session may see, with their counts, and the bounds."""
     now = time.monotonic()
-    return json({"tenant": session.tenant, "most": trace.MOST, "ring": trace.RING, "rate": trace.RATE,
-                 "payload": trace.PAYLOAD, "idle": trace.IDLE, "lifetime": trace.LIFETIME,
+    return json({"tenant": session.tenant, "most": trace.MOST, "tenant_most": trace.TENANT_MOST, "ring": trace.RING,
+                 "rate": trace.RATE, "payload": trace.PAYLOAD, "idle": trace.IDLE, "lifetime": trace.LIFETIME,
                  "traces": [_described(t, now) for t in console.traces.visible(session.tenant)]})
 
 
 def start(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/trace/start, body {"filter": F, "tenant": NAME}: 200 with the trace once every worker
     watches it (`applied`); 400 for a filter that cannot be traced, 404 for no such
-    tenant, 429 while trace.MOST are live."""
+    tenant, 429 while trace.MOST are live or, for a tenant admin, trace.TENANT_MOST of its tenant."""
     body = json_body(environ)
     topic_filter = body.get("filter") if isinstance(body, dict) else None
     tenant = body.get("tenant", "") if isinstance(body, dict) else None
@@ -53,7 +53,8 @@ def start(console: Console, environ: dict, session: Session) -> Reply:
         return text("400 Bad Request", 'the body is {"filter": "FILTER", "tenant": "NAME"}')
     if len(topic_filter) > MAX_FILTER or not valid_subscription(topic_filter) or shared(topic_filter) is not None:
         return text("400 Bad Request", f"{topic_filter!r} is not a topic filter that can be traced (no shared ones)")
-    question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user)
+    question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user,
+                                session.tenant is not None)
     applied = ask(console.asks, question)
     if question.trace is None:
         said = question.refusal or "the router did not answer: try again"

@@ -1,8 +1,9 @@
 """The console's Trace (router/trace.py, router/console_trace.py, workers/trace_watch.py) against a real
 broker with two workers: a trace sees the messages its filter matches, also those a worker delivers
 itself (the publisher and the subscriber on one worker), and only those; the subscriber still gets each
-message once and in order, during the trace and after it; a fifth trace at once is refused; a tenant
-admin's trace sees only its tenant; a burst leaves at most a ring's worth to read and counts the rest.
+message once and in order, during the trace and after it; a fifth trace at once is refused, and one
+tenant's admins hold a share of them; a tenant admin's trace sees only its tenant; a read needs the
+session's token; a burst leaves at most a ring's worth to read and counts the rest.
 Without a broker: the ring and the rate's counts (a `Trace`); the router (tests/router_harness.py): a
 start answered only once every worker has acknowledged the set of traces, which never changes the route
 table, the copies kept within the router's rate, the workers' skipped counts added, a joining worker
@@ -168,6 +169,25 @@ def test_a_fifth_trace_at_once_is_refused(start_broker: Callable[..., Broker], t
     for number in numbers:
         stop(url, login, number)
     assert ask(url, "POST", "/api/trace/start", login[0], b"")[0] == 403  # no CSRF token
+
+
+def test_one_tenants_admins_hold_their_share_of_the_traces_and_a_broker_admin_stops_any(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, tenants=("acme", "beta"))
+    broker_admin = session(url)
+    joined(url, broker_admin[0])
+    acme, beta = session(url, "acme"), session(url, "beta")
+    theirs = [start(url, acme, f"a/{i}")["id"] for i in range(limits.TENANT_MOST)]
+    status, said = post(url, acme, "/api/trace/start", {"filter": "a/more"})
+    assert (status, said) == (429, f"tenant 'acme' has {limits.TENANT_MOST} traces live, the most of one tenant's "
+                                   "admins: stop one first\n".encode())
+    others = [start(url, beta, "b/#")["id"], start(url, broker_admin, "o/#")["id"]]  # the other slots are still free
+    assert len(theirs + others) == limits.MOST
+    assert post(url, beta, "/api/trace/stop", {"id": theirs[0]})[0] == 404  # another tenant's admin: not theirs
+    assert stop(url, broker_admin, theirs[0])["tenant"] == "acme"  # the broker's admin stops any
+    theirs[0] = start(url, acme, "a/more")["id"]
+    for number in theirs + others:
+        stop(url, broker_admin, number)
 
 
 def test_a_tenant_admin_traces_only_their_tenant(start_broker: Callable[..., Broker], tmp_path: Path) -> None:

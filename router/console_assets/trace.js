@@ -27,7 +27,8 @@ async function list() {
   const listing = await answer.json();
   ring = listing.ring;
   document.getElementById("tenant").hidden = listing.tenant !== null;
-  document.getElementById("limits").textContent = `At most ${listing.most} traces at once; each keeps ` +
+  document.getElementById("limits").textContent = `At most ${listing.most} traces at once (a tenant's admins: ` +
+    `${listing.tenant_most}); each keeps ` +
     `${listing.rate} messages a second (the rest only counted), payloads cut to ${listing.payload} bytes, and ends ` +
     `when not read for ${listing.idle} s or after ${listing.lifetime} s.`;
   document.getElementById("traces").replaceChildren(...listing.traces.map(trace => {
