@@ -43,6 +43,19 @@ def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
     return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
 
 
+def log_in_from(url: str, address: str, password: str, tenant: str = "") -> Answer:
+    """A login from the local address `address` (any of 127.0.0.0/8 reaches a console on 127.0.0.1)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15, source_address=(address, 0))
+    try:
+        conn.request("POST", "/login", urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode(),
+                     {"Content-Type": "application/x-www-form-urlencoded"})
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
 def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
     """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
     and its CSRF token (from the overview page)."""

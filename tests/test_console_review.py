@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -20,7 +20,7 @@ from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH
 from plexmq.workers.passwords import SCRYPT_N, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
-from tests.console import ADMIN, PASSWORD, Answer, ask, console_broker, log_in, session
+from tests.console import ADMIN, PASSWORD, ask, console_broker, log_in, log_in_from, session
 from tests.mqtt import RawClient
 from tests.steps import uid
 from tests.tenants import user
@@ -74,27 +74,14 @@ def test_an_admins_sessions_are_bounded_the_oldest_logged_out(start_broker: Call
     assert all(ask(url, "GET", "/api/clients", cookie)[0] == 200 for cookie in cookies[1:])
 
 
-def _log_in_from(url: str, address: str, password: str) -> Answer:
-    """A login from the local address `address` (any of 127.0.0.0/8 reaches a console on 127.0.0.1)."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15, source_address=(address, 0))
-    try:
-        conn.request("POST", "/login", urlencode({"user": ADMIN, "password": password}).encode(),
-                     {"Content-Type": "application/x-www-form-urlencoded"})
-        answer = conn.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        conn.close()
-
-
 def test_failed_logins_from_many_addresses_throttle_the_account(start_broker: Callable[..., Broker],
                                                                   tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path)
     guessers = [f"127.0.0.{2 + i}" for i in range(ACCOUNT_FAILURES // FAILURES)]
     for address in guessers:
-        assert [_log_in_from(url, address, "guess")[0] for _ in range(FAILURES)] == [401] * FAILURES
-        assert _log_in_from(url, address, "guess")[0] == 429  # this address's own bound
-    status, headers, _ = _log_in_from(url, "127.0.0.100", PASSWORD)  # another address: the account's bound
+        assert [log_in_from(url, address, "guess")[0] for _ in range(FAILURES)] == [401] * FAILURES
+        assert log_in_from(url, address, "guess")[0] == 429  # this address's own bound
+    status, headers, _ = log_in_from(url, "127.0.0.100", PASSWORD)  # another address: the account's bound
     assert status == 429 and headers["retry-after"] == "60"
     wait_for(lambda: f"console login for {ADMIN!r} from 127.0.0.100 refused: too many failed logins" in b.output(),
              10, "the refusal's log line")
