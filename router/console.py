@@ -27,7 +27,7 @@ from importlib import resources
 from plexmq.router import console_clients, console_retained, console_sessions, console_trace
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
-from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled
+from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
@@ -231,11 +231,11 @@ def tls_context(config: dict) -> ssl.SSLContext | None:
     return context
 
 
-def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store: Store | None) -> tuple[str, int] | None:
-    """Start the console (`console_host`, `console_port`, the admins, `console_tls`); its (host, port), or
-    None when the port cannot be had (logged)."""
+def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store: Store | None) -> Admins | None:
+    """Start the console (`console_host`, `console_port`, the admins, `console_tls`); its admins (a
+    reload rereads them: `Admins.reload`), or None when the port cannot be had (logged)."""
     host, port = config["console_host"], config["console_port"]
-    admins = Admins(config["console_admins"], {name: table["console_admins"] for name, table in config["tenants"].items()})
+    admins = Admins(*files(config))
     context = tls_context(config)
     scheme = "http" if context is None else "https"
     console: Console | None = None
@@ -254,4 +254,4 @@ def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store:
     threading.Thread(target=server.run, name="plexmq-console", daemon=True).start()
     log.info("console on %s://%s:%d/%s", scheme, bound[0], bound[1],
              "" if admins.any else " (no console_admins: every login refused)")
-    return bound[0], bound[1]
+    return admins

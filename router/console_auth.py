@@ -8,6 +8,8 @@ address), in a memory of at most TRACKED addresses and names. Each login is coun
 hash, and every login costs one hash, whether its tenant or user exists or not.
 
 Sessions live in the router's memory only: a restart logs every operator out, which is the safe way.
+A reload (SIGHUP) reads the admins files again (`Admins.reload`): an admin no longer in them, or whose
+tenant was removed or disabled, is logged out at once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from plexmq.workers.passwords import PasswordFile
+from plexmq.workers.passwords import PasswordFile, PasswordFileError
 
 log = logging.getLogger("plexmq.router")
 
@@ -53,14 +55,38 @@ class Admins:
     """Logins, sessions and the failed-login bound; safe to use from the HTTP threads."""
 
     def __init__(self, path: str, tenants: dict[str, str] | None = None) -> None:
-        """`path`: the broker's admins file ("": none); `tenants`: tenant name -> its admins file. Read
-        once, at start."""
+        """`path`: the broker's admins file ("": none); `tenants`: tenant name -> its admins file (`files`).
+        A file that cannot be read raises PasswordFileError (the acceptor checked them all at startup)."""
         self.file = PasswordFile.load(path) if path else None
         self.tenants = {name: PasswordFile.load(file) for name, file in (tenants or {}).items() if file}
         self._sessions: dict[str, Session] = {}
         self._failures: OrderedDict[tuple[str, ...], deque[float]] = OrderedDict()  # the last failure last
         self._streams: dict[tuple[str, str | None], int] = {}  # (user, tenant) -> its open event streams
         self._lock = threading.Lock()
+
+    def reload(self, path: str, tenants: dict[str, str]) -> None:
+        """SIGHUP (the router's loop: the files are parsed, nothing hashed): the admins files again, and
+        the sessions of every admin no longer in them (deleted, or of a tenant removed, disabled or
+        without admins now) end at once (their event streams at their next event). A file that cannot be
+        read gives no admins, logged (the acceptor checked it before it signalled)."""
+        file = _reloaded(path) if path else None
+        files = {name: found for name, path in tenants.items() if path and (found := _reloaded(path)) is not None}
+        with self._lock:
+            self.file, self.tenants = file, files
+            ended = [session for session in self._sessions.values() if not self._listed(session)]
+            for session in ended:
+                del self._sessions[session.token]
+        whose = sorted({repr(s.user) + (f" of tenant {s.tenant!r}" if s.tenant else "") for s in ended})
+        log.info("console: admins reloaded%s", f"; logged out, no longer admins: {', '.join(whose)}" if whose else "")
+
+    def _file_of(self, tenant: str | None) -> PasswordFile | None:
+        """The admins file of `tenant`'s admins (None: the broker's), if it has one."""
+        return self.file if tenant is None else self.tenants.get(tenant)
+
+    def _listed(self, session: Session) -> bool:
+        """Whether `session`'s admin is in her admins file still."""
+        file = self._file_of(session.tenant)
+        return file is not None and session.user in file
 
     @property
     def any(self) -> bool:
@@ -73,13 +99,15 @@ class Admins:
         used up its failed logins. Slow (the hash): called from an HTTP thread, never the loop."""
         now = time.monotonic()
         counted = self._count(now, address, user, tenant)
-        file = self.tenants.get(tenant) if tenant else self.file
+        file = self._file_of(tenant or None)
         who = f"{user!r} of tenant {tenant!r}" if tenant else repr(user)
         if not self._check(file, user, password):
             log.warning("console login refused for %s from %s", who, address)
             return None
         token = secrets.token_urlsafe(32)
         with self._lock:
+            if file is not self._file_of(tenant or None):  # a reload came during the hash: it may have revoked her
+                return None
             for key in counted:  # not a failure after all
                 failures = self._failures.get(key)
                 if failures is not None and now in failures:
@@ -176,6 +204,21 @@ class Admins:
         for failures in self._failures.values():
             while failures and now - failures[0] > FAILURE_WINDOW:
                 failures.popleft()
+
+
+def files(config: dict) -> tuple[str, dict[str, str]]:
+    """The admins files `config` names: the broker's ("": none), and each enabled tenant's (a disabled
+    tenant's admins cannot log in, as its clients cannot)."""
+    return config["console_admins"], {name: table["console_admins"] for name, table in config["tenants"].items()
+                                      if table["enabled"] and table["console_admins"]}
+
+
+def _reloaded(path: str) -> PasswordFile | None:
+    try:
+        return PasswordFile.load(path)
+    except PasswordFileError as exc:
+        log.error("console: %s: its admins cannot log in until it is fixed and reloaded", exc)
+        return None
 
 
 def _address(address: str) -> tuple[str, ...]:

@@ -38,8 +38,8 @@ def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None,
         conn.close()
 
 
-def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
-    form = urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode()
+def log_in(url: str, password: str = PASSWORD, tenant: str = "", user: str = ADMIN) -> Answer:
+    form = urlencode({"user": user, "password": password, "tenant": tenant}).encode()
     return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
 
 
@@ -56,10 +56,10 @@ def log_in_from(url: str, address: str, password: str, tenant: str = "") -> Answ
         conn.close()
 
 
-def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
+def session(url: str, tenant: str = "", user: str = ADMIN) -> tuple[dict[str, str], str]:
     """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
     and its CSRF token (from the overview page)."""
-    status, headers, _ = log_in(url, tenant=tenant)
+    status, headers, _ = log_in(url, tenant=tenant, user=user)
     assert status == 303
     cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
     status, _, page = ask(url, "GET", "/", cookie)
