@@ -70,7 +70,7 @@ class Admins:
         without admins now) end at once (their event streams at their next event). A file that cannot be
         read gives no admins, logged (the acceptor checked it before it signalled)."""
         file = _reloaded(path) if path else None
-        files = {name: found for name, path in tenants.items() if path and (found := _reloaded(path)) is not None}
+        files = {name: found for name, where in tenants.items() if where and (found := _reloaded(where)) is not None}
         with self._lock:
             self.file, self.tenants = file, files
             ended = [session for session in self._sessions.values() if not self._listed(session)]
@@ -143,7 +143,7 @@ class Admins:
         so that timing does not tell which tenants have admins."""
         if file is not None:
             return file.check(user, password)
-        decoy = self.file or next(iter(self.tenants.values()), None)
+        decoy = self.file if self.file is not None else next(iter(self.tenants.values()), None)
         if decoy is not None:
             decoy.check(NOBODY, password)
         return False
