@@ -127,7 +127,7 @@ def start_trace(port: int, session: Login, topic_filter: str) -> Callable[[], No
 
     def poll() -> None:  # the page reads its trace once a second, or the router ends it
         while not reading.wait(1.0):
-            request(port, "GET", f"/api/trace/read?id={trace}", session.headers())
+            request(port, "POST", "/api/trace/read", headers, json.dumps({"id": trace}).encode())
 
     threading.Thread(target=poll, daemon=True).start()
 

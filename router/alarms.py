@@ -3,6 +3,9 @@ worker restarted. Raised and cleared once a second from the figures `Stats.refre
 (its snapshot), so they cost the router's loop no walk of its own, and read by the console's overview
 (router/console_events.py) and by /metrics (`plexmq_alarm`) from that snapshot: one home for the rules.
 
+Failed logins are the workers' (MQTT) and the web console's, which its HTTP threads hand over
+(`console_login_failed`) and the next check counts with the rest, each address a source of its own.
+
 Counters come from the workers' reports, which start again from zero when a worker restarts: each rule
 takes a worker's rise against its own last report from the same process (`pid`), never the totals.
 
@@ -13,6 +16,7 @@ which is what counts per tenant.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import asdict, dataclass
 
@@ -24,6 +28,7 @@ QUIET = 10.0  # seconds without a drop before a drop alarm clears
 WINDOW, BURST = 10.0, 5  # more than BURST failed logins within WINDOW seconds is a burst
 HOLD = 60.0  # seconds a restart stays raised (it is an event: no condition ends it)
 KEEP = 50  # cleared alarms kept for the overview
+NAMED = 5  # sources a burst of failed logins names, the most first (the console's may be many addresses)
 Shown = dict[str | None, list[dict]]  # whose (None: the broker's) -> the alarms to show
 LOGIN_REFUSALS = ("bad_user_name_or_password", "not_authorized")  # a tenant's refusals that are failed logins
 
@@ -41,7 +46,8 @@ class Alarm:
 
 
 class Alarms:
-    """The alarms raised now and the last KEEP cleared of each scope; `check` is called by the router's loop only."""
+    """The alarms raised now and the last KEEP cleared of each scope; `check` is called by the router's loop
+    only, `console_login_failed` by any thread."""
 
     def __init__(self) -> None:
         self.raised: dict[tuple[str, str, str | None], Alarm] = {}
@@ -49,7 +55,10 @@ class Alarms:
         self._workers: dict[str, tuple[int, int, int]] = {}  # label -> (pid, dropped, auth_failures) last reported
         self._tenants: dict[str, tuple[int, int]] = {}  # tenant -> (dropped, failed logins) last summed
         self._routed = 0  # the router's own drops (its session queues) at the last check
-        self._failures: deque[tuple[float, str, str | None, int]] = deque()  # (at, worker or "", tenant, failed logins)
+        # (at, source: "worker W", "the console from A" or "", tenant, failed logins)
+        self._failures: deque[tuple[float, str, str | None, int]] = deque()
+        self._console: dict[tuple[str | None, str], int] = {}  # (tenant, address) -> failed console logins since the check
+        self._lock = threading.Lock()  # of `_console`
         # a drop alarm's drops since it was raised: by source (worker, router) and by tenant
         self._since: dict[tuple[str, str, str | None], tuple[dict[str, int], dict[str, int]]] = {}
 
@@ -68,8 +77,14 @@ class Alarms:
         for name, count in tenant_drops.items():
             if count:
                 self._dropped(now, name, {_shown(name): count}, {})
-        self._failures.extend((now, label, None, n) for label, n in worker_failures.items() if n)
+        self._failures.extend((now, f"worker {label}", None, n) for label, n in worker_failures.items() if n)
         self._failures.extend((now, "", name, n) for name, n in tenant_failures.items() if n)
+        with self._lock:
+            console, self._console = self._console, {}
+        for (whose, address), n in console.items():  # the broker's, and a tenant's own too
+            self._failures.append((now, f"the console from {address}", None, n))
+            if whose is not None:
+                self._failures.append((now, "", whose, n))
         self._logins(now)
         for name, node in snapshot["nodes"].items():
             if node["state"] == "lost":
@@ -82,6 +97,12 @@ class Alarms:
         for scope, kept in self.cleared.items():
             shown.setdefault(scope, []).extend(reversed(kept))
         return shown
+
+    def console_login_failed(self, tenant: str | None, address: str) -> None:
+        """A failed login to the web console from `address`, naming a tenant with admins (None: the
+        broker's admins, or a tenant without any); any thread."""
+        with self._lock:
+            self._console[(tenant, address)] = self._console.get((tenant, address), 0) + 1
 
     def _worker_rises(self, workers: dict[str, dict]) -> tuple[dict[str, int], dict[str, int]]:
         """Each worker's drops and failed logins since its last report: a restarted one's from zero, one
@@ -147,16 +168,18 @@ class Alarms:
             self._failures.popleft()
         broker: dict[str, int] = {}
         by_tenant: dict[str, int] = {}
-        for _at, worker, tenant, count in self._failures:
+        for _at, source, tenant, count in self._failures:
             if tenant is None:
-                broker[worker] = broker.get(worker, 0) + count
+                broker[source] = broker.get(source, 0) + count
             else:
                 by_tenant[tenant] = by_tenant.get(tenant, 0) + count
         total = sum(broker.values())
         if total > BURST:
-            by_worker = ", ".join(f"worker {label}: {n}" for label, n in broker.items())
+            sources = sorted(broker.items(), key=lambda item: -item[1])
+            named = ", ".join(f"{source}: {n}" for source, n in sources[:NAMED])
+            more = f" and {len(sources) - NAMED} more" if len(sources) > NAMED else ""
             self._hold(now, LOGINS, "", None, "a burst of failed logins",
-                       f"{total} in the last {WINDOW:g} s: {by_worker}")
+                       f"{total} in the last {WINDOW:g} s: {named}{more}")
         for name, count in by_tenant.items():
             if count > BURST:
                 self._hold(now, LOGINS, name, name, f"a burst of failed logins in tenant {_shown(name)}",

@@ -2,11 +2,13 @@
 routing, served by the router on a listener of its own.
 
 Every page and request needs a session (router/console_auth.py) but the login page and the assets;
-every request must name this console (`admin.Names`: Host and Origin), and every POST must carry the
-session's CSRF token (form field `csrf` or header X-CSRF-Token). Each page's module
-(router/console_*.py, listed in FEATURES) brings its pages and routes (router/console_http.py); what
-they need of the router's state they ask its loop (router/asks.py), the live figures come from `Stats`
-(router/console_events.py), a trace's messages from its ring (`Traces`, router/trace.py). The pages,
+every request must name this console (`admin.Names`: Host and Origin; the others are logged, a bounded
+number of lines: `Refusals`), and every POST must carry the session's CSRF token (form field `csrf` or
+header X-CSRF-Token). A failed login counts toward the failed-logins alarm (router/alarms.py), as an
+MQTT one does. Each page's module (router/console_*.py, listed in FEATURES) brings its pages and routes
+(router/console_http.py); what they need of the router's state they ask its loop (router/asks.py), the
+live figures come from `Stats` (router/console_events.py), a trace's messages from its ring (`Traces`,
+router/trace.py). The pages,
 scripts and styles are files of the package (router/console_assets/): nothing is loaded from elsewhere,
 and the Content-Security-Policy says so to the browser. With a `[tls]` certificate (and `console_tls`,
 the default) it speaks HTTPS only, and its cookie is Secure.
@@ -18,13 +20,14 @@ import html
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
 from plexmq.router import console_clients, console_retained, console_sessions, console_trace
 from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
-from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session
+from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console_http import Page, Reply, Routes, form, text
 from plexmq.router.stats import Stats
@@ -43,6 +46,8 @@ OVERVIEW: Page = ("/", "Overview", "overview.html")
 FEATURES = (console_clients, console_sessions, console_retained, console_trace)  # each with PAGES and ROUTES, in the
 # navigation's order
 SESSION = "plexmq.session"  # environ key: the session that opened an event stream
+REFUSALS_LOGGED = 10  # requests refused for their Host or Origin logged per REFUSALS_WINDOW; the rest counted
+REFUSALS_WINDOW = 60.0  # seconds
 
 
 def asset(name: str) -> bytes:
@@ -62,6 +67,7 @@ class Console:
         self.store = store  # `describe_store`'s, for the overview
         self.secure = secure  # served over HTTPS: the cookie says Secure
         self.assets = {item.name for item in ASSETS.iterdir() if not item.name.endswith(".html")}
+        self.refusals = Refusals()
         self.pages: list[Page] = [OVERVIEW]
         self.routes: Routes = {}
         for feature in FEATURES:
@@ -86,6 +92,7 @@ class Console:
         """The answer; status "stream" for the event stream (`__call__` streams it)."""
         refused = self.names.refusal(environ)
         if refused is not None:
+            self.refusals.said(environ, refused[1])
             return text(refused[0], refused[1])
         method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
         if path.startswith("/assets/"):
@@ -153,15 +160,42 @@ class Console:
         address = environ.get("REMOTE_ADDR", "")
         fields = form(environ)
         user, tenant = fields.get("user", [""])[0], fields.get("tenant", [""])[0]
-        if self.admins.throttled(address, user, tenant):
+        try:
+            token = self.admins.login(user, fields.get("password", [""])[0], address, tenant)
+        except Throttled:
             log.warning("console login for %r%s from %s refused: too many failed logins", user,
                         f" of tenant {tenant!r}" if tenant else "", address)
             status, headers, body = self.login_page("Too many failed logins: wait a minute.", "429 Too Many Requests")
             return status, [*headers, ("Retry-After", "60")], body
-        token = self.admins.login(user, fields.get("password", [""])[0], address, tenant)
         if token is None:
+            self.stats.alarms.console_login_failed(tenant if tenant in self.admins.tenants else None, address)
             return self.login_page("Wrong user or password.", "401 Unauthorized")
         return "303 See Other", [("Location", "/"), ("Set-Cookie", _cookie(token, None, self.secure))], b""
+
+
+class Refusals:
+    """The log of requests refused for their Host or Origin (another site's page, a DNS-rebound name):
+    a WARNING line each, at most REFUSALS_LOGGED per REFUSALS_WINDOW, so that a page that keeps sending
+    them cannot flood the log; the next line logged says how many were left out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the HTTP threads share it
+        self._since = -REFUSALS_WINDOW  # time.monotonic() the window began
+        self._logged = 0  # lines in the window
+        self._unsaid = 0  # refusals left out since the last line
+
+    def said(self, environ: dict, why: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._since >= REFUSALS_WINDOW:
+                self._since, self._logged = now, 0
+            if self._logged >= REFUSALS_LOGGED:
+                self._unsaid += 1
+                return
+            self._logged += 1
+            unsaid, self._unsaid = self._unsaid, 0
+        log.warning("console: %s %s from %s refused: %s%s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
+                    environ.get("REMOTE_ADDR"), why, f" ({unsaid} more refused, not logged, before it)" if unsaid else "")
 
 
 class Stream:
@@ -197,11 +231,11 @@ def tls_context(config: dict) -> ssl.SSLContext | None:
     return context
 
 
-def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store: Store | None) -> tuple[str, int] | None:
-    """Start the console (`console_host`, `console_port`, the admins, `console_tls`); its (host, port), or
-    None when the port cannot be had (logged)."""
+def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store: Store | None) -> Admins | None:
+    """Start the console (`console_host`, `console_port`, the admins, `console_tls`); its admins (a
+    reload rereads them: `Admins.reload`), or None when the port cannot be had (logged)."""
     host, port = config["console_host"], config["console_port"]
-    admins = Admins(config["console_admins"], {name: table["console_admins"] for name, table in config["tenants"].items()})
+    admins = Admins(*files(config))
     context = tls_context(config)
     scheme = "http" if context is None else "https"
     console: Console | None = None
@@ -220,4 +254,4 @@ def serve_console(stats: Stats, asks: Asks, traces: Traces, config: dict, store:
     threading.Thread(target=server.run, name="plexmq-console", daemon=True).start()
     log.info("console on %s://%s:%d/%s", scheme, bound[0], bound[1],
              "" if admins.any else " (no console_admins: every login refused)")
-    return bound[0], bound[1]
+    return admins

@@ -2,11 +2,13 @@
 says why it is bounded and what it costs the broker).
 
 Starting and stopping a trace are asks (router/asks.py): they change the router's set of traces, which
-every worker is told. Reading one is not: the page polls `GET /api/trace/read` once a second, and its thread drains
-the trace's ring itself (`Trace.take`), so a page costs the loop nothing, and a poll never waits for a
-loop turn. Polling rather than a server-sent-event stream: a trace needs no thread of the 8 stream
-slots the overview uses (router/console_events.py), and a page that stops polling is how a trace
-learns that nobody watches it (it ends after `trace.IDLE`).
+every worker is told. Reading one is not: the page polls `POST /api/trace/read` once a second, and its
+thread drains the trace's ring itself (`Trace.take`), so a page costs the loop nothing, and a poll never
+waits for a loop turn. Polling rather than a server-sent-event stream: a trace needs no thread of the 8
+stream slots the overview uses (router/console_events.py), and a page that stops polling is how a
+trace learns that nobody watches it (it ends after `trace.IDLE`). So a read acts (it takes what it
+reads and keeps the trace alive): a POST with the CSRF token, like every action, and not a GET, which a
+page of another origin (or another port of this host: the same site) can make a browser send.
 
 A tenant admin starts, lists, reads and stops traces of their own tenant only, whatever the request
 names; a broker admin names the tenant ("" the default). Starts and stops are logged with who asked.
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router import trace
 from plexmq.router.asks import ask
-from plexmq.router.console_http import Page, Reply, Routes, json, json_body, query, text
+from plexmq.router.console_http import Page, Reply, Routes, json, json_body, text
 
 if TYPE_CHECKING:
     from plexmq.router.console import Console
@@ -35,15 +37,15 @@ MAX_FILTER = 1024  # characters of a traced filter
 def traces(console: Console, environ: dict, session: Session) -> Reply:
     """GET /api/trace: the live traces this session may see, with their counts, and the bounds."""
     now = time.monotonic()
-    return json({"tenant": session.tenant, "most": trace.MOST, "ring": trace.RING, "rate": trace.RATE,
-                 "payload": trace.PAYLOAD, "idle": trace.IDLE, "lifetime": trace.LIFETIME,
+    return json({"tenant": session.tenant, "most": trace.MOST, "tenant_most": trace.TENANT_MOST, "ring": trace.RING,
+                 "rate": trace.RATE, "payload": trace.PAYLOAD, "idle": trace.IDLE, "lifetime": trace.LIFETIME,
                  "traces": [_described(t, now) for t in console.traces.visible(session.tenant)]})
 
 
 def start(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/trace/start, body {"filter": F, "tenant": NAME}: 200 with the trace once every worker
     watches it (`applied`); 400 for a filter that cannot be traced, 404 for no such
-    tenant, 429 while trace.MOST are live."""
+    tenant, 429 while trace.MOST are live or, for a tenant admin, trace.TENANT_MOST of its tenant."""
     body = json_body(environ)
     topic_filter = body.get("filter") if isinstance(body, dict) else None
     tenant = body.get("tenant", "") if isinstance(body, dict) else None
@@ -51,7 +53,8 @@ def start(console: Console, environ: dict, session: Session) -> Reply:
         return text("400 Bad Request", 'the body is {"filter": "FILTER", "tenant": "NAME"}')
     if len(topic_filter) > MAX_FILTER or not valid_subscription(topic_filter) or shared(topic_filter) is not None:
         return text("400 Bad Request", f"{topic_filter!r} is not a topic filter that can be traced (no shared ones)")
-    question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user)
+    question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user,
+                                session.tenant is not None)
     applied = ask(console.asks, question)
     if question.trace is None:
         said = question.refusal or "the router did not answer: try again"
@@ -66,9 +69,12 @@ def start(console: Console, environ: dict, session: Session) -> Reply:
 
 
 def read(console: Console, environ: dict, session: Session) -> Reply:
-    """GET /api/trace/read?id=N: the messages the trace kept since the last read, and its counts; 404
-    once it has ended (or is another tenant's)."""
-    found = _find(console, query(environ).get("id", ""), session)
+    """POST /api/trace/read, body {"id": N}: the messages the trace kept since the last read, and its
+    counts; 404 once it has ended (or is another tenant's)."""
+    number = _number(environ)
+    if number is None:
+        return text("400 Bad Request", 'the body is {"id": N}')
+    found = console.traces.find(number, session.tenant)
     if found is None:
         return text("404 Not Found", "no such trace: it has ended (stopped, unread, or too old)")
     taken = found.take()
@@ -78,9 +84,8 @@ def read(console: Console, environ: dict, session: Session) -> Reply:
 def stop(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/trace/stop, body {"id": N}: 200 with the trace's last counts; 404 for no such trace of
     this session's tenant."""
-    body = json_body(environ)
-    number = body.get("id") if isinstance(body, dict) else None
-    if not isinstance(number, int) or isinstance(number, bool):
+    number = _number(environ)
+    if number is None:
         return text("400 Bad Request", 'the body is {"id": N}')
     question = trace.TraceStop(number, session.tenant)
     ask(console.asks, question)
@@ -91,8 +96,11 @@ def stop(console: Console, environ: dict, session: Session) -> Reply:
     return json(_described(question.found, time.monotonic()))
 
 
-def _find(console: Console, number: str, session: Session) -> trace.Trace | None:
-    return console.traces.find(int(number), session.tenant) if number.isascii() and number.isdigit() else None
+def _number(environ: dict) -> int | None:
+    """The trace a body {"id": N} names, or None."""
+    body = json_body(environ)
+    number = body.get("id") if isinstance(body, dict) else None
+    return number if isinstance(number, int) and not isinstance(number, bool) else None
 
 
 def _described(found: trace.Trace, now: float) -> dict:
@@ -119,4 +127,4 @@ def _message(entry: trace.Entry) -> dict:
 
 PAGES: list[Page] = [("/trace", "Trace", "trace.html")]
 ROUTES: Routes = {("GET", "/api/trace"): traces, ("POST", "/api/trace/start"): start,
-                  ("GET", "/api/trace/read"): read, ("POST", "/api/trace/stop"): stop}
+                  ("POST", "/api/trace/read"): read, ("POST", "/api/trace/stop"): stop}

@@ -19,6 +19,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload, settle_heap
 from plexmq.router.asks import Asks, start_asked
 from plexmq.router.console import serve_console
+from plexmq.router.console_auth import files as console_admins
 from plexmq.router.core import Router
 from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
 from plexmq.router.metrics import TurnMetrics, serve_metrics
@@ -96,8 +97,7 @@ def serve(config: dict) -> None:
     if config["metrics_port"] >= 0:
         serve_metrics(stats, turns, asks, config["metrics_host"], config["metrics_port"],
                       os.path.dirname(config["config_path"]))
-    if config["console_port"] >= 0:
-        serve_console(stats, asks, router.traces, config, store)
+    admins = serve_console(stats, asks, router.traces, config, store) if config["console_port"] >= 0 else None
     sys_interval = config["sys_interval"]
     next_refresh = next_sys = time.monotonic() + 1.0
 
@@ -154,6 +154,8 @@ def serve(config: dict) -> None:
             reload_wanted = False
             fresh = apply_reload(router, config)
             expiration = expiration if fresh is None else fresh
+            if admins is not None and fresh is not None:  # the tenants as reloaded: a removed one's admins go
+                admins.reload(*console_admins(config))
             expiry_interval = _expiry_interval(expiration)
         now = time.monotonic()
         if now >= next_expiry:

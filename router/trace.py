@@ -16,7 +16,9 @@ Bounds. The loop's part per copy is a count, and for at most RATE copies a secon
 workers' together) an append to the trace's ring (a deque of RING entries, each payload cut to PAYLOAD
 bytes by its worker). The console's threads drain the ring (`Trace.take`) and never wait on the loop for
 it; the loop never waits on them. A trace nobody read for IDLE seconds, or older than LIFETIME, ends at
-the loop's once-a-second `Traces.sweep`; at most MOST are live at once.
+the loop's once-a-second `Traces.sweep`; at most MOST are live at once, and a tenant's admins start
+at most TENANT_MOST of them (live in their tenant), so that one tenant cannot take them all from the
+others; a broker admin may stop any.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ RATE = 100  # messages a second a trace keeps; beyond, only counted (skipped)
 IDLE = 30.0  # seconds a trace lives unread
 LIFETIME = 600.0  # seconds a trace lives at most
 MOST = 4  # live at once, in all
+TENANT_MOST = 2  # of those, started by one tenant's admins: no tenant takes every one (the broker's admins: MOST)
 
 # seq (1, 2 ... as kept), time.time(), topic, QoS, retain, payload size, payload (at most PAYLOAD bytes), client id
 Entry = tuple[int, float, bytes, int, bool, int, bytes, str]
@@ -116,14 +119,16 @@ def see(trace: Trace, copy: wire.Traced, payload: bytes) -> None:
 
 
 class TraceStart(Ask):
-    """Start a trace of `topic_filter` (a valid, not shared, filter) in tenant `tenant`; its answer: `trace`,
-    or `refusal` with `status` (429: MOST are live; 404: no such tenant)."""
+    """Start a trace of `topic_filter` (a valid, not shared, filter) in tenant `tenant`, for `user`, one of
+    that tenant's admins (`tenant_admin`) or the broker's; its answer: `trace`, or `refusal` with `status`
+    (429: MOST are live, or a tenant admin's tenant has TENANT_MOST; 404: no such tenant)."""
 
-    def __init__(self, topic_filter: str, tenant: str, user: str) -> None:
+    def __init__(self, topic_filter: str, tenant: str, user: str, tenant_admin: bool = False) -> None:
         super().__init__()
         self.filter = topic_filter
         self.tenant = tenant
         self.user = user
+        self.tenant_admin = tenant_admin
         self.trace: Trace | None = None
         self.refusal = ""
         self.status = ""
@@ -174,6 +179,9 @@ class Traces:
         """(the loop) A new trace, told to every worker."""
         if len(self.live) >= MOST:
             start.status, start.refusal = "429 Too Many Requests", f"{MOST} traces are live, the most at once: stop one first"
+        elif start.tenant_admin and len(self.visible(start.tenant)) >= TENANT_MOST:
+            start.status, start.refusal = ("429 Too Many Requests", f"tenant {start.tenant!r} has {TENANT_MOST} traces "
+                                           "live, the most of one tenant's admins: stop one first")
         elif start.tenant not in router.tenants and start.tenant not in router.declared:
             start.status, start.refusal = "404 Not Found", f"no tenant {start.tenant!r}"
         if start.refusal:

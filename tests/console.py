@@ -38,15 +38,28 @@ def ask(url: str, method: str, path: str, headers: dict[str, str] | None = None,
         conn.close()
 
 
-def log_in(url: str, password: str = PASSWORD, tenant: str = "") -> Answer:
-    form = urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode()
+def log_in(url: str, password: str = PASSWORD, tenant: str = "", user: str = ADMIN) -> Answer:
+    form = urlencode({"user": user, "password": password, "tenant": tenant}).encode()
     return ask(url, "POST", "/login", {"Content-Type": "application/x-www-form-urlencoded"}, form)
 
 
-def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
+def log_in_from(url: str, address: str, password: str, tenant: str = "") -> Answer:
+    """A login from the local address `address` (any of 127.0.0.0/8 reaches a console on 127.0.0.1)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15, source_address=(address, 0))
+    try:
+        conn.request("POST", "/login", urlencode({"user": ADMIN, "password": password, "tenant": tenant}).encode(),
+                     {"Content-Type": "application/x-www-form-urlencoded"})
+        answer = conn.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        conn.close()
+
+
+def session(url: str, tenant: str = "", user: str = ADMIN) -> tuple[dict[str, str], str]:
     """A logged-in session (a broker admin's, or with `tenant` that tenant's admin's): its Cookie header
     and its CSRF token (from the overview page)."""
-    status, headers, _ = log_in(url, tenant=tenant)
+    status, headers, _ = log_in(url, tenant=tenant, user=user)
     assert status == 303
     cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
     status, _, page = ask(url, "GET", "/", cookie)
@@ -57,12 +70,13 @@ def session(url: str, tenant: str = "") -> tuple[dict[str, str], str]:
 
 
 def console_broker(start_broker: Callable[..., Broker], tmp_path: Path, *args: str, tenants: tuple[str, ...] = (),
-                   config: str = "") -> tuple[Broker, str]:
+                   config: str = "", cost: int = CHEAP) -> tuple[Broker, str]:
     """A broker whose console (on a free port) has the admin ADMIN, with more `config` lines (before the
     tenants' tables); it and the console's URL (no slash). With `tenants`: those tenants declared (a username `NAME@TENANT` joins
-    one), each with its own console admin ADMIN (password PASSWORD, logging in with the tenant's name)."""
+    one), each with its own console admin ADMIN (password PASSWORD, logging in with the tenant's name).
+    `cost`: the broker's admin's scrypt n (the default's, SCRYPT_N, for a hash as slow as in use)."""
     admins = tmp_path / "admins"
-    set_password(str(admins), ADMIN, PASSWORD, n=CHEAP)  # what `plexmq passwd` writes
+    set_password(str(admins), ADMIN, PASSWORD, n=cost)  # what `plexmq passwd` writes
     text = f'console_admins = "{admins}"\n' + ('tenant_separator = "@"\n' if tenants else "") + config
     for tenant in tenants:
         set_password(str(tmp_path / f"admins-{tenant}"), ADMIN, PASSWORD, n=CHEAP)

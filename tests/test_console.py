@@ -15,6 +15,7 @@ import orjson
 
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
+from plexmq.router.console import REFUSALS_LOGGED
 from tests.cli import health, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.console import ADMIN, ask, console_broker, log_in, session
@@ -91,6 +92,19 @@ def test_a_client_is_found_and_disconnected_only_with_the_csrf_token_and_our_ori
     code, props = v5.decode_reason_only(v5.DISCONNECT, 0, data[found[1]:found[2]])
     assert code == 0x98 and props[P.REASON_STRING] == "disconnected by an administrator"
     other.close()
+
+
+def test_requests_refused_for_a_foreign_origin_are_logged_a_bounded_number_of_lines(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path)
+    cookie, csrf = session(url)
+    foreign = {**cookie, "X-CSRF-Token": csrf, "Origin": "http://127.0.0.1:8000"}  # a page on another port
+    for _ in range(REFUSALS_LOGGED + 5):
+        assert ask(url, "POST", "/logout", foreign)[0] == 403
+    line = "console: POST /logout from 127.0.0.1 refused: Origin 'http://127.0.0.1:8000' is not this endpoint"
+    assert log_in(url, "wrong")[0] == 401  # a line the router logs after them: once it is out, they all are
+    wait_for(lambda: f"console login refused for {ADMIN!r}" in b.output(), 10, "the wrong login's line")
+    assert b.output().count(line) == REFUSALS_LOGGED  # within a minute: the rest are not logged
 
 
 def test_the_overview_streams_the_figures_as_json_events(start_broker: Callable[..., Broker], tmp_path: Path) -> None:

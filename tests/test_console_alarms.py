@@ -15,11 +15,11 @@ from pathlib import Path
 
 from plexmq.acceptor.status import scrape
 from plexmq.mqtt.v4 import encode_connect
-from plexmq.router.alarms import BURST, DROPPED, HOLD, KEEP, LOGINS, NODE_LOST, QUIET, RESTARTED, WINDOW, Alarms, metric
+from plexmq.router.alarms import BURST, DROPPED, HOLD, KEEP, LOGINS, NAMED, NODE_LOST, QUIET, RESTARTED, WINDOW, Alarms, metric
 from plexmq.workers.passwords import set_password
 from tests.cli import CHEAP, metrics_url
 from tests.conftest import Broker, wait_for
-from tests.console import console_broker, event_until, session
+from tests.console import console_broker, event_until, log_in_from, session
 from tests.mqtt import RawClient
 from tests.steps import connect, publish, subscribe, uid
 
@@ -83,6 +83,27 @@ def test_more_than_a_burst_of_failed_logins_within_the_window_raises_and_clears_
     same = {"0": worker(100, auth_failures=BURST), "1": worker(101, auth_failures=1)}
     assert raised(alarms.check(snap(T0 + 1 + WINDOW, same)))  # the first ones are WINDOW old: still counted
     assert raised(alarms.check(snap(T0 + 1.5 + WINDOW, same))) == []
+
+
+def test_failed_console_logins_count_with_the_mqtt_ones_by_address_and_in_their_tenants_own() -> None:
+    alarms = Alarms()
+    alarms.check(snap(T0, {"0": worker(100)}, tenants={"acme": tenant()}))
+    for _ in range(3):
+        alarms.console_login_failed(None, "10.0.0.1")  # any thread: counted at the next check
+        alarms.console_login_failed("acme", "10.0.0.2")
+        alarms.console_login_failed("acme", "10.0.0.2")
+    shown = alarms.check(snap(T0 + 1, {"0": worker(100, auth_failures=1)}, tenants={"acme": tenant(bad_logins=1)}))
+    [broker] = raised(shown)
+    assert broker["details"] == f"10 in the last {WINDOW:g} s: the console from 10.0.0.2: 6, the console from " \
+                                "10.0.0.1: 3, worker 0: 1"  # the most first
+    [theirs] = raised(shown, "acme")  # acme's own: its console admins' 6 and its MQTT clients' 1
+    assert (theirs["name"], theirs["details"]) == (LOGINS, f"7 in the last {WINDOW:g} s")
+    for i in range(NAMED + 3):
+        alarms.console_login_failed(None, f"10.0.1.{i}")
+    shown = alarms.check(snap(T0 + 2, {"0": worker(100, auth_failures=1)}, tenants={"acme": tenant(bad_logins=1)}))
+    sources = 3 + NAMED + 3  # the two addresses and the worker, and the new addresses: NAMED of them named
+    assert raised(shown)[0]["details"].endswith(f"the console from 10.0.1.0: 1, the console from 10.0.1.1: 1 and "
+                                                f"{sources - NAMED} more")
 
 
 def test_a_node_lost_is_raised_until_it_is_back() -> None:
@@ -165,6 +186,22 @@ def test_six_wrong_passwords_raise_the_login_failures_alarm(start_broker: Callab
     alarm = next(a for a in event["alarms"] if a["name"] == LOGINS)
     assert alarm["what"] == "a burst of failed logins" and " in the last " in alarm["details"]
     assert int(alarm["details"].split()[0]) > BURST  # ours, and the broker's start may have added its probe's
+
+
+def test_wrong_console_logins_raise_the_login_failures_alarm_for_the_broker_and_the_tenant_named(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, tenants=("acme",))
+    broker_admin, acme = session(url)[0], session(url, "acme")[0]
+    for address in ("127.0.0.2", "127.0.0.3"):  # more than a burst, each address within its own bound
+        for _ in range(BURST // 2 + 1):
+            assert log_in_from(url, address, "guess", "acme")[0] == 401
+    event = event_until(url, broker_admin, lambda e: any(a["name"] == LOGINS for a in e["alarms"]),
+                        what="the broker's login alarm")
+    alarm = next(a for a in event["alarms"] if a["name"] == LOGINS)
+    assert "the console from 127.0.0.2: " in alarm["details"] and "the console from 127.0.0.3: " in alarm["details"]
+    event = event_until(url, acme, lambda e: any(a["name"] == LOGINS for a in e["alarms"]), what="acme's login alarm")
+    alarm = next(a for a in event["alarms"] if a["name"] == LOGINS)
+    assert alarm["what"] == "a burst of failed logins in tenant 'acme'"
 
 
 def test_a_worker_killed_with_sigkill_raises_the_restart_alarm(start_broker: Callable[..., Broker], tmp_path: Path) -> None:

@@ -4,19 +4,23 @@ login throttle against a guesser that changes its address, and requests whose he
 
 from __future__ import annotations
 
+import hashlib
 import http.client
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import orjson
+import pytest
 
-from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins
-from plexmq.workers.passwords import set_password
+from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
+from plexmq.workers.passwords import SCRYPT_N, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
-from tests.console import ADMIN, PASSWORD, Answer, ask, console_broker, log_in, session
+from tests.console import ADMIN, PASSWORD, ask, console_broker, log_in, log_in_from, session
 from tests.mqtt import RawClient
 from tests.steps import uid
 from tests.tenants import user
@@ -70,27 +74,14 @@ def test_an_admins_sessions_are_bounded_the_oldest_logged_out(start_broker: Call
     assert all(ask(url, "GET", "/api/clients", cookie)[0] == 200 for cookie in cookies[1:])
 
 
-def _log_in_from(url: str, address: str, password: str) -> Answer:
-    """A login from the local address `address` (any of 127.0.0.0/8 reaches a console on 127.0.0.1)."""
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=15, source_address=(address, 0))
-    try:
-        conn.request("POST", "/login", urlencode({"user": ADMIN, "password": password}).encode(),
-                     {"Content-Type": "application/x-www-form-urlencoded"})
-        answer = conn.getresponse()
-        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
-    finally:
-        conn.close()
-
-
 def test_failed_logins_from_many_addresses_throttle_the_account(start_broker: Callable[..., Broker],
                                                                   tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path)
     guessers = [f"127.0.0.{2 + i}" for i in range(ACCOUNT_FAILURES // FAILURES)]
     for address in guessers:
-        assert [_log_in_from(url, address, "guess")[0] for _ in range(FAILURES)] == [401] * FAILURES
-        assert _log_in_from(url, address, "guess")[0] == 429  # this address's own bound
-    status, headers, _ = _log_in_from(url, "127.0.0.100", PASSWORD)  # another address: the account's bound
+        assert [log_in_from(url, address, "guess")[0] for _ in range(FAILURES)] == [401] * FAILURES
+        assert log_in_from(url, address, "guess")[0] == 429  # this address's own bound
+    status, headers, _ = log_in_from(url, "127.0.0.100", PASSWORD)  # another address: the account's bound
     assert status == 429 and headers["retry-after"] == "60"
     wait_for(lambda: f"console login for {ADMIN!r} from 127.0.0.100 refused: too many failed logins" in b.output(),
              10, "the refusal's log line")
@@ -101,11 +92,46 @@ def test_an_ipv6_guesser_counts_by_its_64_and_the_failures_remembered_are_bounde
     admins = Admins(str(tmp_path / "admins"))
     for i in range(FAILURES):
         assert admins.login(ADMIN, "guess", f"2001:db8::{i + 1:x}") is None
-    assert admins.throttled("2001:db8::ffff", "someone")  # the same /64
-    assert not admins.throttled("2001:db8:0:1::1", "someone")
-    for i in range(TRACKED):  # as many other addresses, one failure each: the first /64, quiet longest, is forgotten
-        admins.login(ADMIN, "guess", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
-    assert not admins.throttled("2001:db8::ffff", "someone")
+    with pytest.raises(Throttled):
+        admins.login("someone", "guess", "2001:db8::ffff")  # the same /64
+    assert admins.login("someone", "guess", "2001:db8:0:1::1") is None
+    for i in range(TRACKED):  # as many other addresses and names, one failure each: the first /64, quiet longest,
+        admins.login(f"u{i}", "guess", f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")  # is forgotten
+    assert admins.login("someone", "guess", "2001:db8::ffff") is None
+
+
+def test_concurrent_wrong_logins_from_one_address_get_no_more_passwords_checked_than_the_bound(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, cost=SCRYPT_N)  # a hash as slow as in use
+    with ThreadPoolExecutor(3 * FAILURES) as pool:  # more at once than the console answers (httpd.THREADS)
+        statuses = sorted(pool.map(lambda _: log_in(url, "guess")[0], range(3 * FAILURES)))
+    assert statuses == [401] * FAILURES + [429] * (2 * FAILURES)  # each counted before its slow hash
+    assert log_in(url)[0] == 429  # the right password too, from this address, for now
+
+
+def test_a_login_naming_a_tenant_without_admins_costs_the_same_hash(tmp_path: Path) -> None:
+    set_password(str(tmp_path / "admins"), ADMIN, PASSWORD, n=CHEAP)
+    set_password(str(tmp_path / "admins-acme"), ADMIN, PASSWORD, n=CHEAP)
+    admins = Admins(str(tmp_path / "admins"), {"acme": str(tmp_path / "admins-acme")})
+    hashes = [hashed(admins.login, who, "guess", f"10.0.0.{i}", tenant)  # each from its own address
+              for i, (who, tenant) in enumerate([(ADMIN, "acme"), (ADMIN, "nosuch"), ("nobody", "acme"), ("nobody", "")])]
+    assert hashes == [1, 1, 1, 1]  # so timing does not list the tenants (nor the admins)
+
+
+def hashed(call: Callable[..., object], *args: str) -> int:
+    """How many slow hashes (scrypt) `call(*args)` ran, as the profiler sees its calls of C functions."""
+    count = 0
+
+    def seen(_frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        count += event == "c_call" and arg is hashlib.scrypt
+
+    sys.setprofile(seen)
+    try:
+        call(*args)
+    finally:
+        sys.setprofile(None)
+    return count
 
 
 def test_a_malformed_content_length_is_refused_and_the_console_keeps_serving(

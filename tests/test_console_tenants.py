@@ -1,10 +1,12 @@
 """A tenant's admins in the web console (issue 25, `[tenants.NAME] console_admins`): they log in with the
 login form's tenant field (a wrong tenant or password is refused), their overview's events carry their
 tenant's connections, messages and alarms only and nothing of the broker's (workers, nodes, store), and
-the clients page lists and disconnects their tenant's clients only, whatever the request names."""
+the clients page lists and disconnects their tenant's clients only, whatever the request names; a reload
+reads the admins files again, and logs out those no longer listed, or of a tenant removed or disabled."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlencode
@@ -12,10 +14,10 @@ from urllib.parse import urlencode
 import orjson
 
 from plexmq.router.alarms import DROPPED
-from plexmq.workers.passwords import set_password
+from plexmq.workers.passwords import delete_user, set_password
 from tests.cli import CHEAP
-from tests.conftest import Broker
-from tests.console import Answer, ask, console_broker, event_until, session
+from tests.conftest import Broker, wait_for
+from tests.console import PASSWORD, Answer, ask, console_broker, event_until, log_in, session
 from tests.mqtt import RawClient
 from tests.steps import publish, subscribe, uid
 from tests.tenants import user
@@ -114,3 +116,27 @@ def overflow(port: int, tenant: str, subscriber: RawClient) -> None:
     for i in range(6):
         publish(publisher, topic, b"m%d" % i, 1, packet_id=i + 1)
     publisher.close()
+
+
+def test_a_reload_logs_out_the_admins_no_longer_listed_and_those_of_a_tenant_removed_or_disabled(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path, tenants=("acme", "beta"))
+    set_password(str(tmp_path / "admins"), "eve", PASSWORD, n=CHEAP)  # a new admin: she logs in after a reload
+    assert log_in(url, user="eve")[0] == 401
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "console: admins reloaded" in b.output(), 10, "the console's reload")
+    ops, eve, acme, beta = session(url), session(url, user="eve"), session(url, "acme"), session(url, "beta")
+    delete_user(str(tmp_path / "admins"), "eve")
+    config = tmp_path / "plexmq.toml"
+    text = config.read_text().split("[tenants.beta]")[0]  # beta removed
+    config.write_text(text.replace("[tenants.acme]\n", "[tenants.acme]\nenabled = false\n"))  # acme disabled
+    b.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: b.output().count("console: admins reloaded") == 2, 10, "the console's second reload")
+    assert "console: admins reloaded; logged out, no longer admins: 'eve', 'ops' of tenant 'acme', 'ops' of tenant " \
+           "'beta'" in b.output()
+    for cookie, csrf in (eve, acme, beta):
+        assert ask(url, "GET", "/api/retained", cookie)[0] == 401
+        assert ask(url, "POST", "/api/retained/delete", {**cookie, "Content-Type": "application/json",
+                                                          "X-CSRF-Token": csrf}, b'{"topic": "t"}')[0] == 401
+    assert [log_in(url, user="eve")[0], log_in(url, tenant="acme")[0], log_in(url, tenant="beta")[0]] == [401] * 3
+    assert ask(url, "GET", "/api/retained", ops[0])[0] == 200  # the one still listed keeps her session

@@ -1,8 +1,9 @@
 """The console's Trace (router/trace.py, router/console_trace.py, workers/trace_watch.py) against a real
 broker with two workers: a trace sees the messages its filter matches, also those a worker delivers
 itself (the publisher and the subscriber on one worker), and only those; the subscriber still gets each
-message once and in order, during the trace and after it; a fifth trace at once is refused; a tenant
-admin's trace sees only its tenant; a burst leaves at most a ring's worth to read and counts the rest.
+message once and in order, during the trace and after it; a fifth trace at once is refused, and one
+tenant's admins hold a share of them; a tenant admin's trace sees only its tenant; a read needs the
+session's token; a burst leaves at most a ring's worth to read and counts the rest.
 Without a broker: the ring and the rate's counts (a `Trace`); the router (tests/router_harness.py): a
 start answered only once every worker has acknowledged the set of traces, which never changes the route
 table, the copies kept within the router's rate, the workers' skipped counts added, a joining worker
@@ -58,7 +59,7 @@ def stop(url: str, login: Login, number: int) -> dict:
 
 
 def read(url: str, login: Login, number: int) -> dict:
-    status, _, said = ask(url, "GET", f"/api/trace/read?id={number}", login[0])
+    status, said = post(url, login, "/api/trace/read", {"id": number})
     assert status == 200, said
     return orjson.loads(said)
 
@@ -140,7 +141,7 @@ def test_a_trace_sees_what_its_filter_matches_and_every_message_is_still_deliver
     assert (counts["matched"], counts["kept"], counts["skipped"], counts["lost"], counts["messages"]) == (5, 5, 0, 0, [])
     assert stop(url, login, started["id"])["matched"] == 5
     assert listed(url, login) == []
-    assert ask(url, "GET", f"/api/trace/read?id={started['id']}", login[0])[0] == 404
+    assert post(url, login, "/api/trace/read", {"id": started["id"]})[0] == 404
     send(*after, b"last")
     received(len(before) + len(during) + len(after) + 1)
     assert got == [*before, *during, *after, b"last"]  # each once, in order: the trace never changed its path
@@ -170,6 +171,25 @@ def test_a_fifth_trace_at_once_is_refused(start_broker: Callable[..., Broker], t
     assert ask(url, "POST", "/api/trace/start", login[0], b"")[0] == 403  # no CSRF token
 
 
+def test_one_tenants_admins_hold_their_share_of_the_traces_and_a_broker_admin_stops_any(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    _b, url = console_broker(start_broker, tmp_path, tenants=("acme", "beta"))
+    broker_admin = session(url)
+    joined(url, broker_admin[0])
+    acme, beta = session(url, "acme"), session(url, "beta")
+    theirs = [start(url, acme, f"a/{i}")["id"] for i in range(limits.TENANT_MOST)]
+    status, said = post(url, acme, "/api/trace/start", {"filter": "a/more"})
+    assert (status, said) == (429, f"tenant 'acme' has {limits.TENANT_MOST} traces live, the most of one tenant's "
+                                   "admins: stop one first\n".encode())
+    others = [start(url, beta, "b/#")["id"], start(url, broker_admin, "o/#")["id"]]  # the other slots are still free
+    assert len(theirs + others) == limits.MOST
+    assert post(url, beta, "/api/trace/stop", {"id": theirs[0]})[0] == 404  # another tenant's admin: not theirs
+    assert stop(url, broker_admin, theirs[0])["tenant"] == "acme"  # the broker's admin stops any
+    theirs[0] = start(url, acme, "a/more")["id"]
+    for number in theirs + others:
+        stop(url, broker_admin, number)
+
+
 def test_a_tenant_admin_traces_only_their_tenant(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
     b, url = console_broker(start_broker, tmp_path, tenants=("acme",))
     broker_admin = session(url)
@@ -190,13 +210,33 @@ def test_a_tenant_admin_traces_only_their_tenant(start_broker: Callable[..., Bro
     assert [m["payload"] for m in read_until(url, acme, theirs["id"], 1)] == ["acme's last"]
     assert [t["id"] for t in listed(url, acme)] == [theirs["id"]]
     assert sorted(t["id"] for t in listed(url, broker_admin)) == sorted([theirs["id"], ours["id"]])
-    assert ask(url, "GET", f"/api/trace/read?id={ours['id']}", acme[0])[0] == 404
+    assert post(url, acme, "/api/trace/read", {"id": ours["id"]})[0] == 404
     assert post(url, acme, "/api/trace/stop", {"id": ours["id"]})[0] == 404
     assert read(url, broker_admin, ours["id"])["matched"] == 1  # still live, and saw none of acme's
     stop(url, acme, theirs["id"])
     stop(url, broker_admin, ours["id"])
     in_acme.disconnect()
     in_default.disconnect()
+
+
+def test_only_the_page_with_the_sessions_token_reads_a_trace(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    b, url = console_broker(start_broker, tmp_path)
+    login = session(url)
+    joined(url, login[0])
+    started = start(url, login, "r/#")
+    publisher = Client(b.port, f"pub-{uid()}")
+    publisher.publish("r/1", b"for the operator", qos=1)
+    wait_for(lambda: [t for t in listed(url, login) if t["kept"] == 1], 10, "the message kept")
+    cookie = login[0]  # what a browser sends along with another page's request (same site: another port)
+    assert ask(url, "GET", f"/api/trace/read?id={started['id']}", cookie)[0] == 404  # an <img src>: no route
+    json = {"Content-Type": "application/json"}
+    assert ask(url, "POST", "/api/trace/read", {**cookie, **json}, orjson.dumps({"id": started["id"]}))[0] == 403
+    foreign = {**cookie, **json, "X-CSRF-Token": login[1], "Origin": "http://127.0.0.1:1"}
+    assert ask(url, "POST", "/api/trace/read", foreign, orjson.dumps({"id": started["id"]}))[0] == 403
+    assert post(url, login, "/api/trace/read", {"id": "1"})[0] == 400
+    assert [m["payload"] for m in read(url, login, started["id"])["messages"]] == ["for the operator"]  # all still there
+    stop(url, login, started["id"])
+    publisher.disconnect()
 
 
 def test_a_burst_leaves_at_most_a_ring_to_read_and_counts_the_rest(start_broker: Callable[..., Broker],

@@ -1,5 +1,5 @@
 // The Trace page: start a trace (POST /api/trace/start with the session's CSRF token), read what it
-// kept once a second (GET /api/trace/read: the router ends a trace nobody reads), stop it
+// kept once a second (POST /api/trace/read, with the token too: the router ends a trace nobody reads), stop it
 // (POST /api/trace/stop). The page keeps the newest messages only, as many as a trace's ring holds.
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
@@ -27,7 +27,8 @@ async function list() {
   const listing = await answer.json();
   ring = listing.ring;
   document.getElementById("tenant").hidden = listing.tenant !== null;
-  document.getElementById("limits").textContent = `At most ${listing.most} traces at once; each keeps ` +
+  document.getElementById("limits").textContent = `At most ${listing.most} traces at once (a tenant's admins: ` +
+    `${listing.tenant_most}); each keeps ` +
     `${listing.rate} messages a second (the rest only counted), payloads cut to ${listing.payload} bytes, and ends ` +
     `when not read for ${listing.idle} s or after ${listing.lifetime} s.`;
   document.getElementById("traces").replaceChildren(...listing.traces.map(trace => {
@@ -54,7 +55,7 @@ function follow(trace) {
 }
 async function read() {
   if (watched === null) return;
-  const id = watched, answer = await fetch("/api/trace/read?id=" + id);
+  const id = watched, answer = await post("/api/trace/read", {id: id});
   if (id !== watched) return;
   if (!answer.ok) {
     status.textContent = `trace ${id}: ` + (await answer.text()).trim();
