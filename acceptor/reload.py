@@ -22,6 +22,7 @@ import orjson
 import psutil
 
 from plexmq.acceptor import config as cfg
+from plexmq.process import named_worker
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -96,13 +97,35 @@ def _is_broker(cmdline: list[str]) -> bool:
     return False
 
 
+def _main_process(name: str, cmdline: list[str]) -> bool:
+    """A broker's main process (its acceptor): a worker is forked from it with the same command
+    line, but names itself (plexmq/process.py)."""
+    return named_worker(name) is None and _is_broker(cmdline)
+
+
 def own_brokers() -> dict[int, list[str]]:
     """The running brokers this user started (pid -> command line): another user's broker is not
     this user's to reload, root's included, whatever the command line says."""
     uid = os.getuid()
-    return {p.pid: p.info["cmdline"] for p in psutil.process_iter(["cmdline", "uids"])
+    return {p.pid: p.info["cmdline"] for p in psutil.process_iter(["name", "cmdline", "uids"])
             if p.pid != os.getpid() and p.info["uids"] is not None and p.info["uids"].real == uid
-            and _is_broker(p.info["cmdline"] or [])}
+            and _main_process(p.info["name"] or "", p.info["cmdline"] or [])}
+
+
+def broker_at(pid: int) -> list[str]:
+    """The command line of the broker whose main process is `pid`; ValueError (why not) when `pid`
+    is no such process: a SIGHUP kills most programs."""
+    try:
+        proc = psutil.Process(pid)
+        name, cmdline = proc.name(), proc.cmdline()
+    except psutil.NoSuchProcess:
+        raise ValueError("no such process") from None
+    except psutil.AccessDenied:
+        raise ValueError("not this user's to inspect") from None
+    if not _main_process(name, cmdline):
+        what = "a worker of a broker" if named_worker(name) is not None else " ".join(cmdline) or name
+        raise ValueError(f"not a plexmq broker's main process: {what}")
+    return cmdline
 
 
 def main(argv: list[str]) -> int:
@@ -110,7 +133,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq reload", description="Make a running broker re-read its config.")
     parser.add_argument("--pid", type=int, help="the broker's pid (default: the only plexmq serve of this user)")
     args = parser.parse_args(argv)
-    brokers = {args.pid: []} if args.pid else own_brokers()
+    if args.pid is not None:
+        try:
+            brokers = {args.pid: broker_at(args.pid)}
+        except ValueError as exc:
+            print(f"plexmq reload: pid {args.pid}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        brokers = own_brokers()
     if len(brokers) != 1:
         found = ", ".join(map(str, brokers)) or "none"
         print(f"plexmq reload: {'no' if not brokers else 'more than one'} running broker of this user "
@@ -122,6 +152,5 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"plexmq reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
         return 2
-    told = f": {' '.join(cmdline)}" if cmdline else ""
-    print(f"sent SIGHUP to plexmq (pid {pid}{told}); its log says what changed")
+    print(f"sent SIGHUP to plexmq (pid {pid}: {' '.join(cmdline)}); its log says what changed")
     return 0

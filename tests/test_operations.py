@@ -16,11 +16,12 @@ import paho.mqtt.client as paho
 import psutil
 import pytest
 
+from plexmq.acceptor.reload import own_brokers
 from plexmq.acceptor.status import scrape
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
-from tests.cli import cli, health, metrics_url
+from tests.cli import cli, health, metrics_url, one_error_line, run
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
@@ -167,6 +168,28 @@ def test_reload_signals_only_a_broker_of_its_own_user(start_broker: Callable[...
         for p in nobodys():
             p.kill()
         theirs.wait()
+
+
+def test_reload_finds_the_brokers_main_process_and_refuses_any_other_pid(start_broker: Callable[..., Broker]) -> None:
+    """The workers are forked from the acceptor with its command line: they are not brokers to count,
+    and neither they, the router nor any other program may get a reload's SIGHUP (it kills a `sleep`)."""
+    b = start_broker("--workers", "2")
+    workers = {proc.pid for proc in b.workers().values()}
+    found = own_brokers()
+    assert b.proc.pid in found and not workers & set(found), f"broker {b.proc.pid}, workers {workers}: found {found}"
+    router = b.router()
+    assert router is not None
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid, what in ((sleeper.pid, "sleep 60"), (min(workers), "a worker of a broker"),
+                          (router.pid, " ".join(router.cmdline()))):
+            said = one_error_line(run("reload", "--pid", str(pid)))
+            assert said == f"plexmq reload: pid {pid}: not a plexmq broker's main process: {what}"
+        assert sleeper.poll() is None, "the sleep got a SIGHUP"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert {proc.pid for proc in b.workers().values()} == workers and "SIGHUP" not in b.output()
 
 
 def test_a_worker_starting_during_a_reload_applies_it(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
