@@ -69,13 +69,25 @@ def check_store(config: dict) -> None:
         store.close()
 
 
-def check_router_bind(endpoint: str) -> None:
-    """Bind the router's tcp:// endpoint once and let it go: a port in use or a name that does not
-    resolve stops startup with one line, not a router that fails in a loop (OSError)."""
-    host, _, port = endpoint[len("tcp://"):].rpartition(":")
-    with socket.socket(socket.AF_INET6 if host.startswith("[") else socket.AF_INET, socket.SOCK_STREAM) as sock:
+def check_port(host: str, port: int) -> None:
+    """Bind `host`:`port` once and let it go, for a port that another process (the router) binds later:
+    a port in use or a name that does not resolve stops startup with one line, not a router that
+    fails in a loop or runs on without its endpoint (OSError)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), int(port)))
+        sock.bind((host, port))
+
+
+def router_ports(config: dict) -> list[tuple[str, str, int]]:
+    """(option, host, port) of what the router will bind: its endpoint for the workers and nodes, and
+    on this host (not a node's) the metrics endpoint and the console, each unless off (-1) or on any
+    free port (0)."""
+    ports = [] if config["role"] == "node" else [
+        (f"{option}_port", config[f"{option}_host"], config[f"{option}_port"]) for option in ("metrics", "console")]
+    if config["router_bind"]:
+        host, _, port = config["router_bind"][len("tcp://"):].rpartition(":")
+        ports.insert(0, ("router_bind", host.strip("[]"), int(port)))
+    return [(option, host, port) for option, host, port in ports if port > 0]
 
 
 def serve(config: dict, load: Callable[[], dict]) -> int:
@@ -98,11 +110,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         except OSError as exc:
             print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
             return 1
-    if config["router_bind"]:
+    for option, host, port in router_ports(config):
         try:
-            check_router_bind(config["router_bind"])
+            check_port(host, port)
         except OSError as exc:
-            print(f"plexmq: cannot bind router_bind {config['router_bind']}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"plexmq: cannot listen on {host}:{port} ({option}): {exc.strerror or exc}", file=sys.stderr)
             return 1
     claim = -1  # the data dir's lock, held while the router may use the store
     if config["persistence"] and role != "node":

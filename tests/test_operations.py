@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -106,6 +107,20 @@ def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> Non
     assert rows["router"][1] == str(b.router().pid)  # type: ignore[union-attr]  # the router is up
     for c in clients:
         c.disconnect()
+
+
+@pytest.mark.parametrize("option", ["metrics_port", "console_port"])
+def test_a_metrics_or_console_port_in_use_stops_startup_with_one_line(tmp_path: Path, option: str) -> None:
+    """Not a broker that runs on without them while `plexmq status` on that port reads another one."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"metrics_port": "0", "console_port": "-1", option: str(port)}
+        result = run("serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
+                     "--metrics-port", ports["metrics_port"], "--console-port", ports["console_port"])
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        f"plexmq: cannot listen on 127.0.0.1:{port} ({option}): Address already in use"], result.stderr
 
 
 def test_json_log_format(start_broker: Callable[..., Broker]) -> None:
