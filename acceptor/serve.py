@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import shutil
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import Callable
 
-from plexmq.acceptor import reload
+from plexmq.acceptor import pidlock, reload, rundir
 from plexmq.acceptor.admission import Admission
 from plexmq.acceptor.config import curve_keys, default_router_name, listeners, router_endpoints, security_line
 from plexmq.acceptor.listening import Listening, bind
@@ -35,28 +33,20 @@ def default_workers(max_connections: int, per_worker: int, role: str) -> int:
 
 
 def claim_data_dir(data_dir: str) -> int:
-    """Lock the data dir for this broker's life (flock on `LOCK_FILE`, which then holds our pid): a
-    second broker on it would take the store from under the first, whose router would fail on
-    "database is locked" until that broker gave up. The kernel drops the lock when the process ends,
-    however it ends, so a kill -9 leaves no stale claim. The lock's descriptor; StoreError (one line
-    naming the data dir, and the holder's pid) when it cannot be claimed."""
+    """Lock the data dir for this broker's life (`LOCK_FILE`, acceptor/pidlock.py): a second broker on
+    it would take the store from under the first, whose router would fail on "database is locked"
+    until that broker gave up. The lock's descriptor; StoreError (one line naming the data dir, and
+    the holder's pid) when it cannot be claimed."""
     try:
         before = private_dir(data_dir)
         if before & 0o077:
             log.warning("data dir %s was open to other users (mode %o): now %o", data_dir, before, before & 0o700)
-        fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return pidlock.take(os.path.join(data_dir, LOCK_FILE))
+    except pidlock.Held as held:
+        raise StoreError(f"{data_dir}: in use by another broker (pid {held.holder}, which holds "
+                         f"{os.path.join(data_dir, LOCK_FILE)})") from None
     except OSError as exc:
         raise StoreError(f"{data_dir}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "not yet written"
-        os.close(fd)
-        raise StoreError(f"{data_dir}: in use by another broker (pid {holder}, which holds "
-                         f"{os.path.join(data_dir, LOCK_FILE)})") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
 
 
 def check_store(config: dict) -> None:
@@ -140,9 +130,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             print(f"plexmq: archive dir {archive['dir']}: {exc.strerror}", file=sys.stderr)
             return 1
     own_run_dir = not config["run_dir"]
-    run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    os.chmod(run_dir, 0o700)
+    try:
+        run_dir, run_lock = rundir.make_temporary() if own_run_dir else (config["run_dir"], rundir.claim(config["run_dir"]))
+    except rundir.RunDirError as exc:
+        print(f"plexmq: {exc}", file=sys.stderr)
+        return 1
     if config["router_bind"] or config["router"]:  # the children learn the keys from their config, never from a log
         config["router_endpoints"] = router_endpoints(config["router"]) or [config["router_bind"]]
         config["router_curve"] = curve_keys(config["router_curve_dir"])
@@ -210,6 +202,9 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         supervisor.stop(config["stop_timeout"])
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            rundir.release(run_dir)
+        os.close(run_lock)
         if claim >= 0:
             os.close(claim)  # the router has stopped: the data dir is free
         loop.close()
