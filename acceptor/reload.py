@@ -11,6 +11,7 @@ removed or disabled; the router drops the state of a tenant removed with `on_rem
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import signal
@@ -51,13 +52,52 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+FILES = ("password_file", "acl_file", "jwt_jwks_file", "tls.crlfile")  # files a reload reads again
+TENANT_FILES = ("password_file", "acl_file", "jwt_jwks_file", "console_admins")
+
+
+class Files:
+    """What the files that a reload reads again held at the last (re)load: their paths may stay the
+    same while their contents change, and the reload's line must say so (it said "changed: nothing"
+    after an edited ACL file, whose new rules applied)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.digests = self._digests(config)
+
+    @staticmethod
+    def _digests(config: dict[str, Any]) -> dict[tuple[str, str], bytes | None]:
+        """(key, path) -> the file's SHA-256 (None: unreadable) for each file the config names."""
+        flat = _flat(config)
+        named = [(key, flat[key]) for key in FILES]
+        named += [(f"tenants.{name}.{key}", table[key]) for name, table in config["tenants"].items() for key in TENANT_FILES]
+        found: dict[tuple[str, str], bytes | None] = {}
+        for key, path in named:
+            if path:
+                try:
+                    with open(path, "rb") as f:
+                        found[key, path] = hashlib.sha256(f.read()).digest()
+                except OSError:
+                    found[key, path] = None
+        return found
+
+    def edited(self, config: dict[str, Any]) -> list[str]:
+        """`key (path edited)` of each file that the config names as before and that changed since the last
+        call (or the start); remembers them as they are now."""
+        now = self._digests(config)
+        edited = [f"{key} ({path} edited)" for (key, path), digest in now.items()
+                  if (key, path) in self.digests and self.digests[key, path] != digest]
+        self.digests = now
+        return edited
+
+
+def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]], files: Files) -> dict[str, Any] | None:
     """The config to run with now, or None when the file is bad (the running one is kept)."""
     try:
         fresh = load()
     except cfg.ConfigError as exc:
         log.error("SIGHUP: config not reloaded: %s", exc)
         return None
+    edited = files.edited(fresh)
     old, new = _flat(current), _flat(fresh)
     for key in ("data_dir", "archive.dir"):  # serve may have made these absolute
         if os.path.abspath(new[key]) == os.path.abspath(old[key]):
@@ -70,7 +110,7 @@ def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[
     for key in changed:
         section, _, name = key.rpartition(".")
         (merged[section] if section else merged)[name] = new[key]
-    log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed) or "nothing",
+    log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed + edited) or "nothing",
              f"; needs a restart: {', '.join(restart)}" if restart else "")
     return merged
 

@@ -19,6 +19,7 @@ from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, raise_fd_limit
 from plexmq.router.store import StoreError, open_store
+from plexmq.units import counted
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -149,7 +150,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     for index, ((scheme, _host, _port, tenant), sock) in enumerate(socks):
         host, port = sock.getsockname()[:2]
         if not index:
-            log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
+            log.info("plexmq listening on %s:%d with %s", host, port, counted(config["workers"], "worker"))
         else:
             log.info("plexmq listening on %s:%d (%s%s)", host, port, scheme, f", tenant {tenant}" if tenant else "")
     if role == "router":
@@ -158,10 +159,14 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         log.info("%s", security_line(config))
     if role == "node":
         log.info("node %s joins the router at %s", config["node_name"], config["router"])
+    if config["tenants"]:
+        log.info("%s declared: %s", counted(len(config["tenants"]), "tenant"), ", ".join(sorted(config["tenants"])))
+    if archive["enabled"] and role != "router":
+        log.info("archive on: topics %s to %s", ", ".join(archive["topics"]), archive["dir"])
     needed = -(-config["max_connections"] // per_worker)
     if needed > config["workers"]:
-        log.warning("%d workers hold at most %d connections (%d each under the open-file limit): max_connections "
-                    "%d needs --workers %d", config["workers"], config["workers"] * per_worker, per_worker,
+        log.warning("%s: at most %d connections (%d each under the open-file limit): max_connections "
+                    "%d needs --workers %d", counted(config["workers"], "worker"), config["workers"] * per_worker, per_worker,
                     config["max_connections"], needed)
 
     loop = asyncio.new_event_loop()  # the stdlib loop: uvloop keeps SIGCHLD for itself
@@ -181,9 +186,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
+    files = reload.Files(config)
+
     def on_sighup() -> None:
         nonlocal config
-        fresh = reload.reread(config, load)
+        fresh = reload.reread(config, load, files)
         if fresh is not None:
             config = fresh
             if role != "router":
