@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import logging.handlers
 import sys
 from typing import Any
 
@@ -76,12 +78,19 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "serve":
         overrides: dict[str, Any] = {key: value for key, value in vars(ns).items()
                                      if key not in ("command", "config") and value is not None}
+        held = logging.handlers.BufferingHandler(capacity=1 << 16)  # what the load warns of, before logging is set up
+        logging.getLogger().addHandler(held)
         try:
             config = cfg.load(ns.config, overrides)
         except cfg.ConfigError as exc:
             print(f"plexmq: {exc}", file=sys.stderr)
             return 2
+        finally:
+            logging.getLogger().removeHandler(held)
         setup_logging(config["log_level"], config["log_format"])
+        for record in held.buffer:  # now as every other line: time, level, process
+            if logging.getLogger(record.name).isEnabledFor(record.levelno):
+                logging.getLogger(record.name).handle(record)
         from plexmq.acceptor.serve import serve
 
         return serve(config, lambda: cfg.load(ns.config, overrides))

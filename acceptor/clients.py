@@ -3,8 +3,9 @@ at a time, optionally only those whose client id contains some text, or only tho
 (`--tenant NAME`); `--disconnect ID` closes one (an administrative action: its session stays, its will
 is published, a 5.0 client hears 0x98), with `--tenant NAME` the client of that id in that tenant.
 
-Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the token
-file of this user's broker on the endpoint's port, or from `--token-file`."""
+Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the run dir
+of the broker of `--config`, the token file of this user's broker on the endpoint's port, or from
+`--token-file`."""
 
 from __future__ import annotations
 
@@ -16,20 +17,17 @@ import urllib.request
 
 import orjson
 
+from plexmq.acceptor import endpoint
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router import admin
 
 
-class Refused(Exception):
-    """What to print instead of an answer (exit status 1)."""
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq clients", description="List the connected clients.")
-    parser.add_argument("--metrics", default="http://127.0.0.1:9883", metavar="URL",
-                        help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
+    endpoint.add_arguments(parser)
     parser.add_argument("--token-file", metavar="FILE",
-                        help="the broker's admin token (default: RUN_DIR/admin-PORT.token of this user's broker on that port)")
+                        help="the broker's admin token (default: RUN_DIR/admin-PORT.token of the broker of --config, "
+                             "or of this user's broker on that port)")
     parser.add_argument("--filter", default="",
                         help="only clients whose id, username, address or worker (NODE/wN) contains this text")
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
@@ -39,9 +37,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tenant", metavar="NAME", help='only the clients of this tenant ("": the default tenant); '
                         "with --disconnect, the tenant of that client (default: the default tenant)")
     args = parser.parse_args(argv)
-    url = args.metrics.rstrip("/")
     try:
-        token = _token(url, args.token_file)
+        found = endpoint.find(args)
+        url = found.url
+        token = _token(args.token_file or endpoint.token_file(found))
         if args.disconnect is not None:
             body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant or ""})
             print(_ask(url, token, "/clients/disconnect", body).decode().strip())
@@ -52,7 +51,7 @@ def main(argv: list[str]) -> int:
         if args.protocol:
             asked["protocol"] = args.protocol
         listing = orjson.loads(_ask(url, token, f"/clients?{urllib.parse.urlencode(asked)}"))
-    except Refused as exc:
+    except endpoint.Refused as exc:
         print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
     print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} "
@@ -66,20 +65,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _token(url: str, path: str | None) -> str:
-    """The admin token: from `path`, else from the one token file of this user's brokers on the URL's port."""
-    if path is None:
-        port = urllib.parse.urlsplit(url).port or 80
-        found = admin.find(port)
-        if len(found) != 1:
-            which = f"({', '.join(found)})" if found else "of this user"
-            raise Refused(f"{'no' if not found else 'more than one'} running broker {which} serves port {port}; "
-                          "use --token-file")
-        path = found[0]
+def _token(path: str) -> str:
     try:
         return admin.read(path)
     except OSError as exc:
-        raise Refused(f"cannot read the admin token {path}: {exc.strerror}") from None
+        raise endpoint.Refused(f"cannot read the admin token {path}: {exc.strerror}") from None
 
 
 def _ask(url: str, token: str, path: str, body: bytes | None = None) -> bytes:
@@ -91,6 +81,6 @@ def _ask(url: str, token: str, path: str, body: bytes | None = None) -> bytes:
         with urllib.request.urlopen(urllib.request.Request(url + path, body, headers), timeout=15) as answer:
             return answer.read()
     except urllib.error.HTTPError as exc:
-        raise Refused(exc.read().decode().strip()) from None
+        raise endpoint.Refused(exc.read().decode().strip()) from None
     except (urllib.error.URLError, OSError) as exc:
-        raise Refused(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+        raise endpoint.Refused(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None

@@ -11,6 +11,7 @@ removed or disabled; the router drops the state of a tenant removed with `on_rem
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ import orjson
 import psutil
 
 from plexmq.acceptor import config as cfg
+from plexmq.process import named_worker
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -50,13 +52,52 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+FILES = ("password_file", "acl_file", "jwt_jwks_file", "tls.crlfile")  # files a reload reads again
+TENANT_FILES = ("password_file", "acl_file", "jwt_jwks_file", "console_admins")
+
+
+class Files:
+    """What the files that a reload reads again held at the last (re)load: their paths may stay the
+    same while their contents change, and the reload's line must say so (it said "changed: nothing"
+    after an edited ACL file, whose new rules applied)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.digests = self._digests(config)
+
+    @staticmethod
+    def _digests(config: dict[str, Any]) -> dict[tuple[str, str], bytes | None]:
+        """(key, path) -> the file's SHA-256 (None: unreadable) for each file the config names."""
+        flat = _flat(config)
+        named = [(key, flat[key]) for key in FILES]
+        named += [(f"tenants.{name}.{key}", table[key]) for name, table in config["tenants"].items() for key in TENANT_FILES]
+        found: dict[tuple[str, str], bytes | None] = {}
+        for key, path in named:
+            if path:
+                try:
+                    with open(path, "rb") as f:
+                        found[key, path] = hashlib.sha256(f.read()).digest()
+                except OSError:
+                    found[key, path] = None
+        return found
+
+    def edited(self, config: dict[str, Any]) -> list[str]:
+        """`key (path edited)` of each file that the config names as before and that changed since the last
+        call (or the start); remembers them as they are now."""
+        now = self._digests(config)
+        edited = [f"{key} ({path} edited)" for (key, path), digest in now.items()
+                  if (key, path) in self.digests and self.digests[key, path] != digest]
+        self.digests = now
+        return edited
+
+
+def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]], files: Files) -> dict[str, Any] | None:
     """The config to run with now, or None when the file is bad (the running one is kept)."""
     try:
         fresh = load()
     except cfg.ConfigError as exc:
         log.error("SIGHUP: config not reloaded: %s", exc)
         return None
+    edited = files.edited(fresh)
     old, new = _flat(current), _flat(fresh)
     for key in ("data_dir", "archive.dir"):  # serve may have made these absolute
         if os.path.abspath(new[key]) == os.path.abspath(old[key]):
@@ -69,7 +110,7 @@ def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]]) -> dict[
     for key in changed:
         section, _, name = key.rpartition(".")
         (merged[section] if section else merged)[name] = new[key]
-    log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed) or "nothing",
+    log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed + edited) or "nothing",
              f"; needs a restart: {', '.join(restart)}" if restart else "")
     return merged
 
@@ -96,13 +137,35 @@ def _is_broker(cmdline: list[str]) -> bool:
     return False
 
 
+def _main_process(name: str, cmdline: list[str]) -> bool:
+    """A broker's main process (its acceptor): a worker is forked from it with the same command
+    line, but names itself (plexmq/process.py)."""
+    return named_worker(name) is None and _is_broker(cmdline)
+
+
 def own_brokers() -> dict[int, list[str]]:
     """The running brokers this user started (pid -> command line): another user's broker is not
     this user's to reload, root's included, whatever the command line says."""
     uid = os.getuid()
-    return {p.pid: p.info["cmdline"] for p in psutil.process_iter(["cmdline", "uids"])
+    return {p.pid: p.info["cmdline"] for p in psutil.process_iter(["name", "cmdline", "uids"])
             if p.pid != os.getpid() and p.info["uids"] is not None and p.info["uids"].real == uid
-            and _is_broker(p.info["cmdline"] or [])}
+            and _main_process(p.info["name"] or "", p.info["cmdline"] or [])}
+
+
+def broker_at(pid: int) -> list[str]:
+    """The command line of the broker whose main process is `pid`; ValueError (why not) when `pid`
+    is no such process: a SIGHUP kills most programs."""
+    try:
+        proc = psutil.Process(pid)
+        name, cmdline = proc.name(), proc.cmdline()
+    except psutil.NoSuchProcess:
+        raise ValueError("no such process") from None
+    except psutil.AccessDenied:
+        raise ValueError("not this user's to inspect") from None
+    if not _main_process(name, cmdline):
+        what = "a worker of a broker" if named_worker(name) is not None else " ".join(cmdline) or name
+        raise ValueError(f"not a plexmq broker's main process: {what}")
+    return cmdline
 
 
 def main(argv: list[str]) -> int:
@@ -110,7 +173,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq reload", description="Make a running broker re-read its config.")
     parser.add_argument("--pid", type=int, help="the broker's pid (default: the only plexmq serve of this user)")
     args = parser.parse_args(argv)
-    brokers = {args.pid: []} if args.pid else own_brokers()
+    if args.pid is not None:
+        try:
+            brokers = {args.pid: broker_at(args.pid)}
+        except ValueError as exc:
+            print(f"plexmq reload: pid {args.pid}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        brokers = own_brokers()
     if len(brokers) != 1:
         found = ", ".join(map(str, brokers)) or "none"
         print(f"plexmq reload: {'no' if not brokers else 'more than one'} running broker of this user "
@@ -122,6 +192,5 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"plexmq reload: cannot signal pid {pid}: {exc.strerror}", file=sys.stderr)
         return 2
-    told = f": {' '.join(cmdline)}" if cmdline else ""
-    print(f"sent SIGHUP to plexmq (pid {pid}{told}); its log says what changed")
+    print(f"sent SIGHUP to plexmq (pid {pid}: {' '.join(cmdline)}); its log says what changed")
     return 0

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import shutil
 import signal
 import socket
 import sys
-import tempfile
 from collections.abc import Callable
 
-from plexmq.acceptor import reload
+from plexmq.acceptor import pidlock, reload, rundir
 from plexmq.acceptor.admission import Admission
 from plexmq.acceptor.config import curve_keys, default_router_name, listeners, router_endpoints, security_line
 from plexmq.acceptor.listening import Listening, bind
@@ -21,6 +19,7 @@ from plexmq.acceptor.supervisor import Supervisor
 from plexmq.files import Access, private_dir
 from plexmq.process import connections_per_worker, hide_in_command_line, raise_fd_limit
 from plexmq.router.store import StoreError, open_store
+from plexmq.units import counted
 
 log = logging.getLogger("plexmq.acceptor")
 
@@ -35,28 +34,20 @@ def default_workers(max_connections: int, per_worker: int, role: str) -> int:
 
 
 def claim_data_dir(data_dir: str) -> int:
-    """Lock the data dir for this broker's life (flock on `LOCK_FILE`, which then holds our pid): a
-    second broker on it would take the store from under the first, whose router would fail on
-    "database is locked" until that broker gave up. The kernel drops the lock when the process ends,
-    however it ends, so a kill -9 leaves no stale claim. The lock's descriptor; StoreError (one line
-    naming the data dir, and the holder's pid) when it cannot be claimed."""
+    """Lock the data dir for this broker's life (`LOCK_FILE`, acceptor/pidlock.py): a second broker on
+    it would take the store from under the first, whose router would fail on "database is locked"
+    until that broker gave up. The lock's descriptor; StoreError (one line naming the data dir, and
+    the holder's pid) when it cannot be claimed."""
     try:
         before = private_dir(data_dir)
         if before & 0o077:
             log.warning("data dir %s was open to other users (mode %o): now %o", data_dir, before, before & 0o700)
-        fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return pidlock.take(os.path.join(data_dir, LOCK_FILE))
+    except pidlock.Held as held:
+        raise StoreError(f"{data_dir}: in use by another broker (pid {held.holder}, which holds "
+                         f"{os.path.join(data_dir, LOCK_FILE)})") from None
     except OSError as exc:
         raise StoreError(f"{data_dir}: {exc.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "not yet written"
-        os.close(fd)
-        raise StoreError(f"{data_dir}: in use by another broker (pid {holder}, which holds "
-                         f"{os.path.join(data_dir, LOCK_FILE)})") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
 
 
 def check_store(config: dict) -> None:
@@ -69,13 +60,25 @@ def check_store(config: dict) -> None:
         store.close()
 
 
-def check_router_bind(endpoint: str) -> None:
-    """Bind the router's tcp:// endpoint once and let it go: a port in use or a name that does not
-    resolve stops startup with one line, not a router that fails in a loop (OSError)."""
-    host, _, port = endpoint[len("tcp://"):].rpartition(":")
-    with socket.socket(socket.AF_INET6 if host.startswith("[") else socket.AF_INET, socket.SOCK_STREAM) as sock:
+def check_port(host: str, port: int) -> None:
+    """Bind `host`:`port` once and let it go, for a port that another process (the router) binds later:
+    a port in use or a name that does not resolve stops startup with one line, not a router that
+    fails in a loop or runs on without its endpoint (OSError)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), int(port)))
+        sock.bind((host, port))
+
+
+def router_ports(config: dict) -> list[tuple[str, str, int]]:
+    """(option, host, port) of what the router will bind: its endpoint for the workers and nodes, and
+    on this host (not a node's) the metrics endpoint and the console, each unless off (-1) or on any
+    free port (0)."""
+    ports = [] if config["role"] == "node" else [
+        (f"{option}_port", config[f"{option}_host"], config[f"{option}_port"]) for option in ("metrics", "console")]
+    if config["router_bind"]:
+        host, _, port = config["router_bind"][len("tcp://"):].rpartition(":")
+        ports.insert(0, ("router_bind", host.strip("[]"), int(port)))
+    return [(option, host, port) for option, host, port in ports if port > 0]
 
 
 def serve(config: dict, load: Callable[[], dict]) -> int:
@@ -102,11 +105,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         except OSError as exc:
             print(f"plexmq: cannot listen on {host}:{port} ({scheme}): {exc.strerror}", file=sys.stderr)
             return 1
-    if config["router_bind"]:
+    for option, host, port in router_ports(config):
         try:
-            check_router_bind(config["router_bind"])
+            check_port(host, port)
         except OSError as exc:
-            print(f"plexmq: cannot bind router_bind {config['router_bind']}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"plexmq: cannot listen on {host}:{port} ({option}): {exc.strerror or exc}", file=sys.stderr)
             return 1
     claim = -1  # the data dir's lock, held while the router may use the store
     if config["persistence"] and role != "node":
@@ -132,9 +135,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             print(f"plexmq: archive dir {archive['dir']}: {exc.strerror}", file=sys.stderr)
             return 1
     own_run_dir = not config["run_dir"]
-    run_dir = config["run_dir"] or tempfile.mkdtemp(prefix="plexmq-")
-    os.makedirs(run_dir, mode=0o700, exist_ok=True)
-    os.chmod(run_dir, 0o700)
+    try:
+        run_dir, run_lock = rundir.make_temporary() if own_run_dir else (config["run_dir"], rundir.claim(config["run_dir"]))
+    except rundir.RunDirError as exc:
+        print(f"plexmq: {exc}", file=sys.stderr)
+        return 1
     if config["router_bind"] or config["router"]:  # the children learn the keys from their config, never from a log
         config["router_endpoints"] = router_endpoints(config["router"]) or [config["router_bind"]]
         config["router_curve"] = curve_keys(config["router_curve_dir"])
@@ -149,7 +154,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     for index, ((scheme, _host, _port, tenant), sock) in enumerate(socks):
         host, port = sock.getsockname()[:2]
         if not index:
-            log.info("plexmq listening on %s:%d with %d workers", host, port, config["workers"])
+            log.info("plexmq listening on %s:%d with %s", host, port, counted(config["workers"], "worker"))
         else:
             log.info("plexmq listening on %s:%d (%s%s)", host, port, scheme, f", tenant {tenant}" if tenant else "")
     if role == "router":
@@ -158,10 +163,14 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         log.info("%s", security_line(config))
     if role == "node":
         log.info("node %s joins the router at %s", config["node_name"], config["router"])
+    if config["tenants"]:
+        log.info("%s declared: %s", counted(len(config["tenants"]), "tenant"), ", ".join(sorted(config["tenants"])))
+    if archive["enabled"] and role != "router":
+        log.info("archive on: topics %s to %s", ", ".join(archive["topics"]), archive["dir"])
     needed = -(-config["max_connections"] // per_worker)
     if needed > config["workers"]:
-        log.warning("%d workers hold at most %d connections (%d each under the open-file limit): max_connections "
-                    "%d needs --workers %d", config["workers"], config["workers"] * per_worker, per_worker,
+        log.warning("%s: at most %d connections (%d each under the open-file limit): max_connections "
+                    "%d needs --workers %d", counted(config["workers"], "worker"), config["workers"] * per_worker, per_worker,
                     config["max_connections"], needed)
 
     loop = asyncio.new_event_loop()  # the stdlib loop: uvloop keeps SIGCHLD for itself
@@ -181,9 +190,11 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
     loop.add_signal_handler(signal.SIGCHLD, supervisor.reap)
+    files = reload.Files(config)
+
     def on_sighup() -> None:
         nonlocal config
-        fresh = reload.reread(config, load)
+        fresh = reload.reread(config, load, files)
         if fresh is not None:
             config = fresh
             if role != "router":
@@ -202,6 +213,9 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
         supervisor.stop(config["stop_timeout"])
         if own_run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            rundir.release(run_dir)
+        os.close(run_lock)
         if claim >= 0:
             os.close(claim)  # the router has stopped: the data dir is free
         loop.close()

@@ -11,6 +11,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from plexmq.acceptor import endpoint
+
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -122,20 +124,24 @@ def tenant_table(now: Samples, before: Samples | None, seconds: float, tenant: s
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plexmq status", description="A live table of a running broker.")
-    parser.add_argument("--metrics", default="http://127.0.0.1:9883", metavar="URL",
-                        help="the broker's metrics endpoint (default http://127.0.0.1:9883)")
+    endpoint.add_arguments(parser)
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
     parser.add_argument("--once", action="store_true", help="print one table and exit")
     parser.add_argument("--tenant", metavar="NAME", help='that tenant\'s figures instead ("": the default tenant)')
     args = parser.parse_args(argv)
+    try:
+        url = endpoint.find(args).url
+    except endpoint.Refused as exc:
+        print(f"plexmq status: {exc}", file=sys.stderr)
+        return 1
     before: Samples | None = None
     then = time.monotonic()
     try:
         while True:
             try:
-                now = scrape(args.metrics)
+                now = scrape(url)
             except (urllib.error.URLError, OSError) as exc:
-                print(f"plexmq status: cannot read {args.metrics}/metrics: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+                print(f"plexmq status: cannot read {url}/metrics: {getattr(exc, 'reason', exc)}", file=sys.stderr)
                 return 1
             moment = time.monotonic()
             if args.tenant is None:

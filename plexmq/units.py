@@ -1,4 +1,5 @@
-"""Durations as people write them in config files and on command lines: `90`, `90s`, `10m`, `2h`, `30d`."""
+"""Durations as people write them in config files and on command lines: `90`, `90s`, `10m`, `2h`, `30d`;
+and counts as people read them in a log (`1 worker`, `2 workers`)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,8 @@ def parse_duration(text: str) -> float:
     if match is None:
         raise ValueError(f"not a duration: {text!r} (e.g. 30s, 10m, 2h, 30d)")
     return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 worker`, `2 workers`: the count and its noun, plural unless it is one."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

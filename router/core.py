@@ -194,9 +194,9 @@ class Router(Lifecycle, Subscribing):
             self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
-        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, %d tenants, "
+        log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, "
                  "%d wills of live connections", store.name, len(kept), sum(len(s.unacked) for s in kept),
-                 sum(len(r) for r in loaded.retained.values()), len(self.tenants), len(loaded.carried))
+                 sum(len(r) for r in loaded.retained.values()), len(loaded.carried))
 
     # -- frames in, batches out ---------------------------------------------------------------
 

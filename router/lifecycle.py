@@ -79,6 +79,9 @@ class Lifecycle:
             self._refuse_link(worker, hello)
         if link.pid and link.pid != hello.pid:
             log.warning("worker %s restarted (pid %s -> %s)", worker.decode(), link.pid, hello.pid)
+        if hello.node and (link.node, link.pid) != (hello.node, hello.pid) and not any(
+                other.join and other.node == hello.node for w, other in self.links.links.items() if w != worker):
+            log.info("node %s joined from %s", hello.node, hello.address)  # its first worker (not one rejoining)
         link.worker_id, link.node, link.address, link.pid = hello.worker, hello.node, hello.address, hello.pid
         self.routes.hello(worker)
         self.traces.hello(worker, self.out)

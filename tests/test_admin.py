@@ -73,7 +73,7 @@ def test_only_the_brokers_user_may_list_or_disconnect_clients(start_broker: Call
     port = urlsplit(url).port
     out = clients_as_nobody("--metrics", url)
     assert (out.returncode, out.stderr.strip()) == (
-        1, f"plexmq clients: no running broker of this user serves port {port}; use --token-file")
+        1, f"plexmq clients: no running broker of this user serves port {port}; use --token-file or --config")
     out = clients_as_nobody("--metrics", url, "--token-file", path, "--disconnect", client_id)
     assert (out.returncode, out.stderr.strip()) == (
         1, f"plexmq clients: cannot read the admin token {path}: Permission denied")

@@ -243,5 +243,5 @@ def test_max_connections_picks_enough_workers_or_says_so(start_broker: Callable[
     assert re.search(rf"listening on \S+ with {expected} workers", b.output()), b.output()
     assert "needs --workers" not in b.output()
     one = start_broker("--workers", "1", "--max-connections", str(wanted))
-    assert f"1 workers hold at most {per_worker} connections" in one.output(), one.output()
+    assert f"1 worker: at most {per_worker} connections" in one.output(), one.output()
     assert f"max_connections {wanted} needs --workers 2" in one.output()

@@ -112,6 +112,15 @@ def test_the_systemd_unit_has_the_required_directives() -> None:
     assert unit()["Install"]["WantedBy"] == "multi-user.target"
 
 
+def test_the_unit_keeps_the_run_dir_where_plexmq_clients_outside_the_service_reads_it() -> None:
+    """PrivateTmp gives the service a /tmp of its own: a run dir there hides the admin token from
+    `plexmq clients` run as the broker's user outside the service."""
+    service = unit()["Service"]
+    assert service["RuntimeDirectory"] == "plexmq"
+    assert "TMPDIR=/run/plexmq" in unit_values("Service", "Environment")  # where a run dir of its own is made
+    assert "5.0" in unit()["Unit"]["Description"]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     # verify insists that ExecStart's program exists: point it at one that does

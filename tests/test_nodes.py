@@ -150,6 +150,13 @@ def wait_node_up(net: Net, name: str, up: float, since: float, limit: float) -> 
 # -- 1. messages, retained messages, wills, shared and persistent sessions across nodes ----------------
 
 
+def test_the_router_logs_each_node_that_joins_once(shared_net: Net) -> None:
+    """One INFO line per node, with its name and address (not one per worker, nor per rejoin)."""
+    joined = re.findall(r" INFO plexmq\.router\[\d+\]: node (\S+) joined from (\S+)$", shared_net.router.output(), re.M)
+    assert sorted(joined) == [(name, shared_net.host(name).back_ip) for name in ("n1", "n2")]
+
+
+
 @pytest.mark.parametrize("qos", [0, 1, 2])
 @pytest.mark.parametrize(("src", "dst"), [("n1", "n2"), ("n2", "n1")], ids=["n1-to-n2", "n2-to-n1"])
 def test_a_message_published_on_one_node_reaches_a_subscriber_on_the_other(shared_net: Net, src: str, dst: str,

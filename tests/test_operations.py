@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -16,11 +17,12 @@ import paho.mqtt.client as paho
 import psutil
 import pytest
 
+from plexmq.acceptor.reload import own_brokers
 from plexmq.acceptor.status import scrape
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
-from tests.cli import cli, health, metrics_url
+from tests.cli import cli, health, metrics_url, one_error_line, run
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
@@ -107,6 +109,20 @@ def test_status_prints_the_processes(start_broker: Callable[..., Broker]) -> Non
         c.disconnect()
 
 
+@pytest.mark.parametrize("option", ["metrics_port", "console_port"])
+def test_a_metrics_or_console_port_in_use_stops_startup_with_one_line(tmp_path: Path, option: str) -> None:
+    """Not a broker that runs on without them while `plexmq status` on that port reads another one."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"metrics_port": "0", "console_port": "-1", option: str(port)}
+        result = run("serve", "--port", "0", "--data-dir", str(tmp_path / "data"),
+                     "--metrics-port", ports["metrics_port"], "--console-port", ports["console_port"])
+    assert result.returncode == 1 and result.stderr.splitlines() == [
+        f"plexmq: cannot listen on 127.0.0.1:{port} ({option}): Address already in use"], result.stderr
+
+
 def test_json_log_format(start_broker: Callable[..., Broker]) -> None:
     b = start_broker("--workers", "1", "--log-format", "json", "--log-level", "debug")
     c = Client(b.port, f"ops-json-{uid()}")
@@ -167,6 +183,28 @@ def test_reload_signals_only_a_broker_of_its_own_user(start_broker: Callable[...
         for p in nobodys():
             p.kill()
         theirs.wait()
+
+
+def test_reload_finds_the_brokers_main_process_and_refuses_any_other_pid(start_broker: Callable[..., Broker]) -> None:
+    """The workers are forked from the acceptor with its command line: they are not brokers to count,
+    and neither they, the router nor any other program may get a reload's SIGHUP (it kills a `sleep`)."""
+    b = start_broker("--workers", "2")
+    workers = {proc.pid for proc in b.workers().values()}
+    found = own_brokers()
+    assert b.proc.pid in found and not workers & set(found), f"broker {b.proc.pid}, workers {workers}: found {found}"
+    router = b.router()
+    assert router is not None
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid, what in ((sleeper.pid, "sleep 60"), (min(workers), "a worker of a broker"),
+                          (router.pid, " ".join(router.cmdline()))):
+            said = one_error_line(run("reload", "--pid", str(pid)))
+            assert said == f"plexmq reload: pid {pid}: not a plexmq broker's main process: {what}"
+        assert sleeper.poll() is None, "the sleep got a SIGHUP"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert {proc.pid for proc in b.workers().values()} == workers and "SIGHUP" not in b.output()
 
 
 def test_a_worker_starting_during_a_reload_applies_it(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:

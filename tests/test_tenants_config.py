@@ -194,7 +194,7 @@ def test_a_reload_takes_the_new_tenants(tmp_path: Path, caplog: pytest.LogCaptur
     current = load(path)
     path.write_text('tenant_separator = "@"\n[tenants.beta]\nenabled = false\non_remove = "drop"\n')
     with caplog.at_level("INFO", logger="plexmq.acceptor"):
-        merged = reload.reread(current, lambda: load(path))
+        merged = reload.reread(current, lambda: load(path), reload.Files(current))
     assert merged is not None and list(merged["tenants"]) == ["beta"]
     assert (merged["tenants"]["beta"]["enabled"], merged["tenants"]["beta"]["on_remove"]) == (False, "drop")
     assert "changed: tenant_separator, tenants" in caplog.text and "needs a restart" not in caplog.text

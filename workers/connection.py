@@ -394,7 +394,7 @@ class Connection(Outbound, asyncio.Protocol):
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:
             self.write(self.connack5(present))  # type: ignore[arg-type]  # accept made sure one fits
-        log.debug("client %s connected from %s", self.client_id, self.peer)
+        log.info("client %s connected from %s", self.client_id, self.peer)
 
     def connack5(self, present: bool) -> bytes | None:
         """The success CONNACK of a 5.0 client, within its Maximum Packet Size (`CONNACK_OPTIONAL`);

@@ -167,18 +167,19 @@ def handle_second_connect(conn: Connection, flags: int, body: bytes) -> None:
     conn.close("second CONNECT", code=PROTOCOL_ERROR)
 
 
-def refuse(conn: Connection, code: int, reason: str, told: props.Properties | None = None) -> None:
+def refuse(conn: Connection, code: int, reason: str, told: props.Properties | None = None, logged: str = "") -> None:
     """CONNACK with a refusal, then close. `code` is a 3.1.1 return code (1-5), which a 5.0 client
     hears as its 5.0 equivalent, or a 5.0 reason code (0x80 and up), which only 5.0 clients can get;
-    `told`: more properties for a 5.0 client. Counted for the connection's tenant (until its tenant is
-    found, the owner of the listener it came on) by the reason's 5.0 name."""
+    `told`: more properties for a 5.0 client; `logged`: what the log says, where it says more than the
+    client hears. Counted for the connection's tenant (until its tenant is found, the owner of the
+    listener it came on) by the reason's 5.0 name."""
     conn.tally.refused[refusal_name(_AS_V5.get(code, code))] += 1
     if conn.v5 is None:
         conn.write(v4.encode_connack(False, code))
     else:
         conn.send5(partial(v5.encode_connack, False, _AS_V5.get(code, code)), {props.REASON_STRING: reason, **(told or {})},
                    CONNACK_OPTIONAL)
-    conn.close(reason)
+    conn.close(logged or reason)
 
 
 def refusal_name(code: int) -> str:
@@ -230,12 +231,12 @@ def fail_login(conn: Connection, failure: scram.Failed) -> None:
     code, reason = (BAD_CREDENTIALS, "bad user name or password") if failure.bad_proof else (NOT_AUTHORIZED, str(failure))
     conn.state = AUTHENTICATING
     conn.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
-    worker.loop.call_later(worker.auth.failed(client_address(conn)), _refuse_failed, conn, code, reason)
+    worker.loop.call_later(worker.auth.failed(client_address(conn)), _refuse_failed, conn, code, reason, user)
 
 
-def _refuse_failed(conn: Connection, code: int, reason: str) -> None:
+def _refuse_failed(conn: Connection, code: int, reason: str, user: str) -> None:
     if conn.state == AUTHENTICATING:  # not closed meanwhile
-        refuse(conn, code, reason)
+        refuse(conn, code, reason, logged=f"{reason} (user {user!r})")
 
 
 def client_address(conn: Connection) -> str:
@@ -251,8 +252,9 @@ def _logged_in(conn: Connection, login: asyncio.Future[tuple[int, str | None, fl
         log.error("client %s: cannot check the password: %s", conn.client_id, login.exception())
         return refuse(conn, SERVER_UNAVAILABLE, "authentication failed")
     code, identity, expires, named = login.result()
-    if code:
-        return refuse(conn, code, "bad user name or password" if code == BAD_CREDENTIALS else "not authorized")
+    if code:  # the log names the user who failed, as the client sent it
+        reason = "bad user name or password" if code == BAD_CREDENTIALS else "not authorized"
+        return refuse(conn, code, reason, logged=f"{reason} (user {connect.username!r})")
     if not proves_its_tenant(conn, identity):
         return
     if (named or found.open) and not _take_tenant(conn, settle(conn.worker.settings.tenants, found, named), connect):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, cast
 
 from plexmq.mqtt import properties as props
@@ -25,7 +24,7 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
     if negotiated is None:
         v4.decode_empty(flags, body)
         conn.disconnected = True
-        return conn.close("client disconnected", level=logging.DEBUG)
+        return conn.close("client disconnected")
     code, properties = v5.decode_reason_only(v5.DISCONNECT, flags, body, conn.worker.settings.max_user_properties)
     expiry = cast(int | None, properties.get(props.SESSION_EXPIRY_INTERVAL))  # a Four Byte Integer property
     if expiry is not None:
@@ -38,4 +37,4 @@ def handle_disconnect(conn: Connection, flags: int, body: bytes) -> None:
         if negotiated.session_expiry:  # 0 ends the session with the connection, else how long it outlives it
             conn.worker.link.session_expiry(conn.conn_id, expiry)
     conn.disconnected = code != reasons.DISCONNECT_WITH_WILL
-    conn.close(f"client disconnected ({reasons.name(code)})", level=logging.DEBUG)
+    conn.close(f"client disconnected ({reasons.name(code)})")
