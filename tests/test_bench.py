@@ -265,14 +265,17 @@ def test_persistent_subscribers_keep_their_sessions(start_broker) -> None:
 
 
 def test_noisy_neighbour_script_small(capsys) -> None:
-    """Tenant B's load alone and with tenant A flooding: B loses nothing, A is held near its limit."""
+    """Tenant B's load alone and with tenant A flooding: B loses nothing, A is held near its limit; A's
+    publishers alone, under and at its limit, each with the broker's CPU per message."""
     status = tenants.main(["-d", "1", "--lead", "0.5", "--b-pairs", "2", "--b-rate", "50", "--a-rate", "100",
-                           "--a-pubs", "2", "--json"])
+                           "--a-pubs", "2", "--cost-duration", "1", "--json"])
     result = json.loads(capsys.readouterr().out)
     assert status == 0, result
     for run in ("b_alone", "b_with_a"):
         assert result[run]["msgs_per_s"] > 0 and result[run]["lost"] == 0 and result[run]["p99_ms"] > 0
     assert 0 < result["a_achieved_per_s"] <= 2 * result["a_limit_per_s"] < result["a_sent_per_s"]
+    assert set(result["a_cost"]) == {"unthrottled", "throttled"}
+    assert all(run["msgs_per_s"] > 0 and run["us_per_msg"] > 0 for run in result["a_cost"].values())
 
 
 def test_durability_script_small(capsys) -> None:
