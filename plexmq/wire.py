@@ -88,7 +88,7 @@ TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py
 # each frame leads with PEER_SEQ, which the receiver sends back once it has delivered the frame
 PEER_RAW = 40  # PEER_HEAD (tenant length) + tenant + topic; payload: plain QoS 0 PUBLISH packets as received
 PEER_RAW_V5 = 41  # as PEER_RAW, the packets of a 5.0 client
-PEER_MSG = 42  # PEER_HEAD + tenant + DELIVER_HEAD (flags: QoS 0) + topic [+ EXTRA + properties]; payload: the message's
+PEER_MSG = 42  # PEER_HEAD + tenant + DELIVER_HEAD (flags: QoS 0 or 1) + topic [+ EXTRA + properties]; payload: the message's
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP

@@ -152,12 +152,12 @@ class FakePeers(Peers):
     into each peer's batch) and bookkeeping of what is unconfirmed; each `send` kept in `frames` as
     (place, frame); `answer` is a peer's answer to all it was sent."""
 
-    def __init__(self, loop: FakeLoop, identity: bytes, on_confirmed: Callable[[], None]) -> None:  # no sockets
+    def __init__(self, loop: FakeLoop, identity: bytes, on_answer: Callable[[], None]) -> None:  # no sockets
         self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place
         self.identity = identity
         self.own = identity.decode()
         self.node = ""
-        self.on_confirmed = on_confirmed
+        self.on_answer = on_answer
         self.peers = {}
         self.pending = []
         self.unconfirmed = 0
@@ -186,6 +186,9 @@ class _Kept:
 
     def send_multipart(self, parts: tuple, copy: bool = True) -> None:
         self.frames.append((self.place, bytes(parts[1])))
+
+    def getsockopt(self, option: int) -> int:
+        return 0  # EVENTS: no answer comes on its own (the test gives them: `FakePeers.answer`)
 
 
 class FakeAuth:
@@ -254,7 +257,8 @@ class HarnessWorker(Worker):
         self.watching = {}
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
-        self.peers = FakePeers(loop, self.identity, self.flush_soon) if direct else None
+        self.peers = FakePeers(loop, self.identity, self.answered) if direct else None
+        self.peer_acks = deque()
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
         self.known_topics = {}
         self.turn_us = 0

@@ -1,5 +1,5 @@
-"""Worker to worker (workers/peers.py, issue 35): a QoS 0 message whose topic only workers' own subscribers
-want goes to their workers straight, and nothing overtakes it through the router. In-process, over
+"""Worker to worker (workers/peers.py, issue 35): a QoS 0 or 1 message whose topic only workers' own
+subscribers want goes to their workers straight, and nothing overtakes it through the router. In-process, over
 the connection harness (its peers a `FakePeers`: each frame kept, each answer given by the test), and
 end to end: cross-worker messages flow with the router stopped."""
 
@@ -51,9 +51,24 @@ def test_a_qos0_message_only_another_workers_subscribers_want_goes_to_that_worke
     assert peers.unconfirmed == 1
     peers.answer("w1")
     assert peers.unconfirmed == 0
-    c.send(p.encode_publish(b"t", b"three", 1, packet_id=1))  # QoS 1 still crosses the router
+
+
+def test_a_qos1_publishers_puback_waits_for_its_peers_answer_and_later_ones_keep_their_order() -> None:
+    """QoS 1 to `t` goes to w1 with its PUBACK held until w1 has delivered it; a QoS 1 message only this
+    worker's subscribers want (none: 0x10 for 5.0, a plain PUBACK here) and an ACL-denied one are
+    acknowledged behind it, never before."""
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"one", 1, packet_id=1) + p.encode_publish(b"mine", b"two", 1, packet_id=2))
     h.turn()
-    assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB", "t")]
+    h.worker.deny(c.conn, 3, 1)
+    h.turn()
+    assert h.records() == [] and c.packets() == []
+    [(place, frame)] = peers.frames
+    assert place == "w1" and [(kind, topic) for kind, topic, _payload in peer_records(frame)] == [(wire.PEER_MSG, b"t")]
+    peers.answer("w1")
+    h.turn()
+    assert [(packet.kind, packet.pid) for packet in c.packets()] == [(p.PUBACK, 1), (p.PUBACK, 2), (p.PUBACK, 3)]
 
 
 def test_what_goes_to_the_router_waits_until_the_peers_have_delivered_what_they_were_sent() -> None:
@@ -76,12 +91,12 @@ def test_what_goes_to_the_router_waits_until_the_peers_have_delivered_what_they_
     assert [peer_records(frame)[0][2] for _place, frame in peers.frames[1:]] == [p.encode_publish(b"t", b"4")]
 
 
-def test_a_qos1_message_after_a_qos0_one_on_its_way_to_a_peer_waits_for_it_and_so_do_the_clients_last_records() -> None:
+def test_a_qos1_message_for_the_router_after_one_on_its_way_to_a_peer_waits_for_it_and_so_do_the_clients_last_records() -> None:
     """Order across QoS levels, and a client that publishes and closes: its PUB and GONE leave behind the
     QoS 0 message its peer has not delivered yet, in the order they were made."""
     h, peers = direct()
     c = h.client("pub")
-    c.send(p.encode_publish(b"t", b"0") + p.encode_publish(b"t", b"1", 1, packet_id=1))
+    c.send(p.encode_publish(b"t", b"0") + p.encode_publish(b"r", b"1", 1, packet_id=1))
     h.turn()
     assert h.records() == [] and len(peers.frames) == 1
     c.conn.close("gone")
@@ -107,13 +122,14 @@ def test_a_peer_that_never_answers_is_taken_for_gone_after_its_patience() -> Non
 
 
 def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
-    """The router (SIGSTOP) takes no part in a QoS 0 message between clean subscribers of two workers:
-    it arrives, in order; with direct_delivery = false it waits for the router."""
+    """The router (SIGSTOP) takes no part in a QoS 0 or 1 message between clean subscribers of two
+    workers: it arrives, in order, and a QoS 1 publisher has its PUBACK; with direct_delivery = false
+    it waits for the router."""
     b = start_broker("--workers", "2")
     topic = f"peers/{uid()}"
     sub = raw_on(b, want=1)
     sub.connect(f"peers-sub-{uid()}")
-    assert subscribe(sub, 1, [(topic, 0)]) == [0]
+    assert subscribe(sub, 1, [(topic, 1)]) == [1]
     pub = raw_on(b, want=0)
     pub.connect(f"peers-pub-{uid()}")
     publish(pub, topic, b"warm", 1)  # its PUBACK: the router has confirmed all the worker sent it
@@ -123,11 +139,12 @@ def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Cal
     router.send_signal(signal.SIGSTOP)
     try:
         payloads = [b"m%d" % i for i in range(200)]
-        for payload in payloads:
-            publish(pub, topic, payload, 0)
+        for i, payload in enumerate(payloads):
+            publish(pub, topic, payload, i % 2, packet_id=i + 1)  # QoS 1: its PUBACK came without the router
         assert [m.payload for m in receive(sub, payloads=payloads)] == payloads
     finally:
         router.send_signal(signal.SIGCONT)
+    assert "taken for gone" not in b.output(), "a peer's answers were not read"
     for c in (sub, pub):
         c.close()
 

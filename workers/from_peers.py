@@ -1,4 +1,4 @@
-"""Records from the other workers of this host (workers/peers.py): QoS 0 messages their clients published
+"""Records from the other workers of this host (workers/peers.py): QoS 0 and 1 messages their clients published
 to topics this worker's own subscribers want, delivered here as the worker delivers its own clients'
 (`Worker.deliver_raw`, `Worker.deliver_message`: read access judged at delivery, shedding counted), to
 the subscriptions it serves itself in the publisher's tenant (`LocalRoutes.local`)."""
@@ -27,8 +27,10 @@ def deliver(worker: Worker, frame: bytes) -> None:
         tenant = header[_head_size:start].decode()
         routes = tables.of(tenant)
         extra = None
+        qos = 0
         if kind == wire.PEER_MSG:
             flags, topic_len = _unpack_deliver(header, start)
+            qos = flags & 3
             topic = header[start + _deliver_size:start + _deliver_size + topic_len]
             if flags & wire.HAS_EXTRA:
                 props, expiry, _end = wire.read_extra(header, start + _deliver_size + topic_len)
@@ -40,12 +42,12 @@ def deliver(worker: Worker, frame: bytes) -> None:
         subs = routes.served_here(topic)
         if not subs:
             continue
-        if worker.shedding:
+        if worker.shedding and not qos:
             worker.shed += count * len(subs)
             continue
         worker.counters.tally(tenant).sent += count * len(subs)
         if kind == wire.PEER_MSG:
-            worker.deliver_message(topic, payload, 0, False, False, extra, subs)
+            worker.deliver_message(topic, payload, qos, False, False, extra, subs)
         else:
             worker.deliver_raw(subs, payload, kind == wire.PEER_RAW_V5)
     worker.flush_soon()

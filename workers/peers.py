@@ -1,11 +1,12 @@
-"""The worker's direct links to the other workers of its host (issue 35): a QoS 0 message whose topic
-only workers' own subscribers want goes from the publisher's worker straight to theirs, not through
-the router (docs/architecture.md §4, "Worker to worker").
+"""The worker's direct links to the other workers of its host (issue 35): a QoS 0 or 1 message whose
+topic only workers' own subscribers want goes from the publisher's worker straight to theirs, not
+through the router (docs/architecture.md §4, "Worker to worker").
 
 Each worker binds a ZeroMQ ROUTER, its inbox, at `ipc://RUN_DIR/peer-w<id>.ipc`, and connects a
 DEALER to a peer's inbox the first time it sends there. One frame per peer per loop turn carries that
 turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its number (PEER_SEQ); the
-receiver delivers them to the subscribers it serves itself and sends the number back. A frame not yet
+receiver delivers them to the subscribers it serves itself and sends the number back, and a QoS 1
+publisher's PUBACK waits for that answer. A frame not yet
 answered is *unconfirmed*: while any is, the worker's frame to the router waits if it holds a message
 (`Worker.flush`), so that none overtakes, through the router, one still on its way to a peer. A peer
 that answers nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
@@ -57,16 +58,16 @@ class Peers:
     """The inbox, a Peer per worker sent to, and what is unconfirmed."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, run_dir: str, identity: bytes,
-                 on_frame: Callable[[bytes], None], on_confirmed: Callable[[], None]) -> None:
-        """`on_frame`: the records of a peer's frame, to deliver; `on_confirmed`: every frame sent is
-        answered (the frame to the router that waited for that may go)."""
+                 on_frame: Callable[[bytes], None], on_answer: Callable[[], None]) -> None:
+        """`on_frame`: the records of a peer's frame, to deliver; `on_answer`: a peer answered (the PUBACKs
+        and the frame to the router that waited for it may go)."""
         self.loop = loop
         self.run_dir = run_dir
         self.identity = identity
         self.own = identity.decode()
         self.node = self.own.rpartition("/")[0]
         self.on_frame = on_frame
-        self.on_confirmed = on_confirmed
+        self.on_answer = on_answer
         self.ctx = zmq.Context(io_threads=1)
         inbox = self.inbox = self.ctx.socket(zmq.ROUTER)
         inbox.setsockopt(zmq.RCVHWM, 0)
@@ -102,14 +103,18 @@ class Peers:
         name = tenant.encode()
         peer.batch.add(wire.PEER_RAW_V5 if as_v5 else wire.PEER_RAW, _pack_head(len(name)) + name + topic, packets)
 
-    def message(self, place: str, tenant: str, topic: bytes, payload: bytes, extra: tuple[bytes, int] | None) -> None:
-        """A QoS 0 message (with its 5.0 properties and expiry, if any) for `place`'s subscribers."""
+    def message(self, place: str, tenant: str, topic: bytes, payload: bytes, extra: tuple[bytes, int] | None,
+                qos: int) -> tuple[Peer, int]:
+        """A QoS 0 or 1 message (with its 5.0 properties and expiry, if any) for `place`'s subscribers; the
+        peer and the number of the last frame sent to it, which its answer to a later one passes
+        (`Worker.answered`: the publisher's PUBACK waits for it)."""
         peer = self._peer(place)
         if not peer.batch:
             self.pending.append(peer)
         name = tenant.encode()
-        head = wire.deliver_head(topic, 0, False, False, *(extra or (b"", 0)))
+        head = wire.deliver_head(topic, qos, False, False, *(extra or (b"", 0)))
         peer.batch.add(wire.PEER_MSG, _pack_head(len(name)) + name + head, payload)
+        return peer, peer.sent
 
     def send(self) -> None:
         """The turn's frame to each peer that has records (at the end of every loop turn)."""
@@ -122,7 +127,10 @@ class Peers:
                 self.unconfirmed += 1
                 peer.since = now
             peer.sent = self.seq
-            peer.sock.send_multipart((_pack_seq(self.seq), peer.batch.take()), copy=False)
+            sock = peer.sock
+            sock.send_multipart((_pack_seq(self.seq), peer.batch.take()), copy=False)
+            if sock.getsockopt(_EVENTS) & _POLLIN:  # a send can consume the fd's edge: an answer may be in
+                self.loop.call_soon(self._drain_answers, peer)
         self.pending.clear()
 
     def drain_inbox(self) -> None:
@@ -144,15 +152,13 @@ class Peers:
     def _answered(self, peer: Peer, seq: int) -> None:
         if seq <= peer.answered:
             return
-        was_open = peer.sent != peer.answered
         peer.answered = seq
-        if peer.sent == seq and was_open:
+        if peer.sent == seq:
             peer.since = 0.0
             self.unconfirmed -= 1
-            if not self.unconfirmed:
-                self.on_confirmed()
-        elif peer.sent != seq:
+        else:
             peer.since = self.loop.time()  # its next frame is the oldest unanswered now
+        self.on_answer()
 
     def expire(self, now: float) -> None:
         """A peer silent for PATIENCE with frames unanswered is taken for gone (a killed worker's clients

@@ -50,7 +50,7 @@ from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.outbound import Extra, Forms, Outbound
-from plexmq.workers.peers import Peers
+from plexmq.workers.peers import Peer, Peers
 from plexmq.workers.routes import RouteTables, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
@@ -76,6 +76,10 @@ SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRI
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
 # ACL, acknowledged in its turn
 Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
+# a QoS 1 PUBLISH sent to peers: its connection, packet id, reason code, and each peer with the number of
+# the last frame sent to it before the one that carried it (an answer past it: delivered); an ACL-denied
+# or local one behind it waits its turn with no peer
+PeerAck = tuple["Connection", int, int, tuple[tuple[Peer, int], ...]]
 
 
 class Worker:
@@ -122,7 +126,8 @@ class Worker:
         self.follower = Follower(self)
         # the other workers of this host, which it delivers QoS 0 messages to itself (workers/peers.py)
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
-                           self.flush_soon) if config["direct_delivery"] else None
+                           self.answered) if config["direct_delivery"] else None
+        self.peer_acks: deque[PeerAck] = deque()  # PUBACKs of QoS 1 messages sent to peers, in order
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -269,15 +274,19 @@ class Worker:
         if qos < 2 and not retain and self.local_path(conn):
             found = conn.routes.targets(name)
             subs, peers = found if found is not None else ((), None)
-            if peers == () or (peers and not qos):  # only this worker's subscribers, or at QoS 0 its peers'
+            if peers is not None:  # only workers' own subscribers want it: this one's, and its peers'
                 self._count_local(conn, 1, len(subs))
                 extra = (props, expiry) if props or expiry else None
                 if subs:
                     self.deliver_message(name, payload, qos, False, False, extra, subs)
-                for place in peers:
-                    self.peers.message(place, conn.tenant, name, payload, extra)  # type: ignore[union-attr]  # peers found: it has them
+                marks = tuple([self.peers.message(place, conn.tenant, name, payload, extra, qos)  # type: ignore[union-attr]  # peers found: it has them
+                               for place in peers])
                 if qos:
-                    conn.acknowledge(packet_id, qos, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
+                    code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
+                    if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
+                        self.peer_acks.append((conn, packet_id, code, marks))
+                    else:
+                        conn.acknowledge(packet_id, qos, code)
                 return
         self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, qos > 0 and conn.v5 is not None)
         if qos:
@@ -313,6 +322,16 @@ class Worker:
                 self.deliver_raw(subs, packets, as_v5)
         for place in peers:
             self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
+
+    def answered(self) -> None:
+        """A peer answered: the PUBACKs whose peers have all delivered go, in order; and the frame to the
+        router, if it waited (`flush`)."""
+        acks = self.peer_acks
+        while acks and all(peer.answered > mark for peer, mark in acks[0][3]):
+            conn, packet_id, code, _marks = acks.popleft()
+            if conn.state != CLOSED:
+                conn.acknowledge(packet_id, 1, code)
+        self.flush_soon()
 
     def local_path(self, conn: Connection) -> bool:
         """Whether a PUBLISH of `conn` may skip the router, if its topic allows: not while anything of
@@ -459,6 +478,8 @@ class Worker:
             return
         if self.awaiting:
             self.awaiting.append((conn, packet_id, qos, False, None, b"", b"", 0))
+        elif self.peer_acks:
+            self.peer_acks.append((conn, packet_id, reasons.NOT_AUTHORIZED, ()))
         else:
             conn.acknowledge(packet_id, qos, reasons.NOT_AUTHORIZED)
 
