@@ -436,7 +436,7 @@ class Router(Lifecycle, Subscribing):
     def retain(self, tenant: Tenant, topic: str, message: Message) -> None:
         """The topic's retained message replaced, or cleared by an empty payload (MQTT-3.3.1-10), in
         memory and in the store: for a retained PUBLISH (`route`) and for the console's delete
-        (router/console_retained.py), which delivers nothing."""
+        (router/console/retained.py), which delivers nothing."""
         tenant.retained.put(topic, message)
         self.journal.retained_set(tenant.name, topic, message)
 

@@ -26,7 +26,7 @@ from plexmq.router.topic_rates import TopicRates
 from plexmq.router.trace import Traces
 
 if TYPE_CHECKING:
-    from plexmq.router.console_sessions import SessionRemoval
+    from plexmq.router.console.sessions import SessionRemoval
     from plexmq.router.core import Targets
     from plexmq.router.shared import SharedGroup
     from plexmq.router.store import Carried

@@ -18,8 +18,8 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload, settle_heap
 from plexmq.router.asks import Asks, start_asked
-from plexmq.router.console import serve_console
-from plexmq.router.console_auth import files as console_admins
+from plexmq.router.console.app import serve_console
+from plexmq.router.console.auth import files as console_admins
 from plexmq.router.core import Router
 from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
 from plexmq.router.metrics import TurnMetrics, serve_metrics

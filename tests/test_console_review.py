@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
+from plexmq.router.console.auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
 from plexmq.workers.passwords import SCRYPT_N, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for

@@ -33,7 +33,7 @@ ACCOUNT_FAILURES = 20  # failed logins for one admin name (of a tenant) per FAIL
 FAILURE_WINDOW = 60.0  # seconds
 TRACKED = 10_000  # addresses and names whose failed logins are remembered (past it, the longest quiet forgotten)
 SESSIONS_EACH = 20  # sessions one admin may hold: a login past it ends the one least recently used
-STREAMS_EACH = 2  # live overviews (event streams) one admin may hold, of the console's few (console_events.STREAMS)
+STREAMS_EACH = 2  # live overviews (event streams) one admin may hold, of the console's few (events.STREAMS)
 COOKIE = "plexmq_console"
 NOBODY = "\0"  # no admin's name (workers/passwords.py `username_error`): a check of it costs a file's dummy hash
 
