@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
-from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.outbox import Outbox
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
+from plexmq.router.store.journal import Journal
 from plexmq.router.tenants import Tenant
 from plexmq.router.topic_rates import TopicRates
 from plexmq.router.trace import Traces
@@ -117,7 +117,7 @@ class Lifecycle:
             self._connection_ended(key)
 
     def _carry(self, carried: Carried) -> None:
-        """A connection with a will that the last active router held (a shared store, router/store.py):
+        """A connection with a will that the last active router held (a shared store, router/store/__init__.py):
         connected again on its worker, as its CONNECT made it, and that worker alive but not joined.
         If the worker joins, its HELLO ends the connections it no longer holds with their wills and
         the live ones quietly (their CONNECT registers them again, with the will); if it does not,

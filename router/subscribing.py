@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from plexmq import grants, wire
 from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID
 from plexmq.mqtt.topics import shared, valid_subscription
-from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
+from plexmq.router.store.journal import Journal
 from plexmq.router.tenants import Tenant
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The PostgreSQL store (router/store.py says what a store is): the state a standby router takes over
+"""The PostgreSQL store (router/store/__init__.py says what a store is): the state a standby router takes over
 (issue 24), in the same tables and columns as SQLite's (BYTEA for BLOB, BIGINT seq and expiry).
 
 Why it is shaped this way: the router's loop is synchronous, so psycopg 3 in its synchronous mode; a
@@ -20,8 +20,8 @@ from itertools import groupby
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from plexmq.router import journal as op
 from plexmq.router.store import SCHEMA_VERSION, Fence, Store, StoreError
+from plexmq.router.store import journal as op
 
 LOAD_BATCH = 5000  # rows converted at a time while a router loads the store
 TIMEOUT = 5.0  # seconds a connect, a statement or an unanswered send may take
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS live_wills (
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
-# router/journal.py's OPs; `retain` comes as a bool, the column is an integer as in SQLite (`%s::int`)
+# router/store/journal.py's OPs; `retain` comes as a bool, the column is an integer as in SQLite (`%s::int`)
 _SQL: dict[int, str] = {
     op.SESSION_SAVE: "INSERT INTO sessions (tenant, client_id, last_seen, expiry) VALUES (%s, %s, %s, %s) "
                      "ON CONFLICT (tenant, client_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, expiry = EXCLUDED.expiry",
