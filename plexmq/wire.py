@@ -563,7 +563,7 @@ class Rejoin(NamedTuple):
 
 
 class Standby(NamedTuple):
-    """STANDBY, an orjson list: a standby router's answer to any frame of a worker (router/standby.py)."""
+    """STANDBY, an orjson list: a standby router's answer to any frame of a worker (router/ha/standby.py)."""
 
     router: str  # the standby's name (router_name)
     active: str  # the active router's advertised link endpoint, as the lease names it; "" when unknown

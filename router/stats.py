@@ -28,7 +28,7 @@ from plexmq.router import alarms
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
-    from plexmq.router.lease import Members
+    from plexmq.router.ha.lease import Members
     from plexmq.router.tenants import Tenant
 
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")

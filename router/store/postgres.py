@@ -4,7 +4,7 @@
 Why it is shaped this way: the router's loop is synchronous, so psycopg 3 in its synchronous mode; a
 turn's statements go in one pipeline (one round trip for the whole commit: the fence, every
 `executemany`, COMMIT). `fence` is `(sql, args)`, a statement that fails when this router no longer
-holds the lease (router/lease.py); every commit runs it first, in the same transaction, so an old
+holds the lease (router/ha/lease.py); every commit runs it first, in the same transaction, so an old
 active router can write nothing, and a commit with no changes still runs it (the lease's renewal).
 A dead or unreachable database fails a commit (StoreError: the router exits and is restarted) within
 about `timeout` seconds, never hangs: connect_timeout, TCP keepalives and user timeout, statement_timeout.
@@ -215,7 +215,7 @@ class PgStore(Store):
             with db.pipeline():
                 cursor = db.cursor()
                 if self.fence is not None:
-                    cursor.execute(*self.fence)  # router/lease.py's constant text
+                    cursor.execute(*self.fence)  # router/ha/lease.py's constant text
                 for kind, group in groupby(ops, key=lambda change: change[0]):
                     cursor.executemany(_SQL[kind], [args for _, args in group])
                 db.commit()
