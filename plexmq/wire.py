@@ -298,7 +298,7 @@ class SessionExpiry(NamedTuple):
 
 class Stats(NamedTuple):
     """STATS, an orjson object: a worker's counters, which the router publishes as $SYS and serves to
-    Prometheus (router/stats.py reads them as a dict)."""
+    Prometheus (router/ops/stats.py reads them as a dict)."""
 
     id: str  # the worker's label()
     node: str

@@ -23,8 +23,8 @@ from plexmq.router.console.auth import files as console_admins
 from plexmq.router.core import Router
 from plexmq.router.ha.lease import Lease, Members, SteppedDown, is_postgres
 from plexmq.router.ha.standby import wait_for_lease
-from plexmq.router.metrics import TurnMetrics, serve_metrics
-from plexmq.router.stats import Stats
+from plexmq.router.ops.metrics import TurnMetrics, serve_metrics
+from plexmq.router.ops.stats import Stats
 from plexmq.router.store import Store, StoreError, open_store
 from plexmq.router.tenants import UNLIMITED
 from plexmq.tenants import Tenants

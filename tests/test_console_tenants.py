@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 import orjson
 
-from plexmq.router.alarms import DROPPED
+from plexmq.router.ops.alarms import DROPPED
 from plexmq.workers.passwords import delete_user, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for

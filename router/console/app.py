@@ -4,7 +4,7 @@ routing, served by the router on a listener of its own.
 Every page and request needs a session (router/console/auth.py) but the login page and the assets;
 every request must name this console (`admin.Names`: Host and Origin; the others are logged, a bounded
 number of lines: `Refusals`), and every POST must carry the session's CSRF token (form field `csrf` or
-header X-CSRF-Token). A failed login counts toward the failed-logins alarm (router/alarms.py), as an
+header X-CSRF-Token). A failed login counts toward the failed-logins alarm (router/ops/alarms.py), as an
 MQTT one does. Each page's module (router/console/*.py, listed in FEATURES) brings its pages and routes
 (router/console/http.py); what they need of the router's state they ask its loop (router/asks.py), the
 live figures come from `Stats` (router/console/events.py), a trace's messages from its ring (`Traces`,
@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
-from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
 from plexmq.router.console import clients, retained, sessions, trace
 from plexmq.router.console.auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console.events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console.http import Page, Reply, Routes, form, text
-from plexmq.router.stats import Stats
+from plexmq.router.ops.admin import Names
+from plexmq.router.ops.stats import Stats
 from plexmq.router.store import Store
 from plexmq.router.trace import Traces
 from plexmq.workers import tls

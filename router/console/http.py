@@ -62,7 +62,7 @@ def json_body(environ: dict) -> object:
 
 def _length(environ: dict, most: int) -> int:
     """The body's Content-Length, at most `most`; 0 when it is missing, negative or not a number (the
-    endpoint read the request whole with it so: router/httpd.py), which the handler then refuses as an
+    endpoint read the request whole with it so: router/ops/httpd.py), which the handler then refuses as an
     empty body rather than failing with a 500."""
     try:
         return min(max(int(environ.get("CONTENT_LENGTH") or 0), 0), most)

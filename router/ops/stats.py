@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from plexmq import version
 from plexmq.mqtt import PROTOCOLS
-from plexmq.router import alarms
+from plexmq.router.ops import alarms
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
