@@ -29,7 +29,7 @@ from plexmq.router.ops.alarms import (
     Alarms,
     metric,
 )
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from tests.cli import CHEAP, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.console import console_broker, event_until, log_in_from, session

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from plexmq.acceptor import config as cfg
 from plexmq.mqtt import v4 as p
 from plexmq.tenants import DISABLED, NONE_FOUND, OWN_LOGINS, UNKNOWN, Found, Refused, Tenant, Tenants, resolve, settle
-from plexmq.workers.passwords import hash_password
+from plexmq.workers.auth.passwords import hash_password
 from tests.cli import write
 from tests.conftest import Broker
 from tests.logins import login, users

@@ -54,7 +54,7 @@ tenant_required = true
 """
 
 SOURCES = itertools.count(2)  # 127.0.0.N: each refusal from an address of its own (a refused login may be
-# answered later with each refusal from one address: workers/auth.py `failed`)
+# answered later with each refusal from one address: workers/auth/logins.py `failed`)
 
 
 def others(tenant: str) -> list[str]:
