@@ -25,7 +25,10 @@ ROUTER_LIMITS = ("max_connections", "max_connection_rate", "max_sessions", "max_
                  "max_retained_bytes", "max_queued_messages")
 
 # why a connection has no tenant
-UNKNOWN = "unknown"  # its username names a tenant that is not declared (or, on a tenant's listener, another one)
+UNKNOWN = "unknown"  # its username (or its login) names a tenant that is not declared
+# on a tenant's listener (its certificate), logins are that tenant's: a username naming another is refused
+OWN_PORT = "own port"
+CERTIFIED = "certified"
 NONE_FOUND = "none found"  # nothing names a tenant and tenant_required is set
 DISABLED = "disabled"  # its tenant is declared with enabled = false
 OWN_LOGINS = "own logins"  # a broker-wide login names a tenant that checks logins of its own
@@ -91,8 +94,8 @@ class Found(NamedTuple):
 
 
 class Refused(NamedTuple):
-    kind: str  # UNKNOWN, NONE_FOUND or DISABLED
-    tenant: str  # the name that was asked for ("" for NONE_FOUND)
+    kind: str  # UNKNOWN, OWN_PORT, CERTIFIED, NONE_FOUND, DISABLED or OWN_LOGINS
+    tenant: str  # the name that was asked for ("" for NONE_FOUND); OWN_PORT, CERTIFIED: the one it is bound to
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,13 +145,16 @@ def resolve(tenants: Tenants, owner: str, username: str | None, certified: str =
     """The tenant of a connection on a listener of tenant `owner` ("": one of the broker's own) that
     logs in as `username`, with a client certificate whose tenant_certificate_field names `certified`
     ("": none). A certificate counts as the listener does, and must agree with it. On an owned listener a
-    username suffix naming the owner is taken off, one naming another declared tenant is refused, any
-    other is part of the username. When nothing names one and a login may, the answer is `open`."""
+    username suffix naming the owner is taken off, one naming another declared tenant is refused (the
+    listener, or the certificate, binds its logins to its tenant), any other is part of the username.
+    When nothing names one and a login may, the answer is `open`."""
     declared = tenants.declared
+    bound = OWN_PORT
     if certified:
         if owner and owner != certified:
-            return Refused(UNKNOWN, certified)
-        owner = certified
+            return Refused(OWN_PORT, owner)
+        if not owner:
+            owner, bound = certified, CERTIFIED
     named, local = None, username
     if tenants.separator and username is not None and tenants.separator in username:
         prefix, _, suffix = username.rpartition(tenants.separator)
@@ -156,7 +162,7 @@ def resolve(tenants: Tenants, owner: str, username: str | None, certified: str =
             named, local = suffix, prefix
     if owner:
         if named is not None and named != owner:
-            return Refused(UNKNOWN, named)
+            return Refused(bound, owner)
         named = owner
     if named is None:
         if tenants.by_login:

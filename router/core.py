@@ -84,7 +84,7 @@ class Router(Lifecycle, Subscribing):
     """Routing and session logic; `out(worker)` gives the batch bound for that worker this turn."""
     def __init__(self, max_inflight: int, max_queued: int, max_queued_bytes: int = 0, store: Store | None = None,
                  expiration: float = 0.0, share_strategy: str = "round_robin", link_timeout: float = 5.0) -> None:
-        self.default = Tenant(DEFAULT)  # $SYS is published here
+        self.default = Tenant(DEFAULT)  # the broker's $SYS is published here
         self.tenants: dict[str, Tenant] = {DEFAULT: self.default}  # the others: made when first named
         # the declared tenants' limits, taken by each `Tenant` when it is made: a tenant declared and
         # never used costs the router nothing more than this entry (thousands may be declared)
@@ -111,6 +111,7 @@ class Router(Lifecycle, Subscribing):
         self.topic_rates = TopicRates(time.monotonic())  # the workers' sampled topics (the console's busiest)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         self.traces = Traces()  # the console's live traces (router/trace.py)
+        self.sys_figures = None  # a tenant's $SYS figures for its new subscribers (router/main.py: `Stats.figures`)
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
@@ -372,24 +373,25 @@ class Router(Lifecycle, Subscribing):
 
     def publish(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
                 expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets:
-        """A message from a client (or its will): counted, then routed; its subscribers."""
+        """A message from a client (or its will): counted, kept if retained (within the tenant's limits),
+        then routed; its subscribers."""
         self.received += 1
         tenant.received += 1
+        if retain:
+            limit = tenant.retained_limit(topic, payload, props) if tenant.limits_retained else None
+            if limit is None:
+                self.retain(tenant, topic.decode(), Message(topic, payload, qos, True, props, expires_at))
+            else:  # routed live, not kept
+                tenant.hit(limit)
         return self.route(tenant, topic, payload, qos, retain, props, expires_at, source)
 
     def route(self, tenant: Tenant, topic: bytes, payload: bytes, qos: int, retain: bool, props: bytes = b"",
               expires_at: int = 0, source: tuple[bytes, int] | None = None) -> Targets:
         """Route one message to every matching subscriber of `tenant` (returned): matched once, one record per worker.
         The fields of a `Message`, in its order, not one: most messages are only passed on.
+        `retain`: its flag as published (`publish` keeps a client's; the broker's `$SYS` is never kept);
         `props` and `expires_at`: what an MQTT 5 message carries to its subscribers (plexmq/wire.py);
         `source`: the publishing connection (worker, conn_id), for no local."""
-        if retain:
-            name = topic.decode()
-            limit = tenant.retained_limit(topic, payload, props) if tenant.limits_retained else None
-            if limit is None:
-                self.retain(tenant, name, Message(topic, payload, qos, True, props, expires_at))
-            else:  # routed live, not kept
-                tenant.hit(limit)
         targets = tenant.cache.get(topic)
         if targets is None:
             targets = self._match(tenant, topic)

@@ -99,6 +99,8 @@ def serve(config: dict) -> None:
                       os.path.dirname(config["config_path"]))
     admins = serve_console(stats, asks, router.traces, config, store) if config["console_port"] >= 0 else None
     sys_interval = config["sys_interval"]
+    if sys_interval:
+        router.sys_figures = stats.figures
     next_refresh = next_sys = time.monotonic() + 1.0
 
     unreachable: set[bytes] = set()  # workers a send failed to: said once, until one succeeds
@@ -173,7 +175,7 @@ def serve(config: dict) -> None:
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
                 for tenant, topic, payload in stats.sys_messages(time.time()):
-                    router.route(tenant, topic.encode(), payload, 0, True)  # the broker's $SYS in the default tenant
+                    router.route(tenant, topic.encode(), payload, 0, True)  # retained as published, never kept
         wall = time.time()
         if wall >= deadlines.first:
             router.due(wall)

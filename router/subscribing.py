@@ -1,5 +1,8 @@
 """SUBSCRIBE and UNSUBSCRIBE in the router: the subscription trie, shared subscription groups and the
 retained messages a new subscription gets, all of them the subscriber's tenant's (router/tenants.py).
+A new `$SYS` subscription also gets the tenant's current `$SYS` figures as retained messages, made at
+once (`sys_figures`, router/ops/stats.py) rather than kept: they are the broker's, not the tenant's, so
+they take none of its max_retained_messages and never reach the store.
 
 A part of `Router` (router/core.py), which holds the state named below.
 """
@@ -7,11 +10,12 @@ A part of `Router` (router/core.py), which holds the state named below.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from plexmq import grants, wire
 from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID
-from plexmq.mqtt.topics import shared, valid_subscription
+from plexmq.mqtt.topics import matches, shared, valid_subscription
 from plexmq.router.message import Message
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
@@ -31,6 +35,7 @@ class Subscribing:
     share_strategy: str
     journal: Journal
     routes: RouteTable
+    sys_figures: Callable[[Tenant, float], Iterable[tuple[str, bytes]]] | None  # (topic, payload); None: no $SYS
 
     if TYPE_CHECKING:  # Router's (router/core.py)
         def out(self, worker: bytes) -> wire.ToWorker: ...
@@ -70,6 +75,9 @@ class Subscribing:
                 ids = grants.identifier_property(identifier) if identifier else b""
                 for _topic, message in tenant.retained.matching(topic_filter, now):
                     retained.append((message, min(grant & 3, message.qos), ids))
+                if self.sys_figures is not None and topic_filter.startswith("$SYS"):
+                    retained.extend((Message(topic.encode(), payload, 0, True), 0, ids)
+                                    for topic, payload in self.sys_figures(tenant, now) if matches(topic_filter, topic))
         tenant.cache.clear()
         if not packet_id:
             return  # subscriptions registered again after a router restart: no SUBACK, no retained

@@ -35,7 +35,8 @@ def test_every_client_comes_back_after_a_restart(capsys, args: tuple[str, ...]) 
     assert 0 <= r["listening_s"] <= r["first_connack_s"] <= r["all_back_s"]
     assert r["all_back_from_listening_s"] <= r["all_back_s"] and r["reconnect_rate"] > 0
     assert r["broker_cpu_s"] >= r["broker_start_cpu_s"] >= 0 and r["broker_cpu_s"] > 0
-    assert r["broker_us_per_reconnect"] > 0 and r["generator_cpu_s"] > 0
+    # CPU time counts in 10 ms ticks: a few hundred reconnects after the first CONNACK may take less than one
+    assert r["broker_us_per_reconnect"] >= 0 and r["generator_cpu_s"] > 0
     assert r["stop_s"] >= 0 and r["connect_rate"] > 0
     assert r["last_failed_s"] is None or r["last_failed_s"] <= r["all_back_s"]
 

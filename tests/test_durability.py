@@ -579,7 +579,8 @@ def refused_start(tmp_path: Path, *args: str, timeout: float = 30.0) -> str:
     or serves a client."""
     log_path = tmp_path / f"refused-{uid()}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", "--workers", "1", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "plexmq.acceptor", "serve", "--port", "0", "--workers", "1",
+                                 "--metrics-port", "-1", "--console-port", "-1", *args],  # not the ports other brokers may hold
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         def ended_or_serving() -> bool:

@@ -9,22 +9,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from plexmq.acceptor.status import scrape
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt import v5
-from tests.conftest import Broker
+from tests.cli import metrics_url
+from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid
 
 
-def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0) -> float:
+def burst_takes(b: Broker, count: int, payload: bytes, qos: int = 0, tenant: str = "") -> float:
     """Seconds between the first and the last of `count` PUBLISHes that one client sends in a single
-    write, as its subscriber receives them; every one must arrive, in order."""
+    write, as its subscriber receives them; every one must arrive, in order. Both clients log in to
+    `tenant` (tenant_separator "@") if one is named."""
     topic = f"rate/{uid()}"
-    sub = Client(b.port, f"rate-sub-{uid()}")
+    suffix = f"@{tenant}" if tenant else ""
+    sub = Client(b.port, f"rate-sub-{uid()}", username=f"sub{suffix}")
     sub.subscribe(topic, qos)
     pub = RawClient(b.port)
-    pub.connect(f"rate-pub-{uid()}")
+    assert pub.connect(f"rate-pub-{uid()}", username=f"pub{suffix}") == (False, 0)
     pub.send(b"".join(p.encode_publish(topic.encode(), b"%06d" % i + payload, qos, packet_id=i + 1 if qos else 0)
                       for i in range(count)))
     first = sub.get()
@@ -112,3 +116,21 @@ def test_a_tenants_message_rate_slows_its_publisher_and_not_another_tenants_on_t
     for name in subs:
         pubs[name].close()
         subs[name].disconnect()
+
+
+def test_a_tenant_held_at_its_message_rate_is_read_once_per_batch(tmp_path: Path,
+                                                                  start_broker: Callable[..., Broker]) -> None:
+    """Tenant `slow` may publish 400 a second (its bucket holds 400): of 1,200 QoS 1 PUBLISHes in one
+    write, 800 wait. Its publisher is paused until the bucket holds a batch (workers/tenant_limits.py
+    `pause`), and each pause is one limit hit: far fewer hits than packets that waited (one wake-up,
+    one hit and one router batch per packet before), and every message still arrives, in order, each
+    acknowledged in order."""
+    b = limited(tmp_path, start_broker, 'tenant_separator = "@"\n[tenants.slow]\nmessage_rate = 400.0\n')
+    url = metrics_url(b)
+    count = 1200
+    burst_takes(b, count, b"m", qos=1, tenant="slow")  # asserts the order and the acknowledgements
+    # the report that has both clients gone was made after the last pause
+    wait_for(lambda: scrape(url).get(("plexmq_tenant_connections", (("tenant", "slow"),))) == 0, 10,
+             "the tenant's clients gone in the workers' report")
+    hits = scrape(url).get(("plexmq_tenant_limit_hits_total", (("limit", "message_rate"), ("tenant", "slow"))), 0)
+    assert 0 < hits <= count // 10

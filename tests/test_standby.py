@@ -319,9 +319,10 @@ def test_the_active_shows_the_lease_and_every_router_in_sys_metrics_and_status()
     members = Members(lease)  # not started: its last read set by hand
     members.seen = [Member("a", "active", 0.2), Member("b", "standby", 0.1), Member("c", "standby", 60.0),
                     Member("d", "gone", 1.0)]  # d: the active before a, killed a second ago
-    stats = Stats(RouterHarness().router, os.getpid(), members=members)
+    router = RouterHarness().router
+    stats = Stats(router, os.getpid(), members=members)
     stats.refresh(time.time())
-    sys_topics = {topic: payload for _tenant, topic, payload in stats.sys_messages(time.time())
+    sys_topics = {topic: payload for topic, payload in stats.figures(router.default, time.time())
                   if topic.startswith("$SYS/broker/router/")}
     assert sys_topics == {
         "$SYS/broker/router/name": b"a", "$SYS/broker/router/epoch": b"3", "$SYS/broker/router/failovers": b"2",

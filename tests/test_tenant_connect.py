@@ -20,7 +20,7 @@ REQUIRED = Tenants(TENANTS.declared, "@", True)
 
 @pytest.mark.parametrize("tenants,listener,username,v4_code,v5_code,said", [
     (TENANTS, "", "dev@nope", 0x04, reasons.BAD_USER_NAME_OR_PASSWORD, "unknown tenant 'nope'"),
-    (TENANTS, "acme", "dev@beta", 0x04, reasons.BAD_USER_NAME_OR_PASSWORD, "unknown tenant 'beta'"),
+    (TENANTS, "acme", "dev@beta", 0x04, reasons.BAD_USER_NAME_OR_PASSWORD, "this port serves tenant 'acme' only"),
     (REQUIRED, "", "dev", 0x05, reasons.NOT_AUTHORIZED, "no tenant found"),
     (REQUIRED, "", None, 0x05, reasons.NOT_AUTHORIZED, "no tenant found"),
     (TENANTS, "", "dev@off", 0x03, reasons.SERVER_UNAVAILABLE, "tenant 'off' is disabled"),

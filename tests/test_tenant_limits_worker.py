@@ -16,7 +16,7 @@ from plexmq.mqtt import v4 as p
 from plexmq.mqtt.connect import Will
 from plexmq.tenants import Tenant, Tenants
 from plexmq.workers.settings import Settings
-from plexmq.workers.tenant_limits import Limits, limited
+from plexmq.workers.tenant_limits import BATCH, TICK, Limits, limited
 from tests.cli import write
 from tests.connection_harness import Client, ConnectionHarness, deliver
 
@@ -201,8 +201,23 @@ def test_the_tenants_message_rate_is_shared_by_its_clients_on_a_worker() -> None
     free.send(burst(100))
     assert published(h) == 100 and free.transport.reading
     assert h.worker.counters.limit_hits == {("lim", "message_rate"): 1}
-    h.loop.advance(0.2)  # one more message's worth: two's last
+    h.loop.advance(0.2 + TICK)  # one more message's worth (and the timers' millisecond): two's last
     assert published(h) == 1 and not two.conn.buf
+
+
+def test_a_throttled_client_is_read_again_once_the_bucket_holds_a_batch() -> None:
+    """message_rate 2000 over two workers: a bucket of 1000 here. A client past it is not read again until
+    the bucket holds a batch (BATCH seconds' worth, 50): one wake-up, one hit and one router batch per 50
+    packets, not per packet."""
+    h = harness(message_rate=2000.0)
+    c = h.client("dev", username="a@lim")
+    c.send(burst(1200))
+    assert published(h) == 1000 and not c.transport.reading
+    h.loop.advance(BATCH / 2)
+    assert published(h) == 0  # half a batch: still paused
+    h.loop.advance(BATCH / 2 + 2 * TICK)  # (a TICK more than the timer's: float sums)
+    assert 50 <= published(h) <= 52 and not c.transport.reading
+    assert h.worker.counters.limit_hits == {("lim", "message_rate"): 2}  # one per pause
 
 
 def test_the_tenants_waiting_clients_take_turns_on_one_timer() -> None:
@@ -219,7 +234,7 @@ def test_the_tenants_waiting_clients_take_turns_on_one_timer() -> None:
     assert published(h) == 0 and len(h.loop.timers) == timers + 1
     took = []
     for _ in range(6):
-        h.loop.advance(0.2)
+        h.loop.advance(0.2 + TICK)
         [record] = [r for r in h.records() if r.kind == "PUB0"]
         took.append(record.fields[1])
     ids = [c.conn_id for c in clients]

@@ -20,7 +20,20 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from plexmq.acceptor import config as cfg
 from plexmq.mqtt import v4 as p
-from plexmq.tenants import DISABLED, NONE_FOUND, OWN_LOGINS, UNKNOWN, Found, Refused, Tenant, Tenants, resolve, settle
+from plexmq.tenants import (
+    CERTIFIED,
+    DISABLED,
+    NONE_FOUND,
+    OWN_LOGINS,
+    OWN_PORT,
+    UNKNOWN,
+    Found,
+    Refused,
+    Tenant,
+    Tenants,
+    resolve,
+    settle,
+)
 from plexmq.workers.auth.passwords import hash_password
 from tests.cli import write
 from tests.conftest import Broker
@@ -44,8 +57,8 @@ REQUIRED = Tenants(REGISTRY.declared, "@", True, by_login=True)
     (REGISTRY, "", "dev", "beta", Found("beta", "dev")),  # the certificate counts as the listener does
     (REGISTRY, "", "dev@beta", "beta", Found("beta", "dev")),
     (REGISTRY, "", "me@example", "beta", Found("beta", "me@example")),
-    (REGISTRY, "", "dev@acme", "beta", Refused(UNKNOWN, "acme")),  # the username names another
-    (REGISTRY, "acme", "dev", "beta", Refused(UNKNOWN, "beta")),  # the listener names another
+    (REGISTRY, "", "dev@acme", "beta", Refused(CERTIFIED, "beta")),  # the username names another
+    (REGISTRY, "acme", "dev", "beta", Refused(OWN_PORT, "acme")),  # the listener names another
     (REGISTRY, "", "dev", "nope", Refused(UNKNOWN, "nope")),
     (REGISTRY, "", "dev", "off", Refused(DISABLED, "off")),
 ])

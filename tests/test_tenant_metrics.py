@@ -152,6 +152,37 @@ def test_a_tenants_sys_topics_are_its_own(tmp_path: Path, start_broker: Callable
         client.disconnect()
 
 
+def test_a_tenants_sys_figures_are_not_its_retained_messages(tmp_path: Path, start_broker: Callable[..., Broker]) -> None:
+    """Tenant `small` may keep 2 retained messages. Its `$SYS/#` watcher gets the current figures at once,
+    as retained messages, and each sys_interval live; they take none of its 2 (the broker's figures,
+    made for each new subscriber, never kept), so its clients' 2 are kept, and a later watcher gets the
+    figures at once too."""
+    b = start_broker("--config", str(write(tmp_path, TENANTS + "\n[tenants.small]\nmax_retained_messages = 2\n")),
+                     "--workers", "1")
+    own = {f"$SYS/broker/{name}" for name in [*TENANT_SYS, "clients/total"]}
+    pub = Client(b.port, "p", username="p@small")
+    url = metrics_url(b)  # figures are made from the last second's: wait until they have the tenant
+    wait_for(lambda: scrape(url).get(("plexmq_tenant_connections", (("tenant", "small"),))) == 1, 10, "small's figures")
+    watcher = Client(b.port, "w", username="w@small")
+    watcher.subscribe("$SYS/#")
+    first = [watcher.get() for _ in own]  # at once: no sys_interval waited for
+    assert {m.topic for m in first} == own and all(m.retain for m in first)
+    wait_for(lambda: not watcher.get().retain, 10, "a round published live while watched")
+    for topic in ("r/1", "r/2"):
+        pub.publish(topic, b"kept", qos=1, retain=True)
+    reader = Client(b.port, "r", username="r@small")
+    reader.subscribe("r/#")
+    assert sorted((m.topic, m.payload, m.retain) for m in (reader.get(), reader.get())) == [
+        ("r/1", b"kept", True), ("r/2", b"kept", True)]
+    watcher.disconnect()
+    later = Client(b.port, "l", username="l@small")
+    later.subscribe("$SYS/broker/clients/connected")
+    m = later.get()
+    assert (m.topic, m.retain) == ("$SYS/broker/clients/connected", True)
+    for client in (pub, reader, later):
+        client.disconnect()
+
+
 def test_the_router_counts_each_tenants_messages_on_every_path() -> None:
     """Received and delivered per tenant (router/tenants.py) through the router: a raw QoS 0 run (per
     `Dest`), a QoS 1 PUB to plain subscribers, one with subscription options (`_deliver_special`) and a

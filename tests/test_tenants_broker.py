@@ -56,7 +56,8 @@ def test_tenants_by_username_and_by_listener(tmp_path: Path, start_broker: Calla
         (b.port, "dev@nope", reasons.BAD_USER_NAME_OR_PASSWORD, "unknown tenant 'nope'"),
         (b.port, None, reasons.NOT_AUTHORIZED, "no tenant found"),
         (b.port, "dev@off", reasons.SERVER_UNAVAILABLE, "tenant 'off' is disabled"),
-        (acme_port, "dev@beta", reasons.BAD_USER_NAME_OR_PASSWORD, "unknown tenant 'beta'"),
+        # beta exists: acme's own listener binds its logins to acme
+        (acme_port, "dev@beta", reasons.BAD_USER_NAME_OR_PASSWORD, "this port serves tenant 'acme' only"),
     ]
     for port, username, code, said in refusals5:
         raw = RawClient(port)

@@ -11,7 +11,7 @@ import pytest
 from plexmq import tenants
 from plexmq.acceptor import config as cfg
 from plexmq.acceptor import reload
-from plexmq.tenants import DISABLED, NONE_FOUND, UNKNOWN, Found, Refused, Tenant, Tenants, resolve
+from plexmq.tenants import DISABLED, NONE_FOUND, OWN_PORT, UNKNOWN, Found, Refused, Tenant, Tenants, resolve
 from tests.cli import names_line, write
 
 
@@ -174,7 +174,7 @@ REGISTRY = Tenants({"acme": Tenant("acme"), "beta": Tenant("beta"), "off": Tenan
     (REGISTRY, "acme", "device", Found("acme", "device")),
     (REGISTRY, "acme", None, Found("acme", None)),
     (REGISTRY, "acme", "device@acme", Found("acme", "device")),
-    (REGISTRY, "acme", "device@beta", Refused(UNKNOWN, "beta")),  # another tenant's name on acme's listener
+    (REGISTRY, "acme", "device@beta", Refused(OWN_PORT, "acme")),  # another tenant's name on acme's listener
     (REGISTRY, "acme", "me@example", Found("acme", "me@example")),  # no tenant's name: part of the username
     (REGISTRY, "off", "device", Refused(DISABLED, "off")),
     # tenant_required

@@ -26,7 +26,7 @@ from plexmq.workers.handlers import HANDLERS
 from plexmq.workers.handlers.connect import CONNACK_OPTIONAL, handle_connect
 from plexmq.workers.outbound import Outbound
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CLOSED, CONNECTED, CONNECTING, NEW
-from plexmq.workers.tenant_limits import Limits, refill
+from plexmq.workers.tenant_limits import Limits, pause, refill
 from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
@@ -260,11 +260,11 @@ class Connection(Outbound, asyncio.Protocol):
             rate = settings.message_rate
             if rate:
                 self.credit_messages -= published
-                wait = (1.0 - self.credit_messages) / rate
+                wait = pause(self.credit_messages, rate)
             rate = settings.byte_rate
             if rate:
                 self.credit_bytes -= consumed
-                wait = max(wait, (1.0 - self.credit_bytes) / rate)
+                wait = max(wait, pause(self.credit_bytes, rate))
         limits = self.limits
         tenant_wait, tenant_limit = limits.charge(published, consumed) if limits is not None and limits.rated else (0.0, "")
         if tenant_wait > 0:

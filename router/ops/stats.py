@@ -154,26 +154,30 @@ class Stats:
         self._last = (now, received, sent)
 
     def sys_messages(self, now: float) -> Iterator[tuple[Tenant, str, bytes]]:
-        """(tenant, topic, payload) of every $SYS message, published every sys_interval seconds: the
-        broker's into the default tenant, and each other tenant's own figures into it (`_tenant_sys`)."""
-        default = self.router.default
-        for topic, payload in self._broker_sys(now):
-            yield default, topic, payload
-        yield from self._tenant_sys()
-
-    def _tenant_sys(self) -> Iterator[tuple[Tenant, str, bytes]]:
-        """Each tenant's own `$SYS/broker/...` figures, under mosquitto's names, published into the
-        tenants that have a `$SYS` subscriber only: a tenant nobody there watches costs no message and
-        holds no retained copy, so thousands of tenants cost one dict lookup each (a new subscriber
-        gets its first figures within sys_interval)."""
-        tenants = self.snapshot["tenants"]
+        """(tenant, topic, payload) of every $SYS message, published every sys_interval seconds into the
+        tenants that have a `$SYS` subscriber only (`SubscriptionTrie.has_first_level`: `+` and `#` never
+        match `$` topics, so that is exact): thousands of tenants nobody there watches cost one lookup
+        each. Routed live, never kept: a new subscriber gets them from `figures` at once."""
         for tenant in self.router.tenants.values():
-            numbers = tenants.get(tenant.name)
-            if not tenant.name or numbers is None or not tenant.trie.has_first_level("$SYS"):
-                continue
-            for topic, key in TENANT_SYS.items():
-                yield tenant, f"$SYS/broker/{topic}", str(numbers[key]).encode()
-            yield tenant, "$SYS/broker/clients/total", str(numbers["connections"] + numbers["offline"]).encode()
+            if tenant.trie.has_first_level("$SYS"):
+                for topic, payload in self.figures(tenant, now):
+                    yield tenant, topic, payload
+
+    def figures(self, tenant: Tenant, now: float) -> Iterator[tuple[str, bytes]]:
+        """(topic, payload) of the tenant's $SYS set now: the broker's in the default tenant (the
+        operator's view), each other tenant's own figures under mosquitto's names (none without
+        metrics_tenants, or before the first refresh)."""
+        if not self.snapshot:
+            return
+        if not tenant.name:
+            yield from self._broker_sys(now)
+            return
+        numbers = self.snapshot["tenants"].get(tenant.name)
+        if numbers is None:
+            return
+        for topic, key in TENANT_SYS.items():
+            yield f"$SYS/broker/{topic}", str(numbers[key]).encode()
+        yield "$SYS/broker/clients/total", str(numbers["connections"] + numbers["offline"]).encode()
 
     def _broker_sys(self, now: float) -> Iterator[tuple[str, bytes]]:
         """(topic, payload) of the broker-wide $SYS messages, the default tenant's."""

@@ -22,7 +22,19 @@ from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
 from plexmq.mqtt.framing import PROTOCOL_ERROR
-from plexmq.tenants import DISABLED, NONE_FOUND, OWN_LOGINS, UNKNOWN, Found, Refused, local_name, resolve, settle
+from plexmq.tenants import (
+    CERTIFIED,
+    DISABLED,
+    NONE_FOUND,
+    OWN_LOGINS,
+    OWN_PORT,
+    UNKNOWN,
+    Found,
+    Refused,
+    local_name,
+    resolve,
+    settle,
+)
 from plexmq.workers.auth import scram
 from plexmq.workers.auth.acl import may_publish
 from plexmq.workers.auth.logins import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
@@ -44,6 +56,8 @@ _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reaso
           NOT_AUTHORIZED: reasons.NOT_AUTHORIZED}
 # a connection without a tenant: its CONNACK code (3.1.1; 5.0 through _AS_V5) and reason string
 _NO_TENANT = {UNKNOWN: (BAD_CREDENTIALS, "unknown tenant {!r}"), NONE_FOUND: (NOT_AUTHORIZED, "no tenant found"),
+              OWN_PORT: (BAD_CREDENTIALS, "this port serves tenant {!r} only"),
+              CERTIFIED: (BAD_CREDENTIALS, "the client certificate is tenant {!r}'s"),
               DISABLED: (SERVER_UNAVAILABLE, "tenant {!r} is disabled"),
               OWN_LOGINS: (BAD_CREDENTIALS, "tenant {!r} checks logins of its own")}
 # CONNACK properties a client can do without, left out (after the reason string) of a CONNACK larger
