@@ -3,7 +3,7 @@ at a time, optionally only those whose client id contains some text, or only tho
 (`--tenant NAME`); `--disconnect ID` closes one (an administrative action: its session stays, its will
 is published, a 5.0 client hears 0x98), with `--tenant NAME` the client of that id in that tenant.
 
-Both are admin requests: they carry the broker's admin token (`router/admin.py`), read from the run dir
+Both are admin requests: they carry the broker's admin token (`router/ops/admin.py`), read from the run dir
 of the broker of `--config`, the token file of this user's broker on the endpoint's port, or from
 `--token-file`."""
 
@@ -19,7 +19,7 @@ import orjson
 
 from plexmq.acceptor import endpoint
 from plexmq.mqtt import PROTOCOLS
-from plexmq.router import admin
+from plexmq.router.ops import admin
 
 
 def main(argv: list[str]) -> int:

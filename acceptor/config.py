@@ -25,10 +25,10 @@ from plexmq.files import Access, others_may_read
 from plexmq.router.shared import STRATEGIES
 from plexmq.units import parse_duration
 from plexmq.workers import tls
-from plexmq.workers.acl import AclFile
-from plexmq.workers.passwords import PasswordFile
-from plexmq.workers.sqlauth import connect_args
-from plexmq.workers.tokens import TokenVerifier
+from plexmq.workers.auth.acl import AclFile
+from plexmq.workers.auth.database import connect_args
+from plexmq.workers.auth.passwords import PasswordFile
+from plexmq.workers.auth.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.acceptor")
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from plexmq.acceptor import config as cfg
 from plexmq.acceptor import rundir
-from plexmq.router import admin
+from plexmq.router.ops import admin
 
 DEFAULT = "http://127.0.0.1:9883"
 ANY = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}  # a wildcard address is reached on loopback

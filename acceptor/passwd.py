@@ -13,7 +13,7 @@ import sys
 import warnings
 from typing import NoReturn
 
-from plexmq.workers import passwords
+from plexmq.workers.auth import passwords
 
 
 class _Usage(Exception):

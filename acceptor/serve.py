@@ -86,7 +86,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     reads the config again (SIGHUP)."""
     role = config["role"]
     if config["store"]:  # a PostgreSQL URL: its password leaves the command line before any worker is forked
-        from plexmq.router.store_pg import masked  # psycopg only with such a store
+        from plexmq.router.store.postgres import masked  # psycopg only with such a store
 
         hide_in_command_line(config["store"], masked(config["store"]))  # the children read it from config.json (0600)
     per_worker = connections_per_worker(raise_fd_limit())

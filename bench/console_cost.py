@@ -34,7 +34,7 @@ import psutil
 
 from plexmq.bench import brokers, mqload
 from plexmq.bench.monitor import process_name
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 
 ADMIN, PASSWORD = "bench", "console cost bench"
 STATES = ("none", "overview", "clients", "trace")

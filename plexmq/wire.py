@@ -306,7 +306,7 @@ class SessionExpiry(NamedTuple):
 
 class Stats(NamedTuple):
     """STATS, an orjson object: a worker's counters, which the router publishes as $SYS and serves to
-    Prometheus (router/stats.py reads them as a dict)."""
+    Prometheus (router/ops/stats.py reads them as a dict)."""
 
     id: str  # the worker's label()
     node: str
@@ -571,7 +571,7 @@ class Rejoin(NamedTuple):
 
 
 class Standby(NamedTuple):
-    """STANDBY, an orjson list: a standby router's answer to any frame of a worker (router/standby.py)."""
+    """STANDBY, an orjson list: a standby router's answer to any frame of a worker (router/ha/standby.py)."""
 
     router: str  # the standby's name (router_name)
     active: str  # the active router's advertised link endpoint, as the lease names it; "" when unknown

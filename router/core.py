@@ -5,7 +5,7 @@ retained messages and persistent sessions. It never touches a socket: `main.py` 
 This module holds the state, the frames in and out and the message path; the lives of sessions are
 in `router/lifecycle.py` and subscriptions in `router/subscribing.py` (parts of `Router`), a session's
 outbox (its QoS 1/2 queue, window and resend) in `router/outbox.py`, and every write to the store goes
-through `router/journal.py`.
+through `router/store/journal.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from plexmq import grants, tenants, wire
 from plexmq.grants import Matched
 from plexmq.mqtt import framing
 from plexmq.router.deadlines import Deadlines
-from plexmq.router.journal import Journal
 from plexmq.router.lifecycle import Lifecycle
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientListing
@@ -28,6 +27,7 @@ from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
 from plexmq.router.store import Store
+from plexmq.router.store.journal import Journal
 from plexmq.router.subscribing import Subscribing
 from plexmq.router.tenants import UNLIMITED, Tenant
 from plexmq.router.topic_rates import TopicRates
@@ -438,7 +438,7 @@ class Router(Lifecycle, Subscribing):
     def retain(self, tenant: Tenant, topic: str, message: Message) -> None:
         """The topic's retained message replaced, or cleared by an empty payload (MQTT-3.3.1-10), in
         memory and in the store: for a retained PUBLISH (`route`) and for the console's delete
-        (router/console_retained.py), which delivers nothing."""
+        (router/console/retained.py), which delivers nothing."""
         tenant.retained.put(topic, message)
         self.journal.retained_set(tenant.name, topic, message)
 

@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
 from plexmq.router.deadlines import Deadlines
-from plexmq.router.journal import Journal
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
 from plexmq.router.outbox import Outbox
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session, Will
+from plexmq.router.store.journal import Journal
 from plexmq.router.tenants import Tenant
 from plexmq.router.topic_rates import TopicRates
 from plexmq.router.trace import Traces
 
 if TYPE_CHECKING:
-    from plexmq.router.console_sessions import SessionRemoval
+    from plexmq.router.console.sessions import SessionRemoval
     from plexmq.router.core import Targets
     from plexmq.router.shared import SharedGroup
     from plexmq.router.store import Carried
@@ -117,7 +117,7 @@ class Lifecycle:
             self._connection_ended(key)
 
     def _carry(self, carried: Carried) -> None:
-        """A connection with a will that the last active router held (a shared store, router/store.py):
+        """A connection with a will that the last active router held (a shared store, router/store/__init__.py):
         connected again on its worker, as its CONNECT made it, and that worker alive but not joined.
         If the worker joins, its HELLO ends the connections it no longer holds with their wills and
         the live ones quietly (their CONNECT registers them again, with the will); if it does not,

@@ -18,13 +18,13 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload, settle_heap
 from plexmq.router.asks import Asks, start_asked
-from plexmq.router.console import serve_console
-from plexmq.router.console_auth import files as console_admins
+from plexmq.router.console.app import serve_console
+from plexmq.router.console.auth import files as console_admins
 from plexmq.router.core import Router
-from plexmq.router.lease import Lease, Members, SteppedDown, is_postgres
-from plexmq.router.metrics import TurnMetrics, serve_metrics
-from plexmq.router.standby import wait_for_lease
-from plexmq.router.stats import Stats
+from plexmq.router.ha.lease import Lease, Members, SteppedDown, is_postgres
+from plexmq.router.ha.standby import wait_for_lease
+from plexmq.router.ops.metrics import TurnMetrics, serve_metrics
+from plexmq.router.ops.stats import Stats
 from plexmq.router.store import Store, StoreError, open_store
 from plexmq.router.tenants import UNLIMITED
 from plexmq.tenants import Tenants

@@ -5,7 +5,7 @@ A persistent session (and any session, for what a shared subscription gave it: t
 member) keeps each QoS 1/2 message here under the packet id it will carry, so that a reconnect sends
 it again with its original id (MQTT-4.4.0-1). The state is the session's (`Session.unacked`, `queued`,
 `inflight`, `next_pid`, `bytes`); the router's one `Outbox` holds the limits and makes every change to
-it, each journaled (router/journal.py) where it happens. The worker's half of the same window is
+it, each journaled (router/store/journal.py) where it happens. The worker's half of the same window is
 `workers/outbound.py` (and `workers/handlers/acks.py`).
 """
 
@@ -21,9 +21,9 @@ from plexmq import wire
 from plexmq.router.message import Message
 
 if TYPE_CHECKING:
-    from plexmq.router.journal import Journal
     from plexmq.router.sessions import Session
     from plexmq.router.shared import SharedGroup
+    from plexmq.router.store.journal import Journal
     from plexmq.router.tenants import Tenant
 
 log = logging.getLogger("plexmq.router")
@@ -185,7 +185,7 @@ def _send(session: Session, out: wire.ToWorker, pid: int, message: Message, dup:
 
 def restore(session: Session, pid: int, message: Pending, state: int) -> None:
     """A stored message back in its session's order, in its state (a restarted router,
-    router/store.py); the next new packet id follows the newest."""
+    router/store/__init__.py); the next new packet id follows the newest."""
     message.state = state
     session.unacked[pid] = message
     session.bytes += len(message.payload)

@@ -1,7 +1,7 @@
 """SUBSCRIBE and UNSUBSCRIBE in the router: the subscription trie, shared subscription groups and the
 retained messages a new subscription gets, all of them the subscriber's tenant's (router/tenants.py).
 A new `$SYS` subscription also gets the tenant's current `$SYS` figures as retained messages, made at
-once (`sys_figures`, router/stats.py) rather than kept: they are the broker's, not the tenant's, so
+once (`sys_figures`, router/ops/stats.py) rather than kept: they are the broker's, not the tenant's, so
 they take none of its max_retained_messages and never reach the store.
 
 A part of `Router` (router/core.py), which holds the state named below.
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from plexmq import grants, wire
 from plexmq.mqtt.reasons import NO_SUBSCRIPTION_EXISTED, QUOTA_EXCEEDED, TOPIC_FILTER_INVALID
 from plexmq.mqtt.topics import matches, shared, valid_subscription
-from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.routes import ROUTER, RouteTable
 from plexmq.router.sessions import Session
 from plexmq.router.shared import SharedGroup
+from plexmq.router.store.journal import Journal
 from plexmq.router.tenants import Tenant
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Traces (the console's Trace page, router/console_trace.py): the messages of a topic filter watched
+"""Traces (the console's Trace page, router/console/trace.py): the messages of a topic filter watched
 live, bounded, never slowing the broker.
 
 Why the workers watch: most messages never reach the router (docs/architecture.md §4: a worker

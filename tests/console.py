@@ -14,7 +14,7 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
 

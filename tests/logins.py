@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from tests.cli import CHEAP
 from tests.mqtt import RawClient
 from tests.steps import uid

@@ -32,8 +32,8 @@ import zmq
 from plexmq import wire
 from plexmq.mqtt import v4
 from plexmq.router.core import Router
-from plexmq.router.store_pg import PgStore
-from plexmq.router.store_sqlite import SqliteStore
+from plexmq.router.store.postgres import PgStore
+from plexmq.router.store.sqlite import SqliteStore
 from plexmq.wire import Close, Kick, ListClients, Refused, Rejoin, ResendRel, Routes, Session, Suback, Traces, Unsuback
 from tests.connection_harness import FakeLink, FakeLoop
 

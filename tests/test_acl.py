@@ -1,4 +1,4 @@
-"""The ACL file (`workers.acl`): mosquitto's syntax, who gets which rules, deny winning, patterns that
+"""The ACL file (`workers.auth.acl`): mosquitto's syntax, who gets which rules, deny winning, patterns that
 cannot be abused through a user name or client id, and SUBSCRIBE filters granted when some topic under
 them is readable, topics judged at delivery."""
 
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plexmq.mqtt.topics import matches
-from plexmq.workers import acl as acl_module
-from plexmq.workers.acl import AclError, AclFile, covers, may_publish, overlaps
+from plexmq.workers.auth import acl as acl_module
+from plexmq.workers.auth.acl import AclError, AclFile, covers, may_publish, overlaps
 
 
 def load(tmp_path: Path, text: str) -> AclFile:

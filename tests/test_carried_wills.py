@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-from plexmq.router.store_pg import PgStore
+from plexmq.router.store.postgres import PgStore
 from tests.router_harness import RouterHarness
 
 TIMEOUT = 5.0  # the routers' link_timeout

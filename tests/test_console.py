@@ -15,7 +15,7 @@ import orjson
 
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
-from plexmq.router.console import REFUSALS_LOGGED
+from plexmq.router.console.app import REFUSALS_LOGGED
 from tests.cli import health, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.console import ADMIN, ask, console_broker, log_in, session

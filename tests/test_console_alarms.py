@@ -1,4 +1,4 @@
-"""The operators' alarms (issue 25, router/alarms.py): in process, the rules over hand-made snapshots of
+"""The operators' alarms (issue 25, router/ops/alarms.py): in process, the rules over hand-made snapshots of
 `Stats` (drops raised with their sources and cleared after a quiet spell, counters a restarted worker
 starts again, a burst of failed logins, a node lost and back, a restart held a while, the tenants'
 own, the last cleared kept, the /metrics gauge); end to end, each alarm in the overview's event stream
@@ -15,8 +15,21 @@ from pathlib import Path
 
 from plexmq.acceptor.status import scrape
 from plexmq.mqtt.v4 import encode_connect
-from plexmq.router.alarms import BURST, DROPPED, HOLD, KEEP, LOGINS, NAMED, NODE_LOST, QUIET, RESTARTED, WINDOW, Alarms, metric
-from plexmq.workers.passwords import set_password
+from plexmq.router.ops.alarms import (
+    BURST,
+    DROPPED,
+    HOLD,
+    KEEP,
+    LOGINS,
+    NAMED,
+    NODE_LOST,
+    QUIET,
+    RESTARTED,
+    WINDOW,
+    Alarms,
+    metric,
+)
+from plexmq.workers.auth.passwords import set_password
 from tests.cli import CHEAP, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.console import console_broker, event_until, log_in_from, session

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from plexmq.router.console_auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
-from plexmq.workers.passwords import SCRYPT_N, set_password
+from plexmq.router.console.auth import ACCOUNT_FAILURES, FAILURES, SESSIONS_EACH, STREAMS_EACH, TRACKED, Admins, Throttled
+from plexmq.workers.auth.passwords import SCRYPT_N, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
 from tests.console import ADMIN, PASSWORD, ask, console_broker, log_in, log_in_from, session

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 import orjson
 import paho.mqtt.client as paho
 
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from plexmq.workers.topic_sample import SAMPLE, TopicSample
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for

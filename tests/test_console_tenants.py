@@ -13,8 +13,8 @@ from urllib.parse import urlencode
 
 import orjson
 
-from plexmq.router.alarms import DROPPED
-from plexmq.workers.passwords import delete_user, set_password
+from plexmq.router.ops.alarms import DROPPED
+from plexmq.workers.auth.passwords import delete_user, set_password
 from tests.cli import CHEAP
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, Answer, ask, console_broker, event_until, log_in, session

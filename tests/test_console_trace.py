@@ -1,4 +1,4 @@
-"""The console's Trace (router/trace.py, router/console_trace.py, workers/trace_watch.py) against a real
+"""The console's Trace (router/trace.py, router/console/trace.py, workers/trace_watch.py) against a real
 broker with two workers: a trace sees the messages its filter matches, also those a worker delivers
 itself (the publisher and the subscriber on one worker), and only those; the subscriber still gets each
 message once and in order, during the trace and after it; a fifth trace at once is refused, and one

@@ -1,19 +1,23 @@
 """deploy/: the documented config file holds every key with its default, the systemd unit has what
-production needs (and `systemd-analyze verify` accepts it where it is installed), and the Docker and
-compose files agree with the config and the unit."""
+production needs (and `systemd-analyze verify` accepts it where it is installed), the Docker and
+compose files agree with the config and the unit, and the image's `pip install .` ships every package."""
 
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 from plexmq.acceptor import config as cfg
+from plexmq.router.console.app import ASSETS
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -214,3 +218,18 @@ def test_the_tenants_example_loads_with_its_two_tenants_and_their_limits() -> No
     assert sorted(loaded["tenants"]) == ["acme", "beta"] and loaded["tenant_required"]
     assert loaded["tenants"]["acme"]["max_connections"] == 10000
     assert loaded["tenants"]["beta"]["listeners"] == ["mqtt://127.0.0.1:1884"]
+
+
+def test_a_non_editable_install_lists_every_package_and_the_consoles_assets() -> None:
+    """The image's `pip install .` installs only the packages and data pyproject.toml lists, where a checkout
+    and an editable install import any folder: a package left out (or the console's pages) passes every
+    test here and fails only in the image."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = set()
+    for top, dirs, files in os.walk(ROOT / "plexmq", followlinks=True):  # plexmq/router -> ../router ...
+        dirs[:] = [name for name in dirs if name != "__pycache__"]
+        if any(name.endswith(".py") for name in files):
+            folders.add(".".join(Path(top).relative_to(ROOT).parts))
+    assert sorted(setuptools["packages"]) == sorted(folders)
+    patterns = setuptools["package-data"]["plexmq.router.console"]  # ASSETS: the folder assets/ of that package
+    assert [item.name for item in ASSETS.iterdir() if not any(fnmatch(f"assets/{item.name}", p) for p in patterns)] == []

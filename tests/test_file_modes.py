@@ -17,7 +17,7 @@ import pytest
 
 from plexmq.files import Access
 from plexmq.workers.archive import ArchiveWriter
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from tests.archives import T0, run
 from tests.conftest import ROOT, Broker, wait_for
 from tests.mqtt import Client

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from plexmq.router.httpd import CONNECTIONS, THREADS, TIMEOUT
+from plexmq.router.ops.httpd import CONNECTIONS, THREADS, TIMEOUT
 from tests.cli import health, metrics_url
 from tests.conftest import Broker, wait_for
 

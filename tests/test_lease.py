@@ -1,4 +1,4 @@
-"""The router lease (router/lease.py) against a private PostgreSQL server: exactly one router holds
+"""The router lease (router/ha/lease.py) against a private PostgreSQL server: exactly one router holds
 it, another takes it only once it has lapsed in the database, and the old holder's fenced commits
 then write nothing."""
 
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from plexmq.bench import postgres
-from plexmq.router.lease import Lease
+from plexmq.router.ha.lease import Lease
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(not postgres.installed(), reason="no PostgreSQL server installed")

@@ -12,7 +12,7 @@ import scramp
 
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v4, v5
-from plexmq.workers import passwords as pw
+from plexmq.workers.auth import passwords as pw
 from tests.cli import CHEAP, passwd
 from tests.conftest import Broker
 from tests.mqtt import RawClient

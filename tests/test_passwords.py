@@ -1,4 +1,4 @@
-"""The password file (`workers.passwords`) and the `plexmq passwd` command, run as a real process.
+"""The password file (`workers.auth.passwords`) and the `plexmq passwd` command, run as a real process.
 
 Hashes made here use a small scrypt `n` so the tests stay fast; the command uses the real default.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from plexmq.workers import passwords as pw
-from plexmq.workers.passwords import PasswordFile, PasswordFileError
+from plexmq.workers.auth import passwords as pw
+from plexmq.workers.auth.passwords import PasswordFile, PasswordFileError
 from tests.cli import CHEAP, PASSWD, one_error_line, passwd
 from tests.conftest import ROOT
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 
-from plexmq.workers.passwords import set_password
+from plexmq.workers.auth.passwords import set_password
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
 from tests.steps import uid

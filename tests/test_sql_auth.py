@@ -25,8 +25,8 @@ import pytest
 
 from plexmq.acceptor import config as cfg
 from plexmq.mqtt import v4 as p
-from plexmq.workers.passwords import hash_password
-from plexmq.workers.sqlauth import connect_args
+from plexmq.workers.auth.database import connect_args
+from plexmq.workers.auth.passwords import hash_password
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
 from tests.steps import uid

@@ -31,8 +31,8 @@ from plexmq.acceptor.status import router_line, scrape
 from plexmq.acceptor.supervisor import CRASH_LIMIT, Supervisor
 from plexmq.bench import postgres
 from plexmq.process import STEPPED_DOWN
-from plexmq.router.lease import Lease, Member, Members
-from plexmq.router.stats import Stats
+from plexmq.router.ha.lease import Lease, Member, Members
+from plexmq.router.ops.stats import Stats
 from tests.conftest import ROOT, free_port, wait_for
 from tests.hosts import alive, make_keys
 from tests.link_peer import hello, link_peer

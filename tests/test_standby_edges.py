@@ -100,7 +100,7 @@ def test_two_routers_with_the_same_router_name_do_not_hide_the_active_one(pg_dsn
     router_members is keyed by it, so a standby with the active's name overwrites the active's row
     ("standby"), and `plexmq status`/$SYS/metrics read from the members list that no router is
     active (and the standby also takes the active for "its own previous run")."""
-    from plexmq.router.lease import Lease
+    from plexmq.router.ha.lease import Lease
 
     a, b = Lease(pg_dsn, "same", "tcp://10.0.0.1:7883", 2.0), Lease(pg_dsn, "same", "tcp://10.0.0.2:7883", 2.0)
     try:

@@ -13,14 +13,13 @@ import pytest
 
 from plexmq.bench.postgres import PostgreSQL
 from plexmq.bench.postgres import installed as postgres_installed
-from plexmq.router import journal, store_pg, store_sqlite
-from plexmq.router.journal import Journal
 from plexmq.router.message import Message
 from plexmq.router.outbox import QUEUED, RELEASING, SENT, Pending
 from plexmq.router.sessions import NEVER, Session, Will
-from plexmq.router.store import SCHEMA_VERSION, StoreError
-from plexmq.router.store_pg import PgStore
-from plexmq.router.store_sqlite import SqliteStore
+from plexmq.router.store import SCHEMA_VERSION, StoreError, journal, postgres, sqlite
+from plexmq.router.store.journal import Journal
+from plexmq.router.store.postgres import PgStore
+from plexmq.router.store.sqlite import SqliteStore
 
 # the tables of schema 5, as a plexmq before tenants made them
 _VERSION_5 = """
@@ -121,7 +120,7 @@ def _session(client_id: str, tenant: str = "") -> Session:
 
 
 def test_every_op_has_sql_in_every_backend() -> None:
-    assert sorted(store_sqlite._SQL) == sorted(store_pg._SQL) == list(journal.OPS)
+    assert sorted(sqlite._SQL) == sorted(postgres._SQL) == list(journal.OPS)
 
 
 def test_what_is_committed_comes_back_after_a_reopen(backend: Opener) -> None:

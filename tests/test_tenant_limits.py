@@ -19,7 +19,7 @@ from plexmq.mqtt import v5
 from plexmq.mqtt.reasons import CONNECTION_RATE_EXCEEDED, QUOTA_EXCEEDED
 from plexmq.router.tenants import Tenant
 from plexmq.wire import Kick, Session, Suback
-from plexmq.workers.auth import SERVER_UNAVAILABLE
+from plexmq.workers.auth.logins import SERVER_UNAVAILABLE
 from tests.cli import write
 from tests.conftest import Broker
 from tests.mqtt import Client, RawClient

@@ -34,7 +34,7 @@ from plexmq.tenants import (
     resolve,
     settle,
 )
-from plexmq.workers.passwords import hash_password
+from plexmq.workers.auth.passwords import hash_password
 from tests.cli import write
 from tests.conftest import Broker
 from tests.logins import login, users

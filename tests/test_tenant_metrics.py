@@ -12,7 +12,7 @@ from pathlib import Path
 from plexmq import wire
 from plexmq.acceptor.status import Samples, scrape
 from plexmq.mqtt import PROTOCOLS
-from plexmq.router.stats import TENANT_SYS, Stats
+from plexmq.router.ops.stats import TENANT_SYS, Stats
 from plexmq.workers.counters import Counters
 from tests.cli import cli, metrics_url, run, write
 from tests.conftest import Broker, wait_for

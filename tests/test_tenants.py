@@ -23,7 +23,7 @@ import pytest
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
 from plexmq.mqtt.connect import Will
-from plexmq.router.stats import TENANT_SYS
+from plexmq.router.ops.stats import TENANT_SYS
 from tests.cli import write
 from tests.conftest import Broker
 from tests.mqtt import RawClient
@@ -54,7 +54,7 @@ tenant_required = true
 """
 
 SOURCES = itertools.count(2)  # 127.0.0.N: each refusal from an address of its own (a refused login may be
-# answered later with each refusal from one address: workers/auth.py `failed`)
+# answered later with each refusal from one address: workers/auth/logins.py `failed`)
 
 
 def others(tenant: str) -> list[str]:
@@ -172,7 +172,7 @@ def test_an_unsubscribe_in_other_tenants_leaves_the_subscription_of_one(tb: Brok
 def test_a_hash_subscriber_sees_its_tenant_only_and_no_sys(tb: Broker, level: int) -> None:
     """`#` in each tenant gets exactly its tenant's message; `$SYS` (refreshed every 0.2 s) reaches no
     `#`; the broker's set reaches the default tenant's `$SYS/#`, each other tenant's `$SYS/#` gets only
-    its own set (router/stats.py `TENANT_SYS`), never the broker's."""
+    its own set (router/ops/stats.py `TENANT_SYS`), never the broker's."""
     hashes = {t: peer(tb, t, level) for t in TENANTS}
     watchers = {t: peer(tb, t, level) for t in TENANTS}
     for t in TENANTS:

@@ -31,7 +31,7 @@ from plexmq.workers.tls import common_name
 
 if TYPE_CHECKING:
     from plexmq.archive_format import Sender
-    from plexmq.workers.acl import Checker
+    from plexmq.workers.auth.acl import Checker
     from plexmq.workers.negotiated import Negotiated
     from plexmq.workers.worker import Worker
 

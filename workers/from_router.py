@@ -18,7 +18,7 @@ from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
 from plexmq.workers import trace_watch
-from plexmq.workers.auth import SERVER_UNAVAILABLE
+from plexmq.workers.auth.logins import SERVER_UNAVAILABLE
 from plexmq.workers.handlers.connect import refuse
 from plexmq.workers.states import CLOSED, CONNECTED
 

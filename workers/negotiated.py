@@ -10,7 +10,7 @@ from plexmq.mqtt.connect import Connect
 from plexmq.workers.aliases import ALIASES_MAX
 
 if TYPE_CHECKING:
-    from plexmq.workers.scram import Exchange
+    from plexmq.workers.auth.scram import Exchange
 
 
 class Negotiated:

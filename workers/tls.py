@@ -113,7 +113,7 @@ def unfit_username(cn: str) -> str | None:
     """Why a certificate's CN cannot be a user name (use_identity_as_username), None when it can: none;
     U+0000, which no MQTT string holds [MQTT-1.5.3-2] and which cuts the name short where C reads it;
     a wildcard, which no ACL pattern's %u matches. A `/` is not refused: a user name may hold one (a
-    `user` rule names it; a pattern's %u does not match it, workers/acl.py)."""
+    `user` rule names it; a pattern's %u does not match it, workers/auth/acl.py)."""
     if not cn:
         return "client certificate without a CN"
     if "\x00" in cn:

@@ -40,9 +40,9 @@ from plexmq.process import (
     settle_heap,
 )
 from plexmq.workers import from_peers, from_router, handoff, tls, trace_watch
-from plexmq.workers.acl import Checker
 from plexmq.workers.archive import ArchiveWriter
-from plexmq.workers.auth import Auth
+from plexmq.workers.auth.acl import Checker
+from plexmq.workers.auth.logins import Auth
 from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
 from plexmq.workers.follow import Follower

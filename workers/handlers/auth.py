@@ -1,5 +1,5 @@
 """AUTH: the client's steps of an enhanced authentication exchange (MQTT 5.0 section 4.12), with the
-method its CONNECT named (`workers.scram`). At CONNECT the exchange ends in the CONNACK (the
+method its CONNECT named (`workers.auth.scram`). At CONNECT the exchange ends in the CONNACK (the
 connect handler started it); a connected client may authenticate again (AUTH 0x19), which ends in
 AUTH 0x00, or in DISCONNECT 0x87 and the connection closed."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
-from plexmq.workers import scram
+from plexmq.workers.auth import scram
 from plexmq.workers.handlers.connect import accept, challenge, client_address, fail_login, proves_its_tenant
 from plexmq.workers.states import CHALLENGED, CONNECTED
 

@@ -35,9 +35,9 @@ from plexmq.tenants import (
     resolve,
     settle,
 )
-from plexmq.workers import scram
-from plexmq.workers.acl import may_publish
-from plexmq.workers.auth import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
+from plexmq.workers.auth import scram
+from plexmq.workers.auth.acl import may_publish
+from plexmq.workers.auth.logins import BAD_CREDENTIALS, NOT_AUTHORIZED, SERVER_UNAVAILABLE
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.states import AUTHENTICATING, CHALLENGED, CONNECTING
 from plexmq.workers.tls import unfit_username
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("plexmq.worker")
 
 MQISDP_MAX_CLIENT_ID = 23  # MQTT 3.1 limits client ids to 23 characters
-IDENTIFIER_REJECTED = 0x02  # 3.1.1 CONNACK return codes; the others come from workers.auth
+IDENTIFIER_REJECTED = 0x02  # 3.1.1 CONNACK return codes; the others come from workers.auth.logins
 # the 5.0 reason code for each 3.1.1 CONNACK return code
 _AS_V5 = {0x01: reasons.UNSUPPORTED_PROTOCOL_VERSION, IDENTIFIER_REJECTED: reasons.CLIENT_IDENTIFIER_NOT_VALID,
           SERVER_UNAVAILABLE: reasons.SERVER_UNAVAILABLE, BAD_CREDENTIALS: reasons.BAD_USER_NAME_OR_PASSWORD,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.framing import PROTOCOL_ERROR, MalformedPacket
-from plexmq.workers.acl import may_publish
+from plexmq.workers.auth.acl import may_publish
 from plexmq.workers.states import CLOSED
 
 if TYPE_CHECKING:

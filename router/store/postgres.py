@@ -1,10 +1,10 @@
-"""The PostgreSQL store (router/store.py says what a store is): the state a standby router takes over
+"""The PostgreSQL store (router/store/__init__.py says what a store is): the state a standby router takes over
 (issue 24), in the same tables and columns as SQLite's (BYTEA for BLOB, BIGINT seq and expiry).
 
 Why it is shaped this way: the router's loop is synchronous, so psycopg 3 in its synchronous mode; a
 turn's statements go in one pipeline (one round trip for the whole commit: the fence, every
 `executemany`, COMMIT). `fence` is `(sql, args)`, a statement that fails when this router no longer
-holds the lease (router/lease.py); every commit runs it first, in the same transaction, so an old
+holds the lease (router/ha/lease.py); every commit runs it first, in the same transaction, so an old
 active router can write nothing, and a commit with no changes still runs it (the lease's renewal).
 A dead or unreachable database fails a commit (StoreError: the router exits and is restarted) within
 about `timeout` seconds, never hangs: connect_timeout, TCP keepalives and user timeout, statement_timeout.
@@ -20,8 +20,8 @@ from itertools import groupby
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from plexmq.router import journal as op
 from plexmq.router.store import SCHEMA_VERSION, Fence, Store, StoreError
+from plexmq.router.store import journal as op
 
 LOAD_BATCH = 5000  # rows converted at a time while a router loads the store
 TIMEOUT = 5.0  # seconds a connect, a statement or an unanswered send may take
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS live_wills (
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
-# router/journal.py's OPs; `retain` comes as a bool, the column is an integer as in SQLite (`%s::int`)
+# router/store/journal.py's OPs; `retain` comes as a bool, the column is an integer as in SQLite (`%s::int`)
 _SQL: dict[int, str] = {
     op.SESSION_SAVE: "INSERT INTO sessions (tenant, client_id, last_seen, expiry) VALUES (%s, %s, %s, %s) "
                      "ON CONFLICT (tenant, client_id) DO UPDATE SET last_seen = EXCLUDED.last_seen, expiry = EXCLUDED.expiry",
@@ -215,7 +215,7 @@ class PgStore(Store):
             with db.pipeline():
                 cursor = db.cursor()
                 if self.fence is not None:
-                    cursor.execute(*self.fence)  # router/lease.py's constant text
+                    cursor.execute(*self.fence)  # router/ha/lease.py's constant text
                 for kind, group in groupby(ops, key=lambda change: change[0]):
                     cursor.executemany(_SQL[kind], [args for _, args in group])
                 db.commit()

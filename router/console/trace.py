@@ -5,7 +5,7 @@ Starting and stopping a trace are asks (router/asks.py): they change the router'
 every worker is told. Reading one is not: the page polls `POST /api/trace/read` once a second, and its
 thread drains the trace's ring itself (`Trace.take`), so a page costs the loop nothing, and a poll never
 waits for a loop turn. Polling rather than a server-sent-event stream: a trace needs no thread of the 8
-stream slots the overview uses (router/console_events.py), and a page that stops polling is how a
+stream slots the overview uses (router/console/events.py), and a page that stops polling is how a
 trace learns that nobody watches it (it ends after `trace.IDLE`). So a read acts (it takes what it
 reads and keeps the trace alive): a POST with the CSRF token, like every action, and not a GET, which a
 page of another origin (or another port of this host: the same site) can make a browser send.
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router import trace
 from plexmq.router.asks import ask
-from plexmq.router.console_http import Page, Reply, Routes, json, json_body, text
+from plexmq.router.console.http import Page, Reply, Routes, json, json_body, text
 
 if TYPE_CHECKING:
-    from plexmq.router.console import Console
-    from plexmq.router.console_auth import Session
+    from plexmq.router.console.app import Console
+    from plexmq.router.console.auth import Session
 
 log = logging.getLogger("plexmq.router")
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from plexmq import grants
 from plexmq.router import listing
 from plexmq.router.asks import Ask, ask
-from plexmq.router.console_http import Page, Reply, Routes, json, query, scope, text
+from plexmq.router.console.http import Page, Reply, Routes, json, query, scope, text
 
 if TYPE_CHECKING:
-    from plexmq.router.console import Console
-    from plexmq.router.console_auth import Session
+    from plexmq.router.console.app import Console
+    from plexmq.router.console.auth import Session
     from plexmq.router.core import Router
 
 log = logging.getLogger("plexmq.router")

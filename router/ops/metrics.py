@@ -3,7 +3,7 @@ connected clients (`GET /clients?filter=TEXT&offset=N&limit=N`, JSON) and closin
 /clients/disconnect`, body `{"client_id": ID, "tenant": NAME}`), served by the router. The first two are open to
 read; the admin ones pass `admin.Gate` (token, Host, Origin, JSON) and are logged.
 
-prometheus-client's WSGI app served by `router/httpd.py` (bounded threads, connections and time):
+prometheus-client's WSGI app served by `router/ops/httpd.py` (bounded threads, connections and time):
 scrapes read `Stats.snapshot`, which the router's loop replaces once a second, so no HTTP thread walks
 the router's live state, and the router's loop never waits on HTTP (it takes the admin requests
 from a queue).
@@ -18,11 +18,12 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
-from plexmq.router import admin, listing
-from plexmq.router.admin import Gate
+from plexmq.router import listing
 from plexmq.router.asks import Asks
-from plexmq.router.httpd import Endpoint
-from plexmq.router.stats import Stats
+from plexmq.router.ops import admin
+from plexmq.router.ops.admin import Gate
+from plexmq.router.ops.httpd import Endpoint
+from plexmq.router.ops.stats import Stats
 
 log = logging.getLogger("plexmq.router")
 

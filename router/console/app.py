@@ -1,15 +1,15 @@
 """The operators' web console (`console_port`, `console_host`): sessions, the pages' frame and the
 routing, served by the router on a listener of its own.
 
-Every page and request needs a session (router/console_auth.py) but the login page and the assets;
+Every page and request needs a session (router/console/auth.py) but the login page and the assets;
 every request must name this console (`admin.Names`: Host and Origin; the others are logged, a bounded
 number of lines: `Refusals`), and every POST must carry the session's CSRF token (form field `csrf` or
-header X-CSRF-Token). A failed login counts toward the failed-logins alarm (router/alarms.py), as an
-MQTT one does. Each page's module (router/console_*.py, listed in FEATURES) brings its pages and routes
-(router/console_http.py); what they need of the router's state they ask its loop (router/asks.py), the
-live figures come from `Stats` (router/console_events.py), a trace's messages from its ring (`Traces`,
+header X-CSRF-Token). A failed login counts toward the failed-logins alarm (router/ops/alarms.py), as an
+MQTT one does. Each page's module (router/console/*.py, listed in FEATURES) brings its pages and routes
+(router/console/http.py); what they need of the router's state they ask its loop (router/asks.py), the
+live figures come from `Stats` (router/console/events.py), a trace's messages from its ring (`Traces`,
 router/trace.py). The pages,
-scripts and styles are files of the package (router/console_assets/): nothing is loaded from elsewhere,
+scripts and styles are files of the package (router/console/assets/): nothing is loaded from elsewhere,
 and the Content-Security-Policy says so to the browser. With a `[tls]` certificate (and `console_tls`,
 the default) it speaks HTTPS only, and its cookie is Secure.
 """
@@ -24,27 +24,26 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
-from plexmq.router import console_clients, console_retained, console_sessions, console_trace
-from plexmq.router.admin import Names
 from plexmq.router.asks import Asks
-from plexmq.router.console_auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
-from plexmq.router.console_events import STREAM, StreamingEndpoint, describe_store, events
-from plexmq.router.console_http import Page, Reply, Routes, form, text
-from plexmq.router.stats import Stats
+from plexmq.router.console import clients, retained, sessions, trace
+from plexmq.router.console.auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
+from plexmq.router.console.events import STREAM, StreamingEndpoint, describe_store, events
+from plexmq.router.console.http import Page, Reply, Routes, form, text
+from plexmq.router.ops.admin import Names
+from plexmq.router.ops.stats import Stats
 from plexmq.router.store import Store
 from plexmq.router.trace import Traces
 from plexmq.workers import tls
 
 log = logging.getLogger("plexmq.router")
 
-ASSETS = resources.files("plexmq.router") / "console_assets"
+ASSETS = resources.files("plexmq.router.console") / "assets"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
          ".svg": "image/svg+xml"}
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (console_clients, console_sessions, console_retained, console_trace)  # each with PAGES and ROUTES, in the
-# navigation's order
+FEATURES = (clients, sessions, retained, trace)  # each with PAGES and ROUTES, in the navigation's order
 SESSION = "plexmq.session"  # environ key: the session that opened an event stream
 REFUSALS_LOGGED = 10  # requests refused for their Host or Origin logged per REFUSALS_WINDOW; the rest counted
 REFUSALS_WINDOW = 60.0  # seconds

@@ -25,7 +25,7 @@ mosquitto does, so a SUBSCRIBE is granted when the user may read some topic unde
 (`reads_all`) needs no check per message; the connection decides that at SUBSCRIBE and whenever its
 rules change (`Connection.judge_reads`).
 
-The same rules can live in a database table instead (workers.sqlauth): one row per `topic` or
+The same rules can live in a database table instead (workers.auth.database): one row per `topic` or
 `pattern` line, read through AclBuilder, so both sources mean exactly the same.
 """
 

@@ -5,7 +5,7 @@ Each is an ask to the router's loop (router/asks.py), bounded there: a listing l
 retained messages at most and stops counting COUNT_MORE matches past its page; a view copies
 VIEW_MOST bytes of the payload. A delete clears the topic as an empty retained PUBLISH does
 (`Router.retain`: memory and store), and delivers nothing. A tenant admin sees and deletes only the
-tenant's messages (`console_http.scope`).
+tenant's messages (`http.scope`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from plexmq.mqtt import kinds, properties
 from plexmq.mqtt.framing import encode_remaining_length
 from plexmq.mqtt.topics import matches, shared, valid_filter
 from plexmq.router.asks import Ask, ask
-from plexmq.router.console_http import Page, Reply, Routes, json, json_body, query, scope, text
+from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, scope, text
 from plexmq.router.message import Message
 
 if TYPE_CHECKING:
-    from plexmq.router.console import Console
-    from plexmq.router.console_auth import Session
+    from plexmq.router.console.app import Console
+    from plexmq.router.console.auth import Session
     from plexmq.router.core import Router
     from plexmq.router.tenants import Tenant
 

@@ -1,9 +1,9 @@
 """The console's live figures: a server-sent-event stream per open overview, one JSON event each time
 the router's loop refreshes `Stats` (once a second): the broker's figures, store, lease and alarms
-(router/alarms.py) for a broker admin, a tenant's own figures and alarms for that tenant's admin.
+(router/ops/alarms.py) for a broker admin, a tenant's own figures and alarms for that tenant's admin.
 
 A stream holds its connection and a thread for minutes, so streams never take the endpoint's few
-answering threads (router/httpd.py): `StreamingEndpoint` answers them on STREAMS threads of their own,
+answering threads (router/ops/httpd.py): `StreamingEndpoint` answers them on STREAMS threads of their own,
 at most STREAMS at once (one more is answered 503 by an ordinary thread), each ending when its client
 goes (the next write fails) or after LIFETIME (the browser's EventSource reconnects by itself).
 """
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from plexmq import version
-from plexmq.router.httpd import Endpoint
-from plexmq.router.stats import Stats
+from plexmq.router.ops.httpd import Endpoint
+from plexmq.router.ops.stats import Stats
 from plexmq.router.store import Store
 
 STREAMS = 8  # open at once

@@ -6,7 +6,7 @@ never on the event loop; a check that succeeded is remembered (keyed by a keyed 
 password, never the password) so that a fleet reconnecting after an outage does not pay the slow
 hash again. Failed logins from one address are answered later and later, so guessing is slow
 without costing the worker anything while it waits. Users and rules in a database
-(workers.sqlauth) are read on a pool of their own, so a slow database never holds up the hashing,
+(workers.auth.database) are read on a pool of their own, so a slow database never holds up the hashing,
 and a query that takes longer than `auth_database_timeout` answers CONNACK 0x03.
 
 A tenant with logins, an ACL or an anonymous rule of its own has a `TenantAuth` (`Auth.of`): its own
@@ -27,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from plexmq.tenants import Tenant, tenant
-from plexmq.workers.acl import NO_RULES, AclFile, Checker
-from plexmq.workers.passwords import PasswordFile
-from plexmq.workers.sqlauth import DatabaseError, UserDatabase
-from plexmq.workers.tokens import TokenVerifier
+from plexmq.workers.auth.acl import NO_RULES, AclFile, Checker
+from plexmq.workers.auth.database import DatabaseError, UserDatabase
+from plexmq.workers.auth.passwords import PasswordFile
+from plexmq.workers.auth.tokens import TokenVerifier
 
 log = logging.getLogger("plexmq.worker")
 

@@ -1,4 +1,4 @@
-// The overview: each server-sent event (router/console_events.py) updates the figures, the charts
+// The overview: each server-sent event (router/console/events.py) updates the figures, the charts
 // (the last 5 minutes), the alarms and, for a broker admin, the store, the lease and the workers' and
 // nodes' tables (a tenant admin's events carry the tenant's own figures and alarms only).
 "use strict";

@@ -1,4 +1,4 @@
-"""The SQLite store (router/store.py says what a store is): WAL mode, one file under the data dir.
+"""The SQLite store (router/store/__init__.py says what a store is): WAL mode, one file under the data dir.
 
 `sync = "normal"` survives any crash of the broker's processes; `"full"` also survives a power loss (one
 fsync per commit). SQLite cannot change a primary key, so migrations make a table again (schema 6).
@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from itertools import groupby
 
 from plexmq.files import private_dir, private_file
-from plexmq.router import journal as op
 from plexmq.router.store import SCHEMA_VERSION, Store, StoreError
+from plexmq.router.store import journal as op
 
 FILE_NAME = "plexmq.db"
 
@@ -107,11 +107,11 @@ _MIGRATIONS = {  # a version -> the script that takes a store from it to the nex
     3: _TO_VERSION_4,  # sessions gain their own expiry interval
     4: _TO_VERSION_5,  # the delayed wills of offline sessions are kept: the wills table, which _TABLES makes
     5: _to_version_6(),  # tenants: every row names its tenant
-    # the wills of live connections, which only a shared store writes (router/journal.py): the table only
+    # the wills of live connections, which only a shared store writes (router/store/journal.py): the table only
     6: f"BEGIN;\n{_create('live_wills')}\nUPDATE meta SET value = 7 WHERE key = 'schema';\nCOMMIT;",
 }
 
-_SQL = {  # router/journal.py's OPs
+_SQL = {  # router/store/journal.py's OPs
     op.SESSION_SAVE: "INSERT OR REPLACE INTO sessions (tenant, client_id, last_seen, expiry) VALUES (?, ?, ?, ?)",
     op.SESSION_DELETE: "DELETE FROM sessions WHERE tenant = ? AND client_id = ?",
     op.SUBSCRIPTIONS_DELETE: "DELETE FROM subscriptions WHERE tenant = ? AND client_id = ?",

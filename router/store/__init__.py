@@ -3,7 +3,7 @@ delayed wills, and on a shared store the wills of live connections (`Carried`). 
 shares lives here: the interface the router uses, the loader that builds a restarted router's state
 from the rows, and the choice of backend (`open_store`).
 
-Why it is shaped this way: the router records each change as it happens (router/journal.py: a named
+Why it is shaped this way: the router records each change as it happens (router/store/journal.py: a named
 operation appends `(OP, args)` to `Store.ops`) and `commit` writes one turn's changes in one
 transaction, in the order they were made, with one `executemany` per run of the same OP. The router
 commits before it sends the turn's acknowledgements, so a publisher's PUBACK/PUBREC and a SUBACK leave
@@ -12,8 +12,8 @@ persistent subscriber's window does not wait for the store (after a crash a copy
 QoS 1 allows). Clean sessions are never recorded (the journal decides; on a shared store only their
 connection's will is).
 
-Backends: SQLite under the data dir (router/store_sqlite.py, the default) and PostgreSQL
-(router/store_pg.py, `store = "postgresql://..."`), with the same tables and columns.
+Backends: SQLite under the data dir (router/store/sqlite.py, the default) and PostgreSQL
+(router/store/postgres.py, `store = "postgresql://..."`), with the same tables and columns.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class StoreError(Exception):
 
 class Carried(NamedTuple):
     """The will of a connection the last active router held on `worker` (a shared store only,
-    router/journal.py `live_will_saved`): the new active router holds it as connected there until
+    router/store/journal.py `live_will_saved`): the new active router holds it as connected there until
     the worker joins or is taken for dead, so that the will goes out if the connection died too."""
 
     tenant: str
@@ -70,11 +70,11 @@ class Store:
     name: str
     errors: tuple[type[Exception], ...] = ()  # the driver's errors, which `load` turns into StoreError
     # whether another router may take this store over (PostgreSQL, issue 24): only then are the wills
-    # of live connections written (router/journal.py), which a router's own restart does not need
+    # of live connections written (router/store/journal.py), which a router's own restart does not need
     shared = False
 
     def __init__(self) -> None:
-        self.ops: list[tuple[int, tuple]] = []  # this turn's changes, as router/journal.py writes them
+        self.ops: list[tuple[int, tuple]] = []  # this turn's changes, as router/store/journal.py writes them
 
     def _rows(self, query: str) -> Iterable[tuple]:
         raise NotImplementedError
@@ -138,14 +138,14 @@ class Store:
 
 def open_store(config: dict, fence: Fence | None = None) -> Store | None:
     """The store the config names (`store`: a PostgreSQL DSN, or empty for SQLite in `data_dir`); None
-    when persistence is off. `fence`: see router/store_pg.py (SQLite has none: one router per file)."""
+    when persistence is off. `fence`: see router/store/postgres.py (SQLite has none: one router per file)."""
     if not config["persistence"]:
         return None
     if config["store"]:
-        from plexmq.router.store_pg import TIMEOUT, PgStore  # psycopg is imported only where PostgreSQL is used
+        from plexmq.router.store.postgres import TIMEOUT, PgStore  # psycopg is imported only where PostgreSQL is used
 
         # with a lease, nothing may wait longer than the lease: its holder steps down at 0.75 of it anyway
         return PgStore(config["store"], fence, min(config["router_lease"], TIMEOUT) if fence else TIMEOUT)
-    from plexmq.router.store_sqlite import SqliteStore
+    from plexmq.router.store.sqlite import SqliteStore
 
     return SqliteStore(config["data_dir"], config["sync"])

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from plexmq.router.store import Store
 
 # The changes, one small int each (`Store.ops` holds (OP, args)); each backend maps them to its SQL
-# (router/store_sqlite.py, router/store_pg.py), with the args in the order given here.
+# (router/store/sqlite.py, router/store/postgres.py), with the args in the order given here.
 SESSION_SAVE = 1  # tenant, client_id, last_seen, expiry
 SESSION_DELETE = 2  # tenant, client_id
 SUBSCRIPTIONS_DELETE = 3  # tenant, client_id: all of the session's

@@ -1,7 +1,7 @@
 """Alarms an operator must see (issue 25): messages dropped, a burst of failed logins, a node lost, a
 worker restarted. Raised and cleared once a second from the figures `Stats.refresh` has just taken
 (its snapshot), so they cost the router's loop no walk of its own, and read by the console's overview
-(router/console_events.py) and by /metrics (`plexmq_alarm`) from that snapshot: one home for the rules.
+(router/console/events.py) and by /metrics (`plexmq_alarm`) from that snapshot: one home for the rules.
 
 Failed logins are the workers' (MQTT) and the web console's, which its HTTP threads hand over
 (`console_login_failed`) and the next check counts with the rest, each address a source of its own.

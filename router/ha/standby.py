@@ -18,7 +18,7 @@ import psycopg
 import zmq
 
 from plexmq import wire
-from plexmq.router.lease import Holder, Lease, Taken, one_line
+from plexmq.router.ha.lease import Holder, Lease, Taken, one_line
 
 log = logging.getLogger("plexmq.router")
 

@@ -2,12 +2,12 @@
 are managed there rather than in files.
 
 Why this shape: a worker must never wait on the database, so every query runs on a thread of the
-worker's pool (workers.auth) under connect and read timeouts, and the worker gives up waiting after
+worker's pool (workers.auth.logins) under connect and read timeouts, and the worker gives up waiting after
 `auth_database_timeout`: a database that is down or slow costs a client CONNACK 0x03, never the
 worker its event loop. Answers are cached for `auth_database_cache` seconds, so a reconnecting
 fleet does not query once per client and a change in the tables takes effect within that time. A
-row's password hash has the password file's format and is checked by workers.passwords; the ACL
-rows are the ACL file's lines and are read by workers.acl, so both sources mean the same. The
+row's password hash has the password file's format and is checked by workers.auth.passwords; the ACL
+rows are the ACL file's lines and are read by workers.auth.acl, so both sources mean the same. The
 tables are described in README.md (Securing plexmq).
 """
 
@@ -23,8 +23,8 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from plexmq.workers import passwords
-from plexmq.workers.acl import AclBuilder, AclFile
+from plexmq.workers.auth import passwords
+from plexmq.workers.auth.acl import AclBuilder, AclFile
 
 if TYPE_CHECKING:  # pymysql itself is imported by the first query: ~25 ms of every worker's start otherwise
     import pymysql

@@ -72,7 +72,7 @@ def find(port: int) -> list[str]:
 class Names:
     """Whether a request names the endpoint on `port` (bound to `host`) as its own: a DNS-rebound name
     reaches us under the attacker's name, and a page of another origin says so in `Origin`. Shared by
-    the admin requests and the web console (router/console.py)."""
+    the admin requests and the web console (router/console/app.py)."""
 
     def __init__(self, host: str, port: int, scheme: str = "http") -> None:
         self._names = {"localhost", host.lower()}

@@ -1,6 +1,6 @@
 """What every route of the web console uses: the reply it returns, plain-text, JSON and form helpers,
-and the shape of a feature (its pages and routes), so that each page's module (router/console_*.py)
-adds its routes to `router/console.py` without touching the others.
+and the shape of a feature (its pages and routes), so that each page's module (router/console/*.py)
+adds its routes to `router/console/app.py` without touching the others.
 
 A handler answers one (method, path) for a logged-in session; it gets the `Console` (the stats, the
 asks queue to the router's loop) and the session, whose `tenant` it must honour: a tenant admin
@@ -16,8 +16,8 @@ from urllib.parse import parse_qs
 import orjson
 
 if TYPE_CHECKING:
-    from plexmq.router.console import Console
-    from plexmq.router.console_auth import Session
+    from plexmq.router.console.app import Console
+    from plexmq.router.console.auth import Session
 
 Reply = tuple[str, list[tuple[str, str]], bytes]  # HTTP status, headers, body
 Handler = Callable[["Console", dict, "Session"], Reply]
@@ -62,7 +62,7 @@ def json_body(environ: dict) -> object:
 
 def _length(environ: dict, most: int) -> int:
     """The body's Content-Length, at most `most`; 0 when it is missing, negative or not a number (the
-    endpoint read the request whole with it so: router/httpd.py), which the handler then refuses as an
+    endpoint read the request whole with it so: router/ops/httpd.py), which the handler then refuses as an
     empty body rather than failing with a 500."""
     try:
         return min(max(int(environ.get("CONTENT_LENGTH") or 0), 0), most)

@@ -24,11 +24,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from plexmq import version
 from plexmq.mqtt import PROTOCOLS
-from plexmq.router import alarms
+from plexmq.router.ops import alarms
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
-    from plexmq.router.lease import Members
+    from plexmq.router.ha.lease import Members
     from plexmq.router.tenants import Tenant
 
 WORKER_COUNTERS = ("dropped", "denied", "withheld", "refused", "auth_failures", "queued", "shed", "local_received", "local_sent")

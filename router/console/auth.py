@@ -1,5 +1,5 @@
 """Who may use the web console: its admins (a file of `user:hash` lines, the password file's format,
-checked by workers/passwords.py; the broker's `console_admins` see every tenant, a tenant's
+checked by workers/auth/passwords.py; the broker's `console_admins` see every tenant, a tenant's
 `tenants.NAME.console_admins` log in with the tenant's name and see that tenant only), their
 sessions (a random cookie, forgotten after IDLE or past SESSIONS_EACH of one admin), each session's
 CSRF token, and bounds on failed logins per address (an IPv6 one by its /64) and per admin name from
@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from plexmq.workers.passwords import PasswordFile, PasswordFileError
+from plexmq.workers.auth.passwords import PasswordFile, PasswordFileError
 
 log = logging.getLogger("plexmq.router")
 
@@ -33,9 +33,9 @@ ACCOUNT_FAILURES = 20  # failed logins for one admin name (of a tenant) per FAIL
 FAILURE_WINDOW = 60.0  # seconds
 TRACKED = 10_000  # addresses and names whose failed logins are remembered (past it, the longest quiet forgotten)
 SESSIONS_EACH = 20  # sessions one admin may hold: a login past it ends the one least recently used
-STREAMS_EACH = 2  # live overviews (event streams) one admin may hold, of the console's few (console_events.STREAMS)
+STREAMS_EACH = 2  # live overviews (event streams) one admin may hold, of the console's few (events.STREAMS)
 COOKIE = "plexmq_console"
-NOBODY = "\0"  # no admin's name (workers/passwords.py `username_error`): a check of it costs a file's dummy hash
+NOBODY = "\0"  # no admin's name (workers/auth/passwords.py `username_error`): a check of it costs a file's dummy hash
 
 
 class Throttled(Exception):

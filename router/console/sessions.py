@@ -25,11 +25,11 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from plexmq.router.asks import Ask, ask
-from plexmq.router.console_http import Page, Reply, Routes, json, json_body, query, text
+from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, text
 
 if TYPE_CHECKING:
-    from plexmq.router.console import Console
-    from plexmq.router.console_auth import Session
+    from plexmq.router.console.app import Console
+    from plexmq.router.console.auth import Session
     from plexmq.router.core import Router
     from plexmq.router.tenants import Tenant
 

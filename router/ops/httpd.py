@@ -175,7 +175,7 @@ class Endpoint(WSGIServer):
 
     def _hand(self, sock: socket.socket, address: tuple, data: bytes) -> None:
         """Give a whole request to a thread that answers it (a subclass may keep threads of its own for
-        some requests: router/console_events.py)."""
+        some requests: router/console/events.py)."""
         self._pool.submit(self._answer, sock, address, data)
 
     def _answer(self, sock: socket.socket, address: tuple, data: bytes, extra: dict | None = None) -> None:
