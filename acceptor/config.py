@@ -240,7 +240,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                "lease lasts without renewal (a standby takes over within about this, plus lease/8)"),
         "router_name": Option(str, "", _router_name, "with a postgresql:// store: this router's name in the lease "
                               "and the ops output, unique among the routers (empty: HOST:PORT of router_bind)"),
-        "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 messages to each other's "
+        "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 and 1 messages to each other's "
                                   "subscribers themselves, not through the router (false: every such message "
                                   "crosses the router)"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
