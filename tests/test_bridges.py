@@ -6,6 +6,8 @@ acknowledged lost), no echo between two brokers bridged both ways, and the confi
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -234,3 +236,19 @@ def test_rules_map_topics() -> None:
     assert [first(out, topic).topic(topic) for topic in ("sensors/a/b", "other")] == ["site1/s/a/b", "all/other"]  # type: ignore[union-attr]
     assert first((parse({"filter": "x/#", "strip": "x/"}),), "x/") is None  # nothing left of the topic
 
+
+
+def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
+    """README's Bridges config and commands, with free ports for 1884 (mosquitto) and 1883 (plexmq); the
+    message is retained, so the subscriber gets it whether it subscribed before or after."""
+    readme = (ROOT / "README.md").read_text().split("## Bridges", 1)[1]
+    config, commands = re.findall(r"```(?:toml|sh)\n(.*?)```", readme, re.DOTALL)[:2]
+    b = serve(brokers, tmp_path, config.replace(":1884", f":{mosquitto.port}"))
+    bridged(b)
+    lines = [shlex.split(line, comments=True) for line in commands.splitlines()]
+    assert lines[0][:3] == ["mosquitto", "-p", "1884"] and lines[1][:2] == ["plexmq", "serve"]
+    ports = {"1884": str(mosquitto.port), "1883": str(b.port)}
+    sub, pub = ([ports.get(arg, arg) for arg in line if arg != "&"] for line in lines[2:4])
+    watching = subprocess.Popen([*sub, "-C", "1", "-W", "30"], stdout=subprocess.PIPE, text=True)
+    subprocess.run(pub, check=True, timeout=30)
+    assert watching.communicate(timeout=40)[0] == "site1/sensors/t 21.5\n"
