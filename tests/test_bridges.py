@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ from plexmq.bridges.rules import first, parse
 from tests.cli import names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
+from tests.pki import make_pki
 
 pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="needs Debian's mosquitto")
 
@@ -31,11 +33,12 @@ pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="needs Deb
 class Mosquitto:
     """A private mosquitto on a free loopback port, its sessions kept on disk across `stop` and `start`."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, listener: str = "") -> None:
+        """`listener`: more lines for its listener (TLS)."""
         self.port = free_port()
         self.conf = tmp_path / "mosquitto.conf"
         (tmp_path / "mosquitto-data").mkdir()
-        self.conf.write_text(mosquitto_conf(self.port, False, 10_000, data_dir=str(tmp_path / "mosquitto-data")))
+        self.conf.write_text(mosquitto_conf(self.port, False, 10_000, data_dir=str(tmp_path / "mosquitto-data")) + listener)
         self.log = tmp_path / "mosquitto.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -48,7 +51,7 @@ class Mosquitto:
     def _serves(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
         try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()  # TLS or not: it listens
         except OSError:
             return False
         return True
@@ -200,6 +203,30 @@ def test_two_plexmq_bridged_both_ways_do_not_echo(tmp_path: Path, brokers: list[
     assert sorted(m.payload for m in (here.get(), here.get())) == [b"from a", b"from b"]
     assert sorted(m.payload for m in (there.get(), there.get())) == [b"from a", b"from b"]
     assert here.nothing(1.0) and there.nothing(0.2)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
+def test_tls_with_a_client_certificate(tmp_path: Path, brokers: list[Broker]) -> None:
+    """A mosquitto that requires a client certificate: the bridge with one in its [tls] table gets
+    through (its CA checked, the server name verified), one without is refused and says so."""
+    pki = make_pki(tmp_path)
+    remote = Mosquitto(tmp_path, f"cafile {pki.ca}\ncertfile {pki.server_cert}\nkeyfile {pki.server_key}\n"
+                                 "require_certificate true\n")
+    try:
+        tls = f'cafile = "{pki.ca}"\nserver_name = "localhost"\n'
+        b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{remote.port}"]\n'
+                  'out = [{filter = "data/#"}]\n[bridges.cloud.tls]\n' + tls +
+                  f'certfile = "{pki.client_cert}"\nkeyfile = "{pki.client_key}"\n'
+                  f'[bridges.bare]\naddress = ["127.0.0.1:{remote.port}"]\nout = [{{filter = "x/#"}}]\n'
+                  '[bridges.bare.tls]\n' + tls)
+        bridged(b)
+        wait_for(lambda: "bridge bare: remote down" in b.output(), 30, "the bridge without a certificate refused")
+        subscriber = Client(remote.port, "tls-sub", tls=pki.tls(client=True))
+        subscriber.subscribe("data/#", 1)
+        Client(b.port, "publisher").publish("data/secure", b"sealed", qos=1)
+        assert subscriber.get(timeout=10).payload == b"sealed"
+    finally:
+        remote.stop()
 
 
 ERRORS = [
