@@ -1,6 +1,7 @@
 """`plexmq bridges`: each bridge of a running broker, its state and counts, from the status file the
 bridge process writes in the run dir once a second (`write`): the broker of `--config` (its run_dir),
-or the one bridge process of this user."""
+or the one bridge process of this user. `held`: the messages the bridge has taken and the remote not yet
+acknowledged (at most the router's window); more may wait in the bridge's session on the router."""
 
 from __future__ import annotations
 
@@ -73,10 +74,10 @@ def main(argv: list[str]) -> int:
     except (OSError, orjson.JSONDecodeError) as exc:
         print(f"plexmq bridges: cannot read {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 1
-    print(f"{'bridge':<20} {'since':<19} {'queued':>7} {'sent':>9} {'received':>9} {'dropped':>8}  state")
+    print(f"{'bridge':<20} {'since':<19} {'held':>5} {'sent':>9} {'received':>9} {'dropped':>8}  state")
     for name, bridge in sorted(written["bridges"].items()):
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bridge["since"]))
-        print(f"{name:<20} {since:<19} {bridge['queued']:>7} {bridge['sent']:>9} {bridge['received']:>9} "
+        print(f"{name:<20} {since:<19} {bridge['held']:>5} {bridge['sent']:>9} {bridge['received']:>9} "
               f"{bridge['dropped']:>8}  {bridge['state']}")
     age = time.time() - written["time"]
     if age > 5:

@@ -112,6 +112,7 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     kept; the bridge logs in with its token though the broker asks for passwords and a tenant; no
     other client may take its client id; `plexmq bridges` shows it."""
     (tmp_path / "users.pw").write_text("")
+    (tmp_path / "users.pw").chmod(0o600)
     tenant_port = free_port()
     b = serve(brokers, tmp_path, f'password_file = "{tmp_path / "users.pw"}"\ntenant_required = true\n'
               f'[tenants.acme]\nlisteners = ["mqtt://127.0.0.1:{tenant_port}"]\nallow_anonymous = true\n'
@@ -134,16 +135,26 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     assert (message.topic, message.payload, message.qos) == ("cmd/valve", b"open", 1)
     raw = RawClient(b.port)
     assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
+    row = listed(tmp_path, ["0", "1", "1", "0"])
+    assert row[0] == "cloud" and row[-1] == "connected"
 
-    def listed() -> list[str] | None:  # the status file is written once a second
+
+def listed(tmp_path: Path, counts: list[str]) -> list[str]:
+    """`plexmq bridges --config` for broker a's first bridge, once its held, sent, received and dropped
+    are `counts` (the bridge writes its figures once a second): its row, split."""
+    last: list[str] = []
+
+    def row() -> list[str] | None:
         listing = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "bridges", "--config", str(tmp_path / "a.toml")],
                                  cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert listing.returncode == 0, listing.stderr
-        row = listing.stdout.splitlines()[1].split()
-        return row if row[3:7] == ["0", "1", "1", "0"] else None
+        last[:] = listing.stdout.splitlines()[1].split()
+        return last if last[3:7] == counts else None
 
-    row = wait_for(listed, 10, "queued 0, sent 1, received 1, dropped 0")
-    assert row[0] == "cloud" and row[-1] == "connected"
+    try:
+        return wait_for(row, 10, f"held, sent, received, dropped: {counts}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last: {last}") from None
 
 
 def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
@@ -159,6 +170,7 @@ def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path,
     publisher = Client(b.port, "publisher")
     for i in range(300):
         publisher.publish("data/x", str(i), qos=1)
+    assert listed(tmp_path, ["20", "0", "0", "0"])[7:9] == ["remote", "down:"]  # 20: the router's window, the rest there
     mosquitto.start()
     assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
 
