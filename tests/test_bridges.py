@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from plexmq.acceptor import config as cfg
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
 from plexmq.bridges.rules import first, parse
-from tests.cli import names_line, write
+from tests.cli import metrics_url, names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
 from tests.pki import make_pki
@@ -110,7 +111,7 @@ def received(client: Client, count: int) -> list[str]:
 def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
     """Local sensors/# goes out as site1/sensors/#, remote cmd/site1/# comes in as cmd/#, retained flags
     kept; the bridge logs in with its token though the broker asks for passwords and a tenant; no
-    other client may take its client id; `plexmq bridges` shows it."""
+    other client may take its client id; `plexmq bridges` and /metrics show it."""
     (tmp_path / "users.pw").write_text("")
     (tmp_path / "users.pw").chmod(0o600)
     tenant_port = free_port()
@@ -137,6 +138,10 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
     row = listed(tmp_path, ["0", "1", "1", "0"])
     assert row[0] == "cloud" and row[-1] == "connected"
+    scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
+    for line in ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
+                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0'):
+        assert line in scraped, line
 
 
 def listed(tmp_path: Path, counts: list[str]) -> list[str]:
