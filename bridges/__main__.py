@@ -33,6 +33,9 @@ async def run(config: dict) -> None:
     path = os.path.join(os.path.dirname(config["config_path"]), "bridges.json")
     log.info("bridges started: %s", ", ".join(bridge.name for bridge in bridges))
     while not stopped.is_set():
+        for task in tasks:
+            if task.done():  # a bridge ended: a bug; the supervisor restarts the process
+                task.result()
         write(path, {bridge.name: bridge.status() for bridge in bridges})
         try:
             await asyncio.wait_for(stopped.wait(), STATUS_INTERVAL)

@@ -98,6 +98,9 @@ class Bridge:
                 await self._serve(side, link)
             except (EOFError, OSError, MalformedPacket) as exc:
                 side.reason = str(exc) or type(exc).__name__
+            except asyncio.CancelledError:  # the process stops: a clean goodbye (the sessions stay)
+                link.send(v4.DISCONNECT_PACKET)  # 5.0's normal disconnection is the same 2 bytes
+                raise
             finally:
                 link.close()
                 side.link, side.since = None, time.time()

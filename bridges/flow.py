@@ -89,7 +89,9 @@ class Flow:
         destination = self.destination
         while destination is not None and self.unsent and self.inflight < destination.window:
             packet_id = self.unsent.popleft()
-            held = self.held[packet_id]
+            held = self.held.get(packet_id)
+            if held is None:
+                continue  # acknowledged before it was sent again (a peer's stray PUBACK)
             destination.send(self._encode(held, packet_id, held.sent and destination.session_present))
             held.sent = True
             self.inflight += 1

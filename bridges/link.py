@@ -61,13 +61,14 @@ class Link:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
                 host, port, ssl=tls, server_hostname=(server_name or host) if tls is not None else None), CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise Refused(f"cannot connect to {host}:{port}: {getattr(exc, 'strerror', None) or exc or 'timed out'}") from None
+            why = getattr(exc, "strerror", None) or str(exc) or "timed out"
+            raise Refused(f"cannot connect to {host}:{port}: {why}") from None
         link = cls(reader, writer, login.level, login.keepalive)
         try:
             await asyncio.wait_for(link._log_in(login), CONNECT_TIMEOUT)
         except (OSError, TimeoutError, MalformedPacket, Refused) as exc:
             link.close()
-            said = str(exc) if isinstance(exc, Refused) else f"no CONNACK ({exc or 'timed out'})"
+            said = str(exc) if isinstance(exc, Refused) else f"no CONNACK ({str(exc) or 'timed out'})"
             raise Refused(f"{host}:{port}: {said}") from None
         link._ping_later()
         return link

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from plexmq.acceptor import config as cfg
+from plexmq.acceptor import reload
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
 from plexmq.bridges.rules import first, parse
 from tests.cli import metrics_url, names_line, write
@@ -296,3 +297,16 @@ def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto
     watching = subprocess.Popen([*sub, "-C", "1", "-W", "30"], stdout=subprocess.PIPE, text=True)
     subprocess.run(pub, check=True, timeout=30)
     assert watching.communicate(timeout=40)[0] == "site1/sensors/t 21.5\n"
+
+
+def test_a_reload_keeps_the_bridges_and_says_a_restart_applies_them(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path, '[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n')
+    current = cfg.load(str(path), {})
+    current["bridge_logins"] = {"plexmq-bridge-cloud": ["token", ""]}  # what serve adds
+    path.write_text('[bridges.cloud]\naddress = ["h:1884"]\nout = [{filter = "a/#"}]\n')
+    with caplog.at_level("INFO", logger="plexmq.acceptor"):
+        merged = reload.reread(current, lambda: cfg.load(str(path), {}), reload.Files(current))
+    assert merged is not None and merged["bridges"]["cloud"]["address"] == ["h:1883"]
+    assert merged["bridge_logins"] == current["bridge_logins"]  # the running bridge's token still logs in
+    assert "needs a restart: bridges" in caplog.text

@@ -154,7 +154,8 @@ def _bridge(conn: Connection, connect: Connect, client_id: str, token: bytes, te
     (compared in constant time), refused without it, so that no client takes the bridge's session."""
     if connect.password is None or not hmac.compare_digest(connect.password, token):
         return refuse(conn, BAD_CREDENTIALS, "bad user name or password", logged=f"client id {client_id!r} is a bridge's")
-    if _take_tenant(conn, Found(tenant, None), connect):
+    declared = conn.worker.settings.tenants.declared.get(tenant)
+    if _take_tenant(conn, Refused(DISABLED, tenant) if declared and not declared.enabled else Found(tenant, None), connect):
         conn.client_id = client_id
         accept(conn, connect)
 
