@@ -242,6 +242,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                "lease lasts without renewal (a standby takes over within about this, plus lease/8)"),
         "router_name": Option(str, "", _router_name, "with a postgresql:// store: this router's name in the lease "
                               "and the ops output, unique among the routers (empty: HOST:PORT of router_bind)"),
+        "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 messages to each other's "
+                                  "subscribers themselves, not through the router (false: every such message "
+                                  "crosses the router)"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
                                "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),

@@ -25,6 +25,7 @@ TOOLS = {
     "compare": "the same scenarios against plexmq and mosquitto in one run, with ratios",
     "mqload": "compare's presets with the independent C generator mqload as the load",
     "sweep": "one scenario against plexmq --workers 1..K",
+    "scale": "plexmq --workers 1..K over fan-in, fan-out, pairs on one and across workers, connects: msgs/s, router µs/msg",
     "protocols": "the same scenarios with MQTT 3.1.1 and 5.0 clients",
     "profile": "a running broker's CPU, context switches and py-spy profile, per process",
     "reconnect": "N idle clients, the broker restarted: time until all are back",

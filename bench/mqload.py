@@ -77,12 +77,15 @@ def parse(line: str) -> dict[str, str]:
 
 
 def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int, int], opts: Options,
-           connecting: tuple[float, float] | None = None, roles: dict[str, float] | None = None) -> dict:
+           connecting: tuple[float, float] | None = None, roles: dict[str, float] | None = None,
+           router_s: float | None = None) -> dict:
     """mqload's result under the keys of bench.report, so compare's table shows it; `rss` is the broker's
     (idle, held) resident memory over all its processes; `connecting` its CPU seconds and the wall
     seconds from mqload's start until it said the connect phase was over (a conn scenario's only: in
     the others that time holds subscribing too), and `roles` those CPU seconds per role of plexmq
-    (`BrokerMonitor.cpu_by_role`: what the acceptor, the router and the workers each spend per connection)."""
+    (`BrokerMonitor.cpu_by_role`: what the acceptor, the router and the workers each spend per connection);
+    `router_s` plexmq's router's CPU seconds over the run window, which `router_us_per_msg` divides among
+    the messages delivered in it (what the router spends per message: issue 35)."""
     def num(key: str) -> float:
         return float(raw.get(key, 0) or 0)
 
@@ -97,6 +100,8 @@ def report(raw: dict[str, str], cpu_s: float | None, wall: float, rss: tuple[int
             "broker_rss_mb": round(rss[1] / 2**20, 1) if rss[1] else None,
             "dropped": int(num("dropped")), "msgs_in_per_s": round(num("pub_rate")),
             "msgs_out_per_s": round(num("recv_rate")),
+            "router_us_per_msg": round(router_s / wall / num("recv_rate") * 1e6, 2)
+            if router_s is not None and wall and num("recv_rate") else None,
             "lost": int(num("lost")), "e2e_resets": int(num("e2e_resets")),
             "latency_ms": {k: num(f"{k.replace('.', '')}_us") / 1000 for k in ("p50", "p90", "p99", "p99.9", "max")},
             "broker_cpu_s": round(scaled, 3) if scaled is not None else None,
@@ -120,18 +125,21 @@ def measure(spec: brokers.BrokerSpec, opts: Options, binary: str, log_dir: str, 
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         running = threading.Event()
         threading.Thread(target=_watch, args=(proc.stderr, running), daemon=True).start()
-        rss_idle, rss_held, cpu_s, wall, connecting, roles = monitor.rss(), 0, None, 0.0, None, {}
+        rss_idle, rss_held, cpu_s, wall, connecting, roles, router_s = monitor.rss(), 0, None, 0.0, None, {}, None
         if running.wait(opts.connect_timeout + 120):  # connected: mqload publishes (or holds) `duration` s
             cpu0, t0 = monitor.cpu_seconds(), time.monotonic()
             connecting = (cpu0 - connect_cpu0, t0 - launched)
             roles = {role: seconds - roles0.get(role, 0.0) for role, seconds in monitor.cpu_by_role().items()}
+            router0 = monitor.cpu_by_role().get("router")
             time.sleep(max(opts.duration - PROGRESS_S, 0.1))
             cpu_s, wall, rss_held = monitor.cpu_seconds() - cpu0, time.monotonic() - t0, monitor.rss()
+            router1 = monitor.cpu_by_role().get("router")
+            router_s = router1 - router0 if router0 is not None and router1 is not None else None
         out, _ = proc.communicate()
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         if not lines:
             raise RuntimeError(f"mqload exited with {proc.returncode} and no RESULT: {' '.join(cmd)}")
-        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts, connecting, roles)
+        result = report(parse(lines[-1]), cpu_s, wall, (rss_idle, rss_held), opts, connecting, roles, router_s)
         result.update(mqload_cmd=" ".join(cmd), mqload_exit=proc.returncode, broker_cmd=" ".join(broker.cmd))
         return result
     finally:

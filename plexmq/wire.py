@@ -83,6 +83,12 @@ REFUSED = 34  # Refused: the router speaks another protocol version than the wor
 # Standby: this router is a standby (another holds the lease in the shared store): join another of `router`
 STANDBY = 35
 TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py); answer TRACES_ACK
+# worker -> worker of the same host (workers/peers.py): a message for the subscribers the receiving
+# worker serves itself (its `LocalRoutes.local`), which it matches against its own table of the tenant;
+# each frame leads with PEER_SEQ, which the receiver sends back once it has delivered the frame
+PEER_RAW = 40  # PEER_HEAD (tenant length) + tenant + topic; payload: plain QoS 0 PUBLISH packets as received
+PEER_RAW_V5 = 41  # as PEER_RAW, the packets of a 5.0 client
+PEER_MSG = 42  # PEER_HEAD + tenant + DELIVER_HEAD (flags: QoS 0) + topic [+ EXTRA + properties]; payload: the message's
 
 ACK_DONE = 1  # PUBACK (QoS 1) or PUBCOMP (QoS 2): the message is finished
 ACK_RECEIVED = 2  # PUBREC (QoS 2): keep only the packet id until PUBCOMP
@@ -123,6 +129,8 @@ GONE_HEAD = struct.Struct("<IB")  # conn_id, publish the will
 CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn_id, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
+PEER_HEAD = struct.Struct("<H")  # tenant length
+PEER_SEQ = struct.Struct("<Q")  # a frame's number among those its sender sent to any peer
 
 _pack_record = RECORD.pack
 _unpack_record = RECORD.unpack_from

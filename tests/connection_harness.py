@@ -40,6 +40,7 @@ from plexmq.workers.connection import Connection
 from plexmq.workers.counters import Counters
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
+from plexmq.workers.peers import Peer, Peers
 from plexmq.workers.routes import RouteTables
 from plexmq.workers.settings import Settings
 from plexmq.workers.topic_sample import SAMPLE, TopicSample
@@ -144,6 +145,47 @@ class FakeLink(RouterLink):
         pass
 
 
+class FakePeers(Peers):
+    """The worker's direct links to its peers without ZeroMQ: the real record senders (`raw`, `message`,
+    into each peer's batch) and bookkeeping of what is unconfirmed; each `send` kept in `frames` as
+    (place, frame); `answer` is a peer's answer to all it was sent."""
+
+    def __init__(self, loop: FakeLoop, identity: bytes, on_confirmed: Callable[[], None]) -> None:  # no sockets
+        self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place
+        self.identity = identity
+        self.own = identity.decode()
+        self.node = ""
+        self.on_confirmed = on_confirmed
+        self.peers = {}
+        self.pending = []
+        self.unconfirmed = 0
+        self.seq = 0
+        self.frames: list[tuple[str, bytes]] = []
+
+    def _peer(self, place: str) -> Peer:
+        peer = self.peers.get(place)
+        if peer is None:
+            peer = self.peers[place] = Peer.__new__(Peer)
+            peer.batch, peer.sent, peer.answered, peer.since = wire.Batch(), 0, 0, 0.0
+            peer.sock = _Kept(self.frames, place)
+        return peer
+
+    def answer(self, place: str) -> None:
+        """`place` has delivered every frame it was sent."""
+        peer = self.peers[place]
+        self._answered(peer, peer.sent)
+
+
+class _Kept:
+    """A peer's socket that keeps each frame sent."""
+
+    def __init__(self, frames: list[tuple[str, bytes]], place: str) -> None:
+        self.frames, self.place = frames, place
+
+    def send_multipart(self, parts: tuple, copy: bool = True) -> None:
+        self.frames.append((self.place, bytes(parts[1])))
+
+
 class FakeAuth:
     """No password file, no ACL: every login is accepted, nobody is screened."""
 
@@ -180,7 +222,8 @@ def settings(**overrides: Any) -> Settings:
 class HarnessWorker(Worker):
     """The real worker's code around fakes: its settings the defaults', any field overridden by keyword."""
 
-    def __init__(self, **overrides: Any) -> None:  # not Worker's: it opens the channel, the link, the auth
+    def __init__(self, *, direct: bool = False, **overrides: Any) -> None:  # not Worker's: no channel, link, auth
+        """`direct`: its peers are `FakePeers` (the other workers of its host it delivers QoS 0 to)."""
         self.settings = settings(**overrides)
         self.counters = Counters()
         self.limits = {}
@@ -200,7 +243,7 @@ class HarnessWorker(Worker):
         self.queuing = set()
         self.flush_pending = False
         self.awaiting = deque()
-        self.routes = RouteTables(self.identity)
+        self.routes = RouteTables(self.identity, direct)
         self.unanswered = 0
         self.shedding = False
         self.shed = 0
@@ -209,6 +252,8 @@ class HarnessWorker(Worker):
         self.watching = {}
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
+        self.peers = FakePeers(loop, self.identity, self._release) if direct else None
+        self.held = deque()
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
         self.known_topics = {}
         self.turn_us = 0
@@ -407,8 +452,8 @@ class Client:
 class ConnectionHarness:
     """A `HarnessWorker` (settings by keyword) and the clients connected to it."""
 
-    def __init__(self, **settings: Any) -> None:
-        self.worker = HarnessWorker(**settings)
+    def __init__(self, *, direct: bool = False, **settings: Any) -> None:
+        self.worker = HarnessWorker(direct=direct, **settings)
         loop, link = self.worker.loop, self.worker.link
         assert isinstance(loop, FakeLoop) and isinstance(link, FakeLink)
         self.loop: FakeLoop = loop

@@ -335,3 +335,22 @@ def test_mqload_is_found_beside_the_working_directory_and_a_missing_one_says_how
     done = subprocess.run([sys.executable, "-m", "plexmq.bench.mqload"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=30, check=False)
     assert done.returncode == 2 and "make -C ../shared/tools/mqload" in done.stderr, done.stderr
+
+
+def test_scale_places_pairs_beside_or_across_and_tables_each_count_against_one_worker() -> None:
+    """bench.scale: c pairs a multiple of K put each pair on one worker, one more puts every pair across
+    two; the table gives each count's ratio to one worker and, per QoS, across against beside."""
+    from plexmq.bench import scale
+
+    assert [scale.options("p2p1-beside", k, 1.0).clients % k for k in (1, 2, 3, 14)] == [0, 0, 0, 0]
+    assert [scale.options("p2p1-across", k, 1.0).clients % k for k in (2, 3, 14)] == [1, 1, 1]
+
+    def run(msgs: int, router_us: float) -> dict:
+        return {"scenario": "p2p", "msgs_out_per_s": msgs, "router_us_per_msg": router_us, "broker_cpu_pct": 90.0}
+
+    results = {"p2p0-beside": {"plexmq-w1": run(100_000, 0.0), "plexmq-w2": run(180_000, 0.01), "mosquitto": run(50_000, 0)},
+               "p2p0-across": {"plexmq-w1": run(100_000, 0.0), "plexmq-w2": run(90_000, 1.5), "mosquitto": run(50_000, 0)}}
+    text = scale.table(results, [1, 2], ["mosquitto"])
+    assert re.search(r"p2p0-beside\s+1\s+100,000\s+1\.00\s+0\.00\s+90\s+50,000", text), text
+    assert re.search(r"^\s+2\s+180,000\s+1\.80\s+0\.01\s+90\s*$", text, re.MULTILINE), text
+    assert "QoS 0, --workers 2: pairs across workers get 0.50 of pairs on one" in text

@@ -5,6 +5,7 @@ and 5.0; every hit counted for its tenant. Tenant "lim" sets limits, tenant "fre
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ BROKER_MAX_PACKET = 1 << 20
 
 def harness(**limits: object) -> ConnectionHarness:
     """A worker (one of two: `workers=2`) with tenant "lim" limited by `limits` and tenant "free"."""
-    overrides = {key: value for key, value in limits.items() if key in ("max_subscriptions", "rate_disconnects")}
+    overrides: dict[str, Any] = {key: value for key, value in limits.items() if key in ("max_subscriptions", "rate_disconnects")}
     tenant = Tenant("lim", **{key: value for key, value in limits.items() if key not in overrides})  # type: ignore[arg-type]  # the test's fields
     return ConnectionHarness(tenants=Tenants({"lim": tenant, "free": Tenant("free")}, "@"), workers=2, **overrides)
 

@@ -2,9 +2,10 @@
 itself: what lets it deliver a PUBLISH to its own subscribers without a hop through the router.
 
 The router says which subscriptions are the worker's own (in their SUBACK) and which filters something
-else serves (ROUTES). A message goes straight to the local subscribers only when no filter matching
-its topic is served elsewhere; the caller also waits until the router has taken every PUB the worker
-sent it before (`RouterLink.unrouted`), so that a topic that stops needing the router does not
+else serves, and where (ROUTES). A message goes straight to the local subscribers when no filter
+matching its topic is served elsewhere, and to the other workers of this host itself when only they
+serve the others (workers/peers.py); the caller also waits until the router has taken every PUB the
+worker sent it before (`RouterLink.unrouted`), so that a topic that stops needing the router does not
 overtake its own messages still on their way through it.
 
 Each tenant has its own table (`RouteTables`): a filter served elsewhere in one tenant says nothing
@@ -19,51 +20,72 @@ from collections.abc import Iterable
 from plexmq.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
-_UNKNOWN = object()
 Subscriber = tuple[int, int, int]  # conn id, granted QoS, packet id (0: the connection numbers it), as on the wire
+# the local subscribers; the other workers of this host that want the message (None: the router must route it)
+Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None]
 
 
 class LocalRoutes:
-    """Filters served elsewhere, the worker's own subscriptions, and per topic what they mean."""
+    """Filters served elsewhere (and where), the worker's own subscriptions, and per topic what they mean."""
 
-    __slots__ = ("own", "remote", "local", "known", "cache")
+    __slots__ = ("own", "node", "direct", "remote", "placed", "local", "known", "cache")
 
-    def __init__(self, identity: bytes) -> None:
+    def __init__(self, identity: bytes, direct: bool) -> None:
         self.own = identity.decode()  # this worker's place (its identity on the router link)
-        self.remote = SubscriptionTrie()  # filters with a place other than this worker
+        self.node = self.own.rpartition("/")[0]  # its node's name ("": all-in-one): the places of this host share it
+        self.direct = direct  # whether it sends to the other workers of its host itself (direct_delivery)
+        self.remote = SubscriptionTrie()  # filter -> its places other than this worker (the router's: "")
+        self.placed: dict[str, tuple[str, ...]] = {}  # filter -> the places `remote` holds for it
         self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
         self.known = False  # whether the table came since the last HELLO: until then all goes to the router
-        self.cache: dict[bytes, tuple[Subscriber, ...] | None] = {}
+        self.cache: dict[bytes, Targets] = {}
 
-    def targets(self, topic: bytes) -> tuple[Subscriber, ...] | None:
-        """The local subscribers of a message to `topic` (empty: none), or None when the router must
-        route it."""
+    def targets(self, topic: bytes) -> Targets | None:
+        """The local subscribers of a message to `topic` (empty: none) and the other workers of this host
+        that serve the rest (empty: none; None: something else wants it, a worker of another host or
+        the router, which must route it), or None while the table is not known."""
         if not self.known:
             return None
-        found = self.cache.get(topic, _UNKNOWN)
-        if found is _UNKNOWN:
+        found = self.cache.get(topic)
+        if found is None:
             name = topic.decode()
-            if self.remote.match(name):
-                found = None
-            else:
-                found = tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(name).items()])
+            found = (tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(name).items()]),  # type: ignore[misc]  # conn ids
+                     self._peers(self.remote.match(name)))  # type: ignore[arg-type]  # places
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
-            self.cache[topic] = found  # type: ignore[assignment]  # the local trie is keyed by conn id
-        return found  # type: ignore[return-value]  # not _UNKNOWN by now
+            self.cache[topic] = found
+        return found
+
+    def served_here(self, topic: bytes) -> tuple[Subscriber, ...]:
+        """The subscribers this worker serves itself of a message to `topic` that another worker of this
+        host sent it (workers/from_peers.py), whatever else wants it."""
+        found = self.targets(topic)
+        if found is not None:
+            return found[0]
+        return tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(topic.decode()).items()])  # type: ignore[misc]  # conn ids
+
+    def _peers(self, places: Iterable[str]) -> tuple[str, ...] | None:
+        node = self.node
+        peers = tuple(places)
+        if not peers:
+            return peers
+        return peers if self.direct and all(place and place.rpartition("/")[0] == node for place in peers) else None
 
     def apply(self, whole: bool, entries: list[list]) -> None:
         """A ROUTES record: each filter with its places now (`whole`: the entire table)."""
         if whole:
             self.remote = SubscriptionTrie()
+            self.placed = {}
             self.known = True
-        own = self.own
-        remote = self.remote
+        own, remote, placed = self.own, self.remote, self.placed
         for _tenant, topic_filter, places in entries:
-            if any(place != own for place in places):
-                remote.add(topic_filter, 0, 0)
-            else:
-                remote.remove(topic_filter, 0)
+            for place in placed.pop(topic_filter, ()):
+                remote.remove(topic_filter, place)
+            others = tuple(place for place in places if place != own)
+            if others:
+                placed[topic_filter] = others
+                for place in others:
+                    remote.add(topic_filter, place, 0)
         self.cache.clear()
 
     def forget_table(self) -> None:
@@ -91,10 +113,11 @@ class RouteTables:
     """A `LocalRoutes` per tenant this worker has seen, in a CONNECT or in a ROUTES record; the
     default tenant's always."""
 
-    __slots__ = ("identity", "tables", "known", "default")
+    __slots__ = ("identity", "direct", "tables", "known", "default")
 
-    def __init__(self, identity: bytes) -> None:
+    def __init__(self, identity: bytes, direct: bool = False) -> None:
         self.identity = identity
+        self.direct = direct
         self.tables: dict[str, LocalRoutes] = {}
         self.known = False  # as each table's `known`: whether the whole table came since the last HELLO
         self.default = self.of("")
@@ -103,7 +126,7 @@ class RouteTables:
         """The table of `tenant`, made at its first sight (then as much known as the others)."""
         table = self.tables.get(tenant)
         if table is None:
-            table = self.tables[tenant] = LocalRoutes(self.identity)
+            table = self.tables[tenant] = LocalRoutes(self.identity, self.direct)
             table.known = self.known
         return table
 

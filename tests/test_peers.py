@@ -1,0 +1,143 @@
+"""Worker to worker (workers/peers.py, issue 35): a QoS 0 message whose topic only workers' own subscribers
+want goes to their workers straight, and nothing overtakes it through the router. In-process, over
+the connection harness (its peers a `FakePeers`: each frame kept, each answer given by the test), and
+end to end: cross-worker messages flow with the router stopped."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+from plexmq import wire
+from plexmq.mqtt import v4 as p
+from plexmq.workers import peers as peer_links
+from tests.conftest import Broker
+from tests.connection_harness import ConnectionHarness, FakePeers, routed, routes
+from tests.steps import ping, publish, raw_on, receive, subscribe, uid
+
+
+def direct() -> tuple[ConnectionHarness, FakePeers]:
+    """Worker w0 with its table known: `t` served on worker w1 alone, `r` by w1 and the router."""
+    h = ConnectionHarness(direct=True)
+    h.from_router(routes(1, True, [["", "t", ["w1"]], ["", "r", ["w1", ""]]]))
+    peers = h.worker.peers
+    assert isinstance(peers, FakePeers)
+    return h, peers
+
+
+def peer_records(frame: bytes) -> list[tuple[int, bytes, bytes]]:
+    """(kind, topic, payload) of each record of a frame to a peer."""
+    found = []
+    for kind, header, payload in wire.records(frame):
+        start = wire.PEER_HEAD.size + wire.PEER_HEAD.unpack_from(header)[0]
+        if kind == wire.PEER_MSG:
+            _flags, length = wire.unpack_deliver(header, start)
+            start += wire.DELIVER_HEAD.size
+            header = header[:start + length]
+        found.append((kind, header[start:], payload))
+    return found
+
+
+def test_a_qos0_message_only_another_workers_subscribers_want_goes_to_that_worker_not_the_router() -> None:
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"one") + p.encode_publish(b"t", b"two"))
+    h.turn()
+    assert h.records() == []
+    [(place, frame)] = peers.frames
+    assert place == "w1" and peer_records(frame) == [(wire.PEER_RAW, b"t", p.encode_publish(b"t", b"one") +
+                                                       p.encode_publish(b"t", b"two"))]
+    assert peers.unconfirmed == 1
+    c.send(p.encode_publish(b"t", b"three", 1, packet_id=1))  # QoS 1 still crosses the router
+    h.turn()
+    assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB", "t")]
+
+
+def test_a_message_for_the_router_waits_until_the_peers_have_delivered_what_they_were_sent() -> None:
+    """A topic that starts to need the router (here `r`, or `t` once the table says so) must not overtake
+    through it what its peer has not delivered: it waits, and so does every QoS 0 message after it,
+    local ones included; the peer's answer lets them go in order."""
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"1"))
+    h.turn()
+    c.send(p.encode_publish(b"r", b"2") + p.encode_publish(b"t", b"3"))
+    h.turn()
+    assert h.records() == [] and len(peers.frames) == 1 and len(h.worker.held) == 2
+    peers.answer("w1")
+    h.turn()
+    # 3 goes through the router too: behind a PUB0 the router has not confirmed, nothing skips it
+    assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB0", "r"), ("PUB0", "t")] and not h.worker.held
+    h.from_router(routed(0, 2))
+    c.send(p.encode_publish(b"t", b"4"))
+    h.turn()
+    assert [peer_records(frame)[0][2] for _place, frame in peers.frames[1:]] == [p.encode_publish(b"t", b"4")]
+
+
+def test_a_peer_that_never_answers_is_taken_for_gone_after_its_patience() -> None:
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"1"))
+    h.turn()
+    c.send(p.encode_publish(b"r", b"2"))
+    h.turn()
+    assert len(h.worker.held) == 1
+    h.loop.now += peer_links.PATIENCE
+    peers.expire(h.loop.now)
+    h.turn()
+    assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB0", "r")] and not h.worker.held
+
+
+def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
+    """The router (SIGSTOP) takes no part in a QoS 0 message between clean subscribers of two workers:
+    it arrives, in order; with direct_delivery = false it waits for the router."""
+    b = start_broker("--workers", "2")
+    topic = f"peers/{uid()}"
+    sub = raw_on(b, want=1)
+    sub.connect(f"peers-sub-{uid()}")
+    assert subscribe(sub, 1, [(topic, 0)]) == [0]
+    pub = raw_on(b, want=0)
+    pub.connect(f"peers-pub-{uid()}")
+    publish(pub, topic, b"warm", 1)  # its PUBACK: the router has confirmed all the worker sent it
+    assert [m.payload for m in receive(sub, count=1)] == [b"warm"]
+    router = b.router()
+    assert router is not None
+    router.send_signal(signal.SIGSTOP)
+    try:
+        payloads = [b"m%d" % i for i in range(200)]
+        for payload in payloads:
+            publish(pub, topic, payload, 0)
+        assert [m.payload for m in receive(sub, payloads=payloads)] == payloads
+    finally:
+        router.send_signal(signal.SIGCONT)
+    for c in (sub, pub):
+        c.close()
+
+
+def test_without_direct_delivery_the_router_carries_it(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    config = tmp_path / "plexmq.toml"
+    config.write_text("direct_delivery = false\n")
+    b = start_broker("--workers", "2", "--config", str(config))
+    topic = f"peers/{uid()}"
+    sub = raw_on(b, want=1)
+    sub.connect(f"peers-sub-{uid()}")
+    assert subscribe(sub, 1, [(topic, 0)]) == [0]
+    pub = raw_on(b, want=0)
+    pub.connect(f"peers-pub-{uid()}")
+    router = b.router()
+    assert router is not None
+    router.send_signal(signal.SIGSTOP)
+    try:
+        publish(pub, topic, b"via the router", 0)
+        ping(pub)
+        try:
+            got = sub.recv(0.5)
+            raise AssertionError(f"delivered while the router was stopped: {got}")
+        except TimeoutError:
+            pass
+    finally:
+        router.send_signal(signal.SIGCONT)
+    assert [m.payload for m in receive(sub, count=1)] == [b"via the router"]
+    for c in (sub, pub):
+        c.close()

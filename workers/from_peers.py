@@ -1,0 +1,51 @@
+"""Records from the other workers of this host (workers/peers.py): QoS 0 messages their clients published
+to topics this worker's own subscribers want, delivered here as the worker delivers its own clients'
+(`Worker.deliver_raw`, `Worker.deliver_message`: read access judged at delivery, shedding counted), to
+the subscriptions it serves itself in the publisher's tenant (`LocalRoutes.local`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plexmq import wire
+from plexmq.mqtt.framing import packets_in
+
+if TYPE_CHECKING:
+    from plexmq.workers.worker import Worker
+
+_head_size = wire.PEER_HEAD.size
+_unpack_head = wire.PEER_HEAD.unpack_from
+_unpack_deliver = wire.unpack_deliver
+_deliver_size = wire.DELIVER_HEAD.size
+
+
+def deliver(worker: Worker, frame: bytes) -> None:
+    """Every record of a peer's frame, to the subscribers it matches here."""
+    tables = worker.routes
+    for kind, header, payload in wire.records(frame):
+        start = _head_size + _unpack_head(header)[0]
+        tenant = header[_head_size:start].decode()
+        routes = tables.of(tenant)
+        extra = None
+        if kind == wire.PEER_MSG:
+            flags, topic_len = _unpack_deliver(header, start)
+            topic = header[start + _deliver_size:start + _deliver_size + topic_len]
+            if flags & wire.HAS_EXTRA:
+                props, expiry, _end = wire.read_extra(header, start + _deliver_size + topic_len)
+                extra = (props, expiry)
+            count = 1
+        else:
+            topic = header[start:]
+            count = packets_in(payload)
+        subs = routes.served_here(topic)
+        if not subs:
+            continue
+        if worker.shedding:
+            worker.shed += count * len(subs)
+            continue
+        worker.counters.tally(tenant).sent += count * len(subs)
+        if kind == wire.PEER_MSG:
+            worker.deliver_message(topic, payload, 0, False, False, extra, subs)
+        else:
+            worker.deliver_raw(subs, payload, kind == wire.PEER_RAW_V5)
+    worker.flush_soon()
