@@ -125,6 +125,7 @@ class FakeLink(RouterLink):
         self.loop = loop  # type: ignore[assignment]  # the fake loop in the real one's place
         self.batch = wire.Batch()
         self.unrouted = 0
+        self.batched = 0
         self.join = 0
         self.seq = 0
         self.next_in = 0
@@ -140,6 +141,7 @@ class FakeLink(RouterLink):
         if self.batch:
             self.frames.append(self.batch.take())
             self.seq += 1
+            self.batched = 0
 
     def close(self, linger_ms: int = 0) -> None:
         pass
@@ -252,8 +254,7 @@ class HarnessWorker(Worker):
         self.watching = {}
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
-        self.peers = FakePeers(loop, self.identity, self._release) if direct else None
-        self.held = deque()
+        self.peers = FakePeers(loop, self.identity, self.flush_soon) if direct else None
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
         self.known_topics = {}
         self.turn_us = 0

@@ -68,6 +68,7 @@ class RouterLink:
         sock.connect(endpoints[0])
         self.batch = wire.Batch()
         self.unrouted = 0  # PUB and PUB0 records the router has not yet confirmed (ROUTED)
+        self.batched = 0  # PUB and PUB0 records in `batch` (Worker.flush: they may wait for the peers)
         self.join = 0  # this worker's joins with the router: each starts with HELLO
         self.seq = 0  # frames sent in this join
         self.next_in = 0  # the router's next frame in this join
@@ -89,7 +90,7 @@ class RouterLink:
         drops what it refused of it (docs/architecture.md §3 says what that costs)."""
         self.batch.take()
         self.join += 1
-        self.seq = self.next_in = self.unrouted = 0
+        self.seq = self.next_in = self.unrouted = self.batched = 0
         self.answered = self.warned = self.standby = False
         self.opened_at = self.loop.time()
         self.batch.add(wire.HELLO, hello.encode())
@@ -144,6 +145,7 @@ class RouterLink:
                 pass  # no connection takes it (the router refused our key, or is down): a lost frame,
                 # which the router sees as a gap, or as a join it never heard of, and answers with REJOIN
             self.seq += 1
+            self.batched = 0
             # a send can consume the fd's edge: look for input that arrived meanwhile
             if self.sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option (stubs: int | bytes)
                 self.loop.call_soon(self.drain)
@@ -152,6 +154,7 @@ class RouterLink:
             props: bytes = b"", expiry: int = 0, ask_match: bool = False) -> None:
         """`ask_match` (QoS 1/2): ROUTED is to say whether the message matched nobody (wire.MATCH_ASKED)."""
         self.unrouted += 1
+        self.batched += 1
         flags = qos | (retain << 2) | (wire.MATCH_ASKED if ask_match else 0)
         if props or expiry:
             head = _pack_pub(conn_id, packet_id, flags | wire.HAS_EXTRA) + wire.extra(props, expiry)
@@ -163,6 +166,7 @@ class RouterLink:
         """A raw run of plain QoS 0 PUBLISH packets of `conn_id` (`v5`: a 5.0 client's, with empty property
         blocks)."""
         self.unrouted += 1
+        self.batched += 1
         self.batch.add(wire.PUB0_V5 if v5 else wire.PUB0, _pack_run(count, conn_id) + topic, packets)
 
     def ack(self, conn_id: int, packet_id: int, stage: int) -> None:

@@ -6,8 +6,8 @@ Each worker binds a ZeroMQ ROUTER, its inbox, at `ipc://RUN_DIR/peer-w<id>.ipc`,
 DEALER to a peer's inbox the first time it sends there. One frame per peer per loop turn carries that
 turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its number (PEER_SEQ); the
 receiver delivers them to the subscribers it serves itself and sends the number back. A frame not yet
-answered is *unconfirmed*: while any is, a QoS 0 message that needs the router waits (`Worker.held`),
-so that it cannot overtake, through the router, one of the same topic still on its way here. A peer
+answered is *unconfirmed*: while any is, the worker's frame to the router waits if it holds a message
+(`Worker.flush`), so that none overtakes, through the router, one still on its way to a peer. A peer
 that answers nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
 """
 
@@ -59,7 +59,7 @@ class Peers:
     def __init__(self, loop: asyncio.AbstractEventLoop, run_dir: str, identity: bytes,
                  on_frame: Callable[[bytes], None], on_confirmed: Callable[[], None]) -> None:
         """`on_frame`: the records of a peer's frame, to deliver; `on_confirmed`: every frame sent is
-        answered (what waited for that may go)."""
+        answered (the frame to the router that waited for that may go)."""
         self.loop = loop
         self.run_dir = run_dir
         self.identity = identity

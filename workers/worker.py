@@ -16,7 +16,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
 from typing import NoReturn
 
@@ -76,7 +76,6 @@ SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRI
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
 # ACL, acknowledged in its turn
 Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
-Held = Callable[[], bool]  # a QoS 0 message or run waiting for the peers' answers: True once it has gone
 
 
 class Worker:
@@ -123,8 +122,7 @@ class Worker:
         self.follower = Follower(self)
         # the other workers of this host, which it delivers QoS 0 messages to itself (workers/peers.py)
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
-                           self._release) if config["direct_delivery"] else None
-        self.held: deque[Held] = deque()  # QoS 0 runs and messages waiting for the peers' answers, in order
+                           self.flush_soon) if config["direct_delivery"] else None
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -161,9 +159,16 @@ class Worker:
         self.dirty = []
         for conn in dirty:
             conn.flush()
-        self.link.send()
-        if self.peers is not None:
-            self.peers.send()
+        peers = self.peers
+        if peers is None:
+            self.link.send()
+        else:
+            # this turn's frames to the peers first; a message for the router then waits until they have
+            # delivered all they were sent, so that it cannot overtake one of them through the router
+            # (with it waiting, nothing goes to a peer: `local_path`, `RouterLink.unrouted`)
+            peers.send()
+            if not (self.link.batched and peers.unconfirmed):
+                self.link.send()
         self._report_load()  # the acceptor balances and caps on it: tell it soon after it changes
         if self.archive is not None:
             self.archive.flush()
@@ -261,45 +266,22 @@ class Worker:
                 to_archive = self.remember_topic(name)
             if to_archive:
                 self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
+        if qos < 2 and not retain and self.local_path(conn):
+            found = conn.routes.targets(name)
+            subs, peers = found if found is not None else ((), None)
+            if peers == () or (peers and not qos):  # only this worker's subscribers, or at QoS 0 its peers'
+                self._count_local(conn, 1, len(subs))
+                extra = (props, expiry) if props or expiry else None
+                if subs:
+                    self.deliver_message(name, payload, qos, False, False, extra, subs)
+                for place in peers:
+                    self.peers.message(place, conn.tenant, name, payload, extra)  # type: ignore[union-attr]  # peers found: it has them
+                if qos:
+                    conn.acknowledge(packet_id, qos, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
+                return
+        self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, qos > 0 and conn.v5 is not None)
         if qos:
-            if qos == 1 and not retain and self.local_path(conn):
-                found = conn.routes.targets(name)
-                if found is not None and found[1] == ():  # only this worker's subscribers want it
-                    subs = found[0]
-                    self._count_local(conn, 1, len(subs))
-                    if subs:
-                        self.deliver_message(name, payload, 1, False, False, (props, expiry) if props or expiry else None,
-                                             subs)
-                    return conn.acknowledge(packet_id, 1, 0 if subs else reasons.NO_MATCHING_SUBSCRIBERS)
-            self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, conn.v5 is not None)
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
-        else:
-            self._send0(conn, name, payload, (props, expiry) if props or expiry else None, retain)
-
-    def _send0(self, conn: Connection, topic: bytes, payload: bytes, extra: Extra | None, retain: bool) -> None:
-        """A QoS 0 message of `conn`, behind what waits for the peers' answers (`held`)."""
-        if self.held or not self._route0(conn, topic, payload, extra, retain):
-            self.held.append(partial(self._route0, conn, topic, payload, extra, retain))
-
-    def _route0(self, conn: Connection, topic: bytes, payload: bytes, extra: Extra | None, retain: bool) -> bool:
-        """To the local subscribers and the other workers of this host that serve the rest when only they
-        want it (`local_path`; never a retained one), else to the router; False, with nothing sent, while
-        a message for the router must wait for the peers' answers (it must not overtake one of its topic
-        they have not delivered)."""
-        found = conn.routes.targets(topic) if not retain and self.local_path(conn) else None
-        subs, peers = found if found is not None else ((), None)
-        if peers is None:
-            if self.peers is not None and self.peers.unconfirmed:
-                return False
-            props, expiry = extra or (b"", 0)
-            self.link.pub(conn.conn_id, 0, 0, retain, topic, payload, props, expiry, False)
-            return True
-        self._count_local(conn, 1, len(subs))
-        if subs:
-            self.deliver_message(topic, payload, 0, False, False, extra, subs)
-        for place in peers:
-            self.peers.message(place, conn.tenant, topic, payload, extra)  # type: ignore[union-attr]  # peers found: it has them
-        return True
 
     def _count_local(self, conn: Connection, count: int, copies: int) -> None:
         """Messages of `conn` delivered without the router (here, or by the peers it sent them to, which
@@ -317,21 +299,11 @@ class Worker:
             self.sample_in = self.topics.take(conn.tenant, topic, self.sample_in)
         if self.watching:
             trace_watch.see_run(self, conn, topic, count, packets, as_v5)
-        self._send_run(conn, topic, count, packets, as_v5)
-
-    def _send_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> None:
-        if self.held or not self._route_run(conn, topic, count, packets, as_v5):
-            self.held.append(partial(self._route_run, conn, topic, count, packets, as_v5))
-
-    def _route_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> bool:
-        """As `_route0`, for a run of raw packets."""
         found = conn.routes.targets(topic) if self.local_path(conn) else None
         subs, peers = found if found is not None else ((), None)
         if peers is None:
-            if self.peers is not None and self.peers.unconfirmed:
-                return False
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
-            return True
+            return
         if self.shedding:
             self._count_local(conn, count, 0)
             self.shed += count * len(subs)
@@ -341,15 +313,6 @@ class Worker:
                 self.deliver_raw(subs, packets, as_v5)
         for place in peers:
             self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
-        return True
-
-    def _release(self) -> None:
-        """Every peer has answered: what waited goes, in order, until all of it has or a message for the
-        router finds the peers' answers owed again."""
-        held = self.held
-        while held and held[0]():
-            held.popleft()
-        self.flush_soon()
 
     def local_path(self, conn: Connection) -> bool:
         """Whether a PUBLISH of `conn` may skip the router, if its topic allows: not while anything of
