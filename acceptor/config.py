@@ -21,6 +21,8 @@ import zmq
 import zmq.auth
 
 from plexmq import tenants
+from plexmq.bridges import rules as bridge_rules
+from plexmq.bridges.tls import client_context
 from plexmq.files import Access, others_may_read
 from plexmq.router.shared import STRATEGIES
 from plexmq.units import parse_duration
@@ -388,6 +390,44 @@ TENANT: dict[str, Option] = {
 }
 
 
+def _addresses(value: Any) -> str | None:
+    for address in value:
+        host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return f'must be a list of "HOST:PORT" (tried in order); {address!r} is not one'
+    return None if value else "must name at least one HOST:PORT"
+
+
+BRIDGE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+# the keys of a [bridges.NAME] table (bridges/: one process runs them all); `out` and `in` hold rules
+# (bridges/rules.py), a [bridges.NAME.tls] table (even empty) turns TLS on with its BRIDGE_TLS keys
+BRIDGE: dict[str, Option] = {
+    "address": Option(list, [], _addresses, "the remote broker: a list of HOST:PORT, tried in order"),
+    "protocol": Option(str, "5.0", _one_of("3.1.1", "5.0"), "the MQTT version spoken to the remote"),
+    "client_id": Option(str, "", _mqtt_string, "the bridge's client id on the remote (empty: HOSTNAME.NAME)"),
+    "username": Option(str, "", _mqtt_string, "the bridge's username on the remote (empty: none)"),
+    "password": Option(str, "", doc="its password on the remote (empty: none)"),
+    "keepalive": Option(int, 60, _range(1, 65535), "seconds of keepalive toward the remote"),
+    "clean_start": Option(bool, False, doc="start a new session on the remote at each connect (3.1.1: clean session)"),
+    "session_expiry": Option(int, 86400, _range(0, 0xFFFFFFFF), "5.0: seconds the remote keeps the bridge's session "
+                             "while it is away (what `in` rules subscribe to is queued there meanwhile)"),
+    "try_private": Option(bool, True, doc="3.1.1: tell the remote that this is a bridge (mosquitto's convention: it "
+                          "then echoes none of the bridge's own messages); refused, the bridge asks again without"),
+    "tenant": Option(str, "", doc="the tenant the bridge's messages are in locally (empty: the default tenant)"),
+    "out": Option(list, [], doc="rules: local filter -> remote topic"),
+    "in": Option(list, [], doc="rules: remote filter -> local topic"),
+    "tls": Option(dict, None, doc="TLS toward the remote (a [bridges.NAME.tls] table)"),
+}
+BRIDGE_TLS: dict[str, Option] = {
+    "cafile": Option(str, "", doc="CA certificates the remote's certificate is checked against (empty: the system's)"),
+    "certfile": Option(str, "", doc="the bridge's client certificate (PEM, empty: none)"),
+    "keyfile": Option(str, "", doc="its private key (PEM; empty: in certfile)"),
+    "server_name": Option(str, "", doc="the name the remote's certificate must hold (empty: the address's host)"),
+    "alpn": Option(list, [], _strings, "ALPN protocols offered (empty: none)"),
+}
+
+
 def _defaults(options: dict[str, Option]) -> dict[str, Any]:
     return {key: list(option.default) if isinstance(option.default, list) else option.default
             for key, option in options.items()}
@@ -399,11 +439,15 @@ def defaults() -> dict[str, Any]:
         if section:
             config[section] = _defaults(options)
     config["tenants"] = {}
+    config["bridges"] = {}
+    config["bridge_logins"] = {}  # serve's: the local client id of each bridge -> [its token, its tenant]
     return config
 
 
 def _options(section: str) -> dict[str, Option]:
-    """The options of a section: a `tenants.NAME` one has a tenant's."""
+    """The options of a section: a `tenants.NAME` one has a tenant's, a `bridges.NAME` one a bridge's."""
+    if section.startswith("bridges."):
+        return BRIDGE_TLS if section.endswith(".tls") else BRIDGE
     return TENANT if section.startswith("tenants.") else SCHEMA[section]
 
 
@@ -468,6 +512,7 @@ def load(path: str | None, overrides: dict[str, Any]) -> dict[str, Any]:
     _check_tls(config)
     _check_router_link(config)
     _check_store(config)
+    _check_bridges(config, path or "", text)
     return config
 
 
@@ -710,6 +755,8 @@ def _merge(config: dict[str, Any], data: dict[str, Any], path: str, text: str, o
     for key, value in data.items():
         if key == "tenants":
             _merge_tenants(config["tenants"], value, path, text, origins)
+        elif key == "bridges":
+            _merge_bridges(config["bridges"], value, path, text)
         elif isinstance(value, dict) and key in SCHEMA and key:
             for sub, sub_value in value.items():
                 _set(config[key], key, sub, sub_value, path, text)
@@ -723,6 +770,58 @@ def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origi
         raise ConfigError(f"{path}:{_line_of(text, '', 'tenants')}: key 'tenants' must hold [tenants.NAME] tables")
     for name, table in data.items():
         _add_tenant(found, name, table, path, text, f"tenants.{name}", origins)
+
+
+def _merge_bridges(found: dict[str, Any], data: Any, path: str, text: str) -> None:
+    """The [bridges.NAME] tables: each bridge's keys, its rules parsed (bridges/rules.py) and stored as
+    plain tables, its [bridges.NAME.tls] table."""
+    if not isinstance(data, dict) or not all(isinstance(table, dict) for table in data.values()):
+        raise ConfigError(f"{path}:{_line_of(text, '', 'bridges')}: key 'bridges' must hold [bridges.NAME] tables")
+    for name, table in data.items():
+        section = f"bridges.{name}"
+        if not BRIDGE_NAME.fullmatch(name):
+            raise ConfigError(f"{path}:{_line_of(text, '', section)}: bridge name {name!r}: must be 1 to 64 letters, "
+                              "digits, '_' or '-'")
+        bridge = found[name] = _defaults(BRIDGE)
+        for key, value in table.items():
+            if key in ("out", "in") and isinstance(value, list):
+                bridge[key] = [_bridge_rule(rule, f"{section}.{key}[{index}]", path, _line_of(text, section, key))
+                               for index, rule in enumerate(value)]
+            elif key == "tls" and isinstance(value, dict):
+                bridge["tls"] = _defaults(BRIDGE_TLS)
+                for sub, sub_value in value.items():
+                    _set(bridge["tls"], f"{section}.tls", sub, sub_value, path, text)
+            else:
+                _set(bridge, section, key, value, path, text)
+        if not bridge["address"]:
+            raise ConfigError(f"{path}:{_line_of(text, '', section)}: [{section}] needs address (the remote's HOST:PORT)")
+        if not bridge["out"] and not bridge["in"]:
+            raise ConfigError(f"{path}:{_line_of(text, '', section)}: [{section}] needs an out or in rule")
+
+
+def _bridge_rule(table: Any, name: str, path: str, line: int) -> dict[str, Any]:
+    try:
+        rule = bridge_rules.parse(table)
+    except ValueError as exc:
+        raise ConfigError(f"{path}:{line}: key '{name}': {exc}") from None
+    return {"filter": rule.filter, "prefix": rule.prefix, "strip": rule.strip, "qos": rule.qos, "retain": rule.retain}
+
+
+def _check_bridges(config: dict[str, Any], path: str, text: str) -> None:
+    """Bridges run beside the listeners of one host (role all), in declared tenants, with TLS files
+    that load (read once here, so a bad one stops startup, not the bridge)."""
+    for name, bridge in config["bridges"].items():
+        section = f"bridges.{name}"
+        if config["role"] != "all":
+            raise ConfigError(f"{path}:{_line_of(text, '', section)}: [{section}]: bridges run with role all only")
+        if bridge["tenant"] and bridge["tenant"] not in config["tenants"]:
+            raise ConfigError(f"{path}:{_line_of(text, section, 'tenant')}: key '{section}.tenant': no tenant "
+                              f"{bridge['tenant']!r} is declared")
+        if bridge["tls"] is not None:
+            try:
+                client_context(bridge["tls"])
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"{path}:{_line_of(text, '', section + '.tls')}: [{section}.tls]: {exc}") from None
 
 
 def _add_tenant(found: dict[str, Any], name: str, table: dict[str, Any], path: str, text: str, section: str,

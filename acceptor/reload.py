@@ -49,6 +49,7 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
         for key in options:
             flat[f"{section}.{key}" if section else key] = source[key]
     flat["tenants"] = config["tenants"]
+    flat["bridges"] = config["bridges"]  # a restart applies them (a reload of one bridge: a later increment)
     return flat
 
 

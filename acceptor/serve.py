@@ -11,6 +11,7 @@ import socket
 import sys
 from collections.abc import Callable
 
+from plexmq import bridges
 from plexmq.acceptor import pidlock, reload, rundir
 from plexmq.acceptor.admission import Admission
 from plexmq.acceptor.config import curve_keys, default_router_name, listeners, router_endpoints, security_line
@@ -148,6 +149,8 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     config["router_endpoint"] = config["router_endpoints"][0]  # the router binds it; a node's workers follow the list
     # handoff.py: a socket's listener byte (acceptor/listening.py keeps it as reloads change the tenants)
     config["listening"] = [[scheme, tenant] for (scheme, _host, _port, tenant), _sock in socks]
+    if config["bridges"]:  # role all: the plain listener is bound
+        bridges.prepare(config, socks[0][1])
     config["config_path"] = os.path.join(run_dir, "config.json")
     reload.write(config["config_path"], config)
     # the plain listener first, in the line tests and scripts read

@@ -37,9 +37,10 @@ RESTART_DELAY_MAX = 5.0
 class Child:
     """A router or worker process and, for a worker, the acceptor's end of its channel."""
 
-    def __init__(self, name: str, worker_id: int | None) -> None:
+    def __init__(self, name: str, worker_id: int | None, module: str = "plexmq.router") -> None:
         self.name = name
         self.worker_id = worker_id
+        self.module = module  # what an exec'd child (not a worker) runs: the router, or the bridges (plexmq/bridges)
         self.proc: subprocess.Popen[bytes] | Forked | None = None
         self.channel: socket.socket | None = None
         self.reported = 0  # connections the worker last said it holds
@@ -109,6 +110,8 @@ class Supervisor:
         self.workers = [Child(f"worker {i}", i) for i in range(config["workers"])]
         # a node's router runs on another host
         self.children = self.workers if config["role"] == "node" else [Child("router", None), *self.workers]
+        if config["bridges"]:
+            self.children.append(Child("bridges", None, "plexmq.bridges"))
         self.stopping = False
 
     def start(self) -> None:
@@ -117,7 +120,7 @@ class Supervisor:
 
     def _spawn(self, child: Child) -> None:
         if child.worker_id is None:
-            child.proc = subprocess.Popen([sys.executable, "-m", "plexmq.router"], env=self.env, preexec_fn=_ignore_sighup)
+            child.proc = subprocess.Popen([sys.executable, "-m", child.module], env=self.env, preexec_fn=_ignore_sighup)
         else:
             # imported here, at the first start, not with this module: the listeners are bound by then, and
             # clients that come meanwhile wait in their backlog instead of being refused

@@ -16,7 +16,6 @@ import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from plexmq.mqtt import v4 as p
 from tests.cli import one_error_line, run, write
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client
+from tests.pki import Pki, make_pki
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
 
@@ -55,45 +55,9 @@ CONNACK_OK = b"\x20\x02\x00\x00"
 CONNACK_BAD_LOGIN = b"\x20\x02\x00\x04"
 
 
-@dataclass(frozen=True)
-class Pki:
-    ca: str
-    server_cert: str
-    server_key: str
-    client_cert: str  # CN device-42
-    client_key: str
-    nameless_cert: str  # no CN in its subject
-    nameless_key: str
-    ca_key: str
-
-    def tls(self, *, client: bool = False) -> dict[str, str]:
-        """paho's tls_set arguments."""
-        found = {"ca_certs": self.ca}
-        if client:
-            found.update(certfile=self.client_cert, keyfile=self.client_key)
-        return found
-
-
-def openssl(where: Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    where = tmp_path_factory.mktemp("pki")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl(where, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=plexmq test CA")
-    leaves = {"server": ("/CN=localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
-              "client": ("/CN=device-42", "extendedKeyUsage=clientAuth\n"),
-              "nameless": ("/O=plexmq tests", "extendedKeyUsage=clientAuth\n")}
-    for serial, (name, (subject, ext)) in enumerate(leaves.items(), 1):
-        (where / f"{name}.ext").write_text("basicConstraints=CA:FALSE\nsubjectKeyIdentifier=hash\n"
-                                           "authorityKeyIdentifier=keyid\n" + ext)
-        openssl(where, "req", "-new", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject)
-        openssl(where, "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-set_serial",
-                str(serial), "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
-    return Pki(*(str(where / f) for f in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key",
-                                         "nameless.crt", "nameless.key", "ca.key")))
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def authority(pki: Pki) -> tuple[x509.Certificate, Any]:

@@ -42,6 +42,7 @@ class Settings:
     tenants: Tenants  # the declared tenants and how a CONNECT names one
     workers: int  # the workers of this host (serve's count): each holds a tenant's rates to its share of them
     metrics_tenants: bool  # STATS carries each tenant's numbers
+    bridges: dict[str, tuple[bytes, str]]  # a bridge's local client id -> (its token, its tenant): plexmq/bridges
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -73,4 +74,5 @@ class Settings:
             tenants=Tenants.from_config(config),
             workers=max(int(config["workers"]), 1),
             metrics_tenants=bool(config["metrics_tenants"]),
+            bridges={client_id: (token.encode(), tenant) for client_id, (token, tenant) in config["bridge_logins"].items()},
         )

@@ -467,6 +467,8 @@ class Worker:
 
     def rules(self, conn: Connection) -> Checker | None:
         """The ACL's answers for `conn`: its tenant's ACL (whose %u is the tenant-local name) or the broker's."""
+        if conn.client_id in self.settings.bridges:  # only the bridge's token logs in so: its rules are the config's
+            return None
         auth = self.auth.of(conn.tenant)
         return auth.checker(conn.local_name if auth.local_acl else conn.username, conn.client_id)
 

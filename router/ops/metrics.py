@@ -18,6 +18,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
+from plexmq.bridges.metrics import BridgeMetrics
 from plexmq.router import listing
 from plexmq.router.asks import Asks
 from plexmq.router.ops import admin
@@ -52,6 +53,7 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, asks: Asks, host: str,
     registry.register(stats)
     registry.register(turns.frames)
     registry.register(turns.seconds)
+    registry.register(BridgeMetrics(run_dir))  # plexmq_bridge_*, where bridges run (none: nothing)
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:

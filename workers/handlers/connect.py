@@ -12,6 +12,7 @@ tenant's limits (workers/tenant_limits.py) are found with the tenant, once."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import math
 import uuid
@@ -106,6 +107,9 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
             conn.v5.assigned_id = client_id
     elif conn.level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
         return refuse(conn, IDENTIFIER_REJECTED, "MQTT 3.1 client id longer than 23 characters")
+    bridge = settings.bridges.get(client_id)
+    if bridge is not None:  # a bridge's own id (plexmq/bridges): its token is its login, the bridge's tenant its tenant
+        return _bridge(conn, connect, client_id, *bridge)
     most = settings.max_keepalive
     if most and (connect.keepalive > most or not connect.keepalive):  # as mosquitto's max_keepalive
         if conn.v5 is None:  # 3.1.1 cannot be told another keepalive
@@ -143,6 +147,17 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
         login.add_done_callback(lambda done: _logged_in(conn, done, connect, found))
         return
     accept(conn, connect)
+
+
+def _bridge(conn: Connection, connect: Connect, client_id: str, token: bytes, tenant: str) -> None:
+    """A CONNECT with a bridge's client id: accepted with the token the acceptor gave that bridge alone
+    (compared in constant time), refused without it, so that no client takes the bridge's session."""
+    if connect.password is None or not hmac.compare_digest(connect.password, token):
+        return refuse(conn, BAD_CREDENTIALS, "bad user name or password", logged=f"client id {client_id!r} is a bridge's")
+    declared = conn.worker.settings.tenants.declared.get(tenant)
+    if _take_tenant(conn, Refused(DISABLED, tenant) if declared and not declared.enabled else Found(tenant, None), connect):
+        conn.client_id = client_id
+        accept(conn, connect)
 
 
 def _within_limits(conn: Connection, limits: Limits, connect: Connect) -> bool:

@@ -1,0 +1,26 @@
+"""Bridges to other brokers (`[bridges.NAME]`): one child process of the acceptor, `plexmq-bridge`,
+runs them all. Each bridge is an MQTT client of both brokers, as mosquitto's are: of the remote one,
+and of this broker's own listener on loopback, where it logs in with a token the acceptor makes at
+each start and hands over in the private run dir's config.json (`prepare`); the workers take that
+token for the bridge's client id alone, and put the connection in the bridge's tenant."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from typing import Any
+
+LOCAL_PREFIX = "plexmq-bridge-"  # + the bridge's name: its client id on this broker, reserved for its token
+ANY = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # a listener on every address is reached on loopback
+
+
+def local_client_id(name: str) -> str:
+    return LOCAL_PREFIX + name
+
+
+def prepare(config: dict[str, Any], listener: socket.socket) -> None:
+    """Where the bridges reach this broker (its plain listener, bound) and a new token for each."""
+    host, port = listener.getsockname()[:2]
+    config["bridge_local"] = [ANY.get(host, host), port]
+    config["bridge_logins"] = {local_client_id(name): [secrets.token_urlsafe(32), bridge["tenant"]]
+                               for name, bridge in config["bridges"].items()}

@@ -1,0 +1,143 @@
+"""One direction of a bridge: the PUBLISHes one side (the source) sends, passed on to the other (the
+destination) in order, each acknowledged to its source only once the destination has acknowledged it.
+
+So nothing acknowledged is lost: a QoS 1 message held here (taken, not yet acknowledged) is still
+the source's to send again, which it does when this process or its link dies (its session keeps it).
+Out of the window a destination takes (its Receive Maximum), messages wait here in order; a
+destination that comes back gets them all again in order, with DUP where its session may have them.
+A resent message already held is not passed on twice; one the destination took while its source was
+away is acknowledged when the source sends it again (`by_source` 0: an acknowledgement owed)."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from plexmq.bridges.link import Link
+from plexmq.bridges.rules import Rule, first
+from plexmq.mqtt import properties as props
+from plexmq.mqtt import v4, v5
+from plexmq.mqtt.framing import encode_remaining_length
+
+log = logging.getLogger("plexmq.bridge")
+
+
+@dataclass(slots=True)
+class Held:
+    source_id: int | None  # the source's packet id, owed a PUBACK (None: its session is gone, nothing owed)
+    topic: bytes  # as the destination names it
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: bytes  # 5.0 property entries passed on (props.forwarded)
+    sent: bool = False  # sent to the destination once (resent with DUP where its session was kept)
+
+
+class Flow:
+    def __init__(self, name: str, rules: tuple[Rule, ...]) -> None:
+        self.name = name  # "bridge NAME out" in the log
+        self.rules = rules
+        self.source: Link | None = None
+        self.destination: Link | None = None
+        self.held: dict[int, Held] = {}  # by the destination's packet id, in the order taken
+        self.unsent: deque[int] = deque()
+        self.by_source: dict[int, int] = {}  # source packet id -> destination packet id; 0: acknowledgement owed
+        self.inflight = 0  # sent to the destination, not yet acknowledged
+        self.last_id = 0
+        self.passed = 0  # messages the destination took (QoS 0: sent)
+        self.dropped = 0  # no rule fits (a subscription of an earlier config), refused, or QoS 0 while away
+
+    def take(self, flags: int, source_id: int, topic: str, payload: bytes, properties: props.Properties) -> None:
+        """A PUBLISH from the source."""
+        qos = (flags >> 1) & 0x03
+        if qos and source_id in self.by_source:  # sent again: held still, or taken while the source was away
+            if not self.by_source[source_id]:
+                self._acknowledge(source_id)
+            return
+        rule = first(self.rules, topic)
+        if rule is None:
+            self.dropped += 1
+            self._acknowledge(source_id if qos else None)
+            return
+        held = Held(source_id if qos else None, rule.topic(topic).encode(), payload, min(qos, rule.qos),
+                    bool(flags & 0x01) and rule.retain, props.forwarded(properties))
+        if not held.qos:  # on now or never
+            if self.destination is not None:
+                self.destination.send(self._encode(held, 0, False))
+                self.passed += 1
+            else:
+                self.dropped += 1
+            self._acknowledge(held.source_id)
+            return
+        self.last_id = packet_id = self._free_id()
+        self.held[packet_id] = held
+        if held.source_id is not None:
+            self.by_source[held.source_id] = packet_id
+        self.unsent.append(packet_id)
+        self.pump()
+
+    def _free_id(self) -> int:
+        packet_id = self.last_id
+        while True:
+            packet_id = packet_id % 0xFFFF + 1
+            if packet_id not in self.held:
+                return packet_id
+
+    def pump(self) -> None:
+        """Send what waits, in order, as far as the destination's window goes."""
+        destination = self.destination
+        while destination is not None and self.unsent and self.inflight < destination.window:
+            packet_id = self.unsent.popleft()
+            held = self.held.get(packet_id)
+            if held is None:
+                continue  # acknowledged before it was sent again (a peer's stray PUBACK)
+            destination.send(self._encode(held, packet_id, held.sent and destination.session_present))
+            held.sent = True
+            self.inflight += 1
+
+    def _encode(self, held: Held, packet_id: int, dup: bool) -> bytes:
+        destination = self.destination
+        assert destination is not None
+        qos = min(held.qos, destination.max_qos)
+        if destination.level != 5:
+            return v4.encode_publish(held.topic, held.payload, qos, held.retain, dup, packet_id)
+        block = encode_remaining_length(len(held.properties)) + held.properties
+        return v5.publish_header(held.topic, len(held.payload), qos, held.retain, dup, packet_id, block) + held.payload
+
+    def acknowledged(self, packet_id: int, code: int) -> None:
+        """The destination's PUBACK (`code` >= 0x80: it refused the message, which is dropped)."""
+        held = self.held.pop(packet_id, None)
+        if held is None:
+            return  # not one of ours (acknowledged before: a resend's)
+        self.inflight -= 1
+        if code >= 0x80:
+            self.dropped += 1
+            log.warning("%s: the destination refused a message to %s: %s", self.name, held.topic.decode(), v5.describe(code))
+        else:
+            self.passed += 1
+        self._acknowledge(held.source_id)
+        self.pump()
+
+    def _acknowledge(self, source_id: int | None) -> None:
+        if source_id is None:
+            return
+        if self.source is None:
+            self.by_source[source_id] = 0  # it sends the message again when it is back: acknowledged then
+            return
+        self.source.send(v4.encode_puback(source_id))  # 5.0's success PUBACK is the same 4 bytes
+        self.by_source.pop(source_id, None)
+
+    def source_up(self, link: Link) -> None:
+        self.source = link
+        if not link.session_present:  # what it had sent us is no longer its to send again
+            self.by_source.clear()
+            for held in self.held.values():
+                held.source_id = None
+
+    def destination_up(self, link: Link) -> None:
+        """Everything held goes again, in order (with DUP where the destination kept the session)."""
+        self.destination = link
+        self.inflight = 0
+        self.unsent = deque(self.held)
+        self.pump()

@@ -1,0 +1,312 @@
+"""Bridges (plexmq/bridges): a real plexmq bridged to a real mosquitto (Debian's, on a free port with
+a config of its own) or to another plexmq, both directions, the remote stopped and restarted with
+QoS 1 messages waiting, kill -9 of the bridge process and of the router with a queue waiting (0
+acknowledged lost), no echo between two brokers bridged both ways, and the config's errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from plexmq.acceptor import config as cfg
+from plexmq.acceptor import reload
+from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
+from plexmq.bridges.rules import first, parse
+from tests.cli import metrics_url, names_line, write
+from tests.conftest import ROOT, Broker, free_port, wait_for
+from tests.mqtt import Client, RawClient
+from tests.pki import make_pki
+
+pytestmark = pytest.mark.skipif(not os.path.exists(MOSQUITTO), reason="needs Debian's mosquitto")
+
+
+class Mosquitto:
+    """A private mosquitto on a free loopback port, its sessions kept on disk across `stop` and `start`."""
+
+    def __init__(self, tmp_path: Path, listener: str = "") -> None:
+        """`listener`: more lines for its listener (TLS)."""
+        self.port = free_port()
+        self.conf = tmp_path / "mosquitto.conf"
+        (tmp_path / "mosquitto-data").mkdir()
+        self.conf.write_text(mosquitto_conf(self.port, False, 10_000, data_dir=str(tmp_path / "mosquitto-data")) + listener)
+        self.log = tmp_path / "mosquitto.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self._serves, 10, "mosquitto to listen")
+
+    def _serves(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()  # TLS or not: it listens
+        except OSError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: it saves its sessions first
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
+    found = Mosquitto(tmp_path)
+    yield found
+    found.stop()
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[Broker]]:
+    started: list[Broker] = []
+    yield started
+    for b in started:
+        b.stop()
+
+
+def serve(brokers: list[Broker], tmp_path: Path, text: str, name: str = "a") -> Broker:
+    """A plexmq with the config `text` (and a run dir of its own, for `plexmq bridges --config`)."""
+    path = write(tmp_path, f'run_dir = "{tmp_path / (name + "-run")}"\n' + text, f"{name}.toml")
+    b = Broker(tmp_path / f"{name}.log", ["--config", str(path), "--workers", "1"])
+    brokers.append(b)
+    return b
+
+
+def bridged(b: Broker, name: str = "cloud", times: int = 1) -> None:
+    """Until both of the bridge's links have been up `times` times, subscriptions in place."""
+    wait_for(lambda: all(b.output().count(f"bridge {name}: {side} up") >= times for side in ("local", "remote")), 30,
+             f"bridge {name} to be up ({times})")
+
+
+def bridge_process(b: Broker) -> psutil.Process:
+    return wait_for(lambda: next((c for c in b.children() if "plexmq.bridges" in c.cmdline()), None), 10, "the bridge")
+
+
+def watcher(port: int, topic: str) -> Client:
+    """A 3.1.1 subscriber of `topic` at QoS 1 whose session the broker keeps (client id `watcher`)."""
+    client = Client(port, "watcher", clean=False)
+    client.subscribe(topic, 1)
+    return client
+
+
+def received(client: Client, count: int) -> list[str]:
+    return [client.get(timeout=30).payload.decode() for _ in range(count)]
+
+
+def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
+    """Local sensors/# goes out as site1/sensors/#, remote cmd/site1/# comes in as cmd/#, retained flags
+    kept; the bridge logs in with its token though the broker asks for passwords and a tenant; no
+    other client may take its client id; `plexmq bridges` and /metrics show it."""
+    (tmp_path / "users.pw").write_text("")
+    (tmp_path / "users.pw").chmod(0o600)
+    tenant_port = free_port()
+    b = serve(brokers, tmp_path, f'password_file = "{tmp_path / "users.pw"}"\ntenant_required = true\n'
+              f'[tenants.acme]\nlisteners = ["mqtt://127.0.0.1:{tenant_port}"]\nallow_anonymous = true\n'
+              f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\ntenant = "acme"\n'
+              'out = [{filter = "sensors/#", prefix = "site1/"}]\n'
+              'in = [{filter = "cmd/site1/#", strip = "cmd/site1/", prefix = "cmd/"}]\n')
+    bridged(b)
+    remote = watcher(mosquitto.port, "site1/#")
+    local = Client(tenant_port, "local-sub")
+    local.subscribe("cmd/#", 1)
+    Client(tenant_port, "local-pub").publish("sensors/temp", b"21.5", qos=1, retain=True)
+    message = remote.get(timeout=10)
+    assert (message.topic, message.payload) == ("site1/sensors/temp", b"21.5")
+    late = Client(mosquitto.port, "late")  # retained there too (a live 3.1.1 delivery carries no retain flag)
+    late.subscribe("site1/#", 1)
+    message = late.get(timeout=10)
+    assert (message.topic, message.retain) == ("site1/sensors/temp", True)
+    Client(mosquitto.port, "remote-pub").publish("cmd/site1/valve", b"open", qos=1)
+    message = local.get(timeout=10)
+    assert (message.topic, message.payload, message.qos) == ("cmd/valve", b"open", 1)
+    raw = RawClient(b.port)
+    assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
+    row = listed(tmp_path, ["0", "1", "1", "0"])
+    assert row[0] == "cloud" and row[-1] == "connected"
+    scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
+    for line in ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
+                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0'):
+        assert line in scraped, line
+
+
+def listed(tmp_path: Path, counts: list[str]) -> list[str]:
+    """`plexmq bridges --config` for broker a's first bridge, once its held, sent, received and dropped
+    are `counts` (the bridge writes its figures once a second): its row, split."""
+    last: list[str] = []
+
+    def row() -> list[str] | None:
+        listing = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "bridges", "--config", str(tmp_path / "a.toml")],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert listing.returncode == 0, listing.stderr
+        last[:] = listing.stdout.splitlines()[1].split()
+        return last if last[3:7] == counts else None
+
+    try:
+        return wait_for(row, 10, f"held, sent, received, dropped: {counts}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last: {last}") from None
+
+
+def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
+                                                                 brokers: list[Broker]) -> None:
+    """300 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds at
+    once: the rest wait in its session on the router) all reach it, in order, once it is back."""
+    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
+              'out = [{filter = "data/#", prefix = "site1/"}]\n')
+    bridged(b)
+    watcher(mosquitto.port, "site1/#").disconnect()
+    mosquitto.stop()
+    wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
+    publisher = Client(b.port, "publisher")
+    for i in range(300):
+        publisher.publish("data/x", str(i), qos=1)
+    assert listed(tmp_path, ["20", "0", "0", "0"])[7:9] == ["remote", "down:"]  # 20: the router's window, the rest there
+    mosquitto.start()
+    assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
+
+
+def test_kill_9_of_the_bridge_and_the_router_loses_nothing_acknowledged(tmp_path: Path, mosquitto: Mosquitto,
+                                                                        brokers: list[Broker]) -> None:
+    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
+              'out = [{filter = "data/#"}]\n')
+    bridged(b)
+    watcher(mosquitto.port, "data/#").disconnect()
+    mosquitto.stop()
+    wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
+    publisher = Client(b.port, "publisher")
+    for i in range(200):
+        publisher.publish("data/x", str(i), qos=1)
+    bridge_process(b).kill()
+    wait_for(lambda: b.output().count("bridge cloud: local up") >= 2, 30, "the bridge restarted")
+    router = b.router()
+    assert router is not None
+    router.send_signal(signal.SIGKILL)
+    wait_for(lambda: b.output().count("router started (pid") >= 2, 30, "the router restarted")
+    publisher.publish("data/x", "200", qos=1)  # acknowledged by the new router
+    mosquitto.start()
+    remote = watcher(mosquitto.port, "data/#")
+    got: dict[str, None] = {}  # each once at least, in order of first arrival (a message resent may repeat)
+    while len(got) < 201:
+        got[remote.get(timeout=30).payload.decode()] = None
+    assert list(got) == [str(i) for i in range(201)]
+
+
+def test_two_plexmq_bridged_both_ways_do_not_echo(tmp_path: Path, brokers: list[Broker]) -> None:
+    """No Local on both sides: what the bridge publishes on one broker never comes back to it."""
+    remote = serve(brokers, tmp_path, "", "b")
+    b = serve(brokers, tmp_path, f'[bridges.peer]\naddress = ["127.0.0.1:{remote.port}"]\n'
+              'out = [{filter = "t/#"}]\nin = [{filter = "t/#"}]\n')
+    bridged(b, "peer")
+    here, there = Client(b.port, "here"), Client(remote.port, "there")
+    here.subscribe("t/#", 1)
+    there.subscribe("t/#", 1)
+    Client(b.port, "pub-here").publish("t/a", b"from a", qos=1)
+    Client(remote.port, "pub-there").publish("t/b", b"from b", qos=1)
+    assert sorted(m.payload for m in (here.get(), here.get())) == [b"from a", b"from b"]
+    assert sorted(m.payload for m in (there.get(), there.get())) == [b"from a", b"from b"]
+    assert here.nothing(1.0) and there.nothing(0.2)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
+def test_tls_with_a_client_certificate(tmp_path: Path, brokers: list[Broker]) -> None:
+    """A mosquitto that requires a client certificate: the bridge with one in its [tls] table gets
+    through (its CA checked, the server name verified), one without is refused and says so."""
+    pki = make_pki(tmp_path)
+    remote = Mosquitto(tmp_path, f"cafile {pki.ca}\ncertfile {pki.server_cert}\nkeyfile {pki.server_key}\n"
+                                 "require_certificate true\n")
+    try:
+        tls = f'cafile = "{pki.ca}"\nserver_name = "localhost"\n'
+        b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{remote.port}"]\n'
+                  'out = [{filter = "data/#"}]\n[bridges.cloud.tls]\n' + tls +
+                  f'certfile = "{pki.client_cert}"\nkeyfile = "{pki.client_key}"\n'
+                  f'[bridges.bare]\naddress = ["127.0.0.1:{remote.port}"]\nout = [{{filter = "x/#"}}]\n'
+                  '[bridges.bare.tls]\n' + tls)
+        bridged(b)
+        wait_for(lambda: "bridge bare: remote down" in b.output(), 30, "the bridge without a certificate refused")
+        subscriber = Client(remote.port, "tls-sub", tls=pki.tls(client=True))
+        subscriber.subscribe("data/#", 1)
+        Client(b.port, "publisher").publish("data/secure", b"sealed", qos=1)
+        assert subscriber.get(timeout=10).payload == b"sealed"
+    finally:
+        remote.stop()
+
+
+ERRORS = [
+    ('[bridges.cloud]\nout = [{filter = "a/#"}]\n', "needs address", 1),
+    ('[bridges.cloud]\naddress = ["h:1883"]\n', "needs an out or in rule", 1),
+    ('port = 1\n[bridges.cloud]\naddress = ["nohost"]\nout = [{filter = "a/#"}]\n', "bridges.cloud.address", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\n\nout = [{filter = "a/#", qos = 2}]\n', "bridges.cloud.out[0]': qos", 4),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nin = [{filter = "a/#"}, {filter = "a/+x"}]\n', "in[1]': filter", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#", strip = "b/"}]\n', "strip 'b/'", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#", rewrite = "a"}]\n', "rewrite must be", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#", pefix = "x/"}]\n', "unknown key 'pefix'", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nprotocol = "3"\nout = [{filter = "a/#"}]\n', "bridges.cloud.protocol", 3),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\ntenant = "acme"\n', "no tenant 'acme'", 4),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n[bridges.cloud.tls]\ncafile = "/nonexistent"\n',
+     "[bridges.cloud.tls]", 4),
+    ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n[bridges.cloud.tls]\nca = "x"\n',
+     "unknown key 'bridges.cloud.tls.ca'", 5),
+    ('[bridges."a b"]\naddress = ["h:1883"]\n', "bridge name 'a b'", 1),
+]
+
+
+@pytest.mark.parametrize("text,said,line", ERRORS)
+def test_config_errors_name_file_line_and_key(tmp_path: Path, text: str, said: str, line: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load(str(path), {})
+    message = str(err.value)
+    assert said in message, message
+    assert names_line(message, path, line), f"line {line} not named: {message}"
+
+
+def test_rules_map_topics() -> None:
+    out = (parse({"filter": "sensors/#", "rewrite": "sensors/=site1/s/"}), parse({"filter": "#", "prefix": "all/"}))
+    assert [first(out, topic).topic(topic) for topic in ("sensors/a/b", "other")] == ["site1/s/a/b", "all/other"]  # type: ignore[union-attr]
+    assert first((parse({"filter": "x/#", "strip": "x/"}),), "x/") is None  # nothing left of the topic
+
+
+
+def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
+    """README's Bridges config and commands, with free ports for 1884 (mosquitto) and 1883 (plexmq); the
+    message is retained, so the subscriber gets it whether it subscribed before or after."""
+    readme = (ROOT / "README.md").read_text().split("## Bridges", 1)[1]
+    config, commands = re.findall(r"```(?:toml|sh)\n(.*?)```", readme, re.DOTALL)[:2]
+    b = serve(brokers, tmp_path, config.replace(":1884", f":{mosquitto.port}"))
+    bridged(b)
+    lines = [shlex.split(line, comments=True) for line in commands.splitlines()]
+    assert lines[0][:3] == ["mosquitto", "-p", "1884"] and lines[1][:2] == ["plexmq", "serve"]
+    ports = {"1884": str(mosquitto.port), "1883": str(b.port)}
+    sub, pub = ([ports.get(arg, arg) for arg in line if arg != "&"] for line in lines[2:4])
+    watching = subprocess.Popen([*sub, "-C", "1", "-W", "30"], stdout=subprocess.PIPE, text=True)
+    subprocess.run(pub, check=True, timeout=30)
+    assert watching.communicate(timeout=40)[0] == "site1/sensors/t 21.5\n"
+
+
+def test_a_reload_keeps_the_bridges_and_says_a_restart_applies_them(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    path = write(tmp_path, '[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n')
+    current = cfg.load(str(path), {})
+    current["bridge_logins"] = {"plexmq-bridge-cloud": ["token", ""]}  # what serve adds
+    path.write_text('[bridges.cloud]\naddress = ["h:1884"]\nout = [{filter = "a/#"}]\n')
+    with caplog.at_level("INFO", logger="plexmq.acceptor"):
+        merged = reload.reread(current, lambda: cfg.load(str(path), {}), reload.Files(current))
+    assert merged is not None and merged["bridges"]["cloud"]["address"] == ["h:1883"]
+    assert merged["bridge_logins"] == current["bridge_logins"]  # the running bridge's token still logs in
+    assert "needs a restart: bridges" in caplog.text
