@@ -63,7 +63,7 @@ TOOLS = {
     "clients": ("plexmq.acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
     "reload": ("plexmq.acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
     "keys": ("plexmq.acceptor.keys", "create the CURVE keys a router and its nodes share (plexmq keys DIR)"),
-    "bridges": ("plexmq.bridges.status", "the bridges of a running broker: state, counts (plexmq bridges --help)"),
+    "bridges": ("plexmq.acceptor.bridges.status", "the bridges of a running broker: state, counts (plexmq bridges --help)"),
     "passwd": ("plexmq.acceptor.passwd", "add, change or delete a user of a password file (plexmq passwd --help)"),
 }
 

@@ -21,8 +21,8 @@ import zmq
 import zmq.auth
 
 from plexmq import tenants
-from plexmq.bridges import rules as bridge_rules
-from plexmq.bridges.tls import client_context
+from plexmq.acceptor.bridges import rules as bridge_rules
+from plexmq.acceptor.bridges.tls import client_context
 from plexmq.files import Access, others_may_read
 from plexmq.router.shared import STRATEGIES
 from plexmq.units import parse_duration
@@ -400,8 +400,8 @@ def _addresses(value: Any) -> str | None:
 
 BRIDGE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-# the keys of a [bridges.NAME] table (bridges/: one process runs them all); `out` and `in` hold rules
-# (bridges/rules.py), a [bridges.NAME.tls] table (even empty) turns TLS on with its BRIDGE_TLS keys
+# the keys of a [bridges.NAME] table (acceptor/bridges/: one process runs them all); `out` and `in` hold rules
+# (acceptor/bridges/rules.py), a [bridges.NAME.tls] table (even empty) turns TLS on with its BRIDGE_TLS keys
 BRIDGE: dict[str, Option] = {
     "address": Option(list, [], _addresses, "the remote broker: a list of HOST:PORT, tried in order"),
     "protocol": Option(str, "5.0", _one_of("3.1.1", "5.0"), "the MQTT version spoken to the remote"),
@@ -773,7 +773,7 @@ def _merge_tenants(found: dict[str, Any], data: Any, path: str, text: str, origi
 
 
 def _merge_bridges(found: dict[str, Any], data: Any, path: str, text: str) -> None:
-    """The [bridges.NAME] tables: each bridge's keys, its rules parsed (bridges/rules.py) and stored as
+    """The [bridges.NAME] tables: each bridge's keys, its rules parsed (acceptor/bridges/rules.py) and stored as
     plain tables, its [bridges.NAME.tls] table."""
     if not isinstance(data, dict) or not all(isinstance(table, dict) for table in data.values()):
         raise ConfigError(f"{path}:{_line_of(text, '', 'bridges')}: key 'bridges' must hold [bridges.NAME] tables")

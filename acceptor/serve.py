@@ -11,8 +11,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from plexmq import bridges
-from plexmq.acceptor import pidlock, reload, rundir
+from plexmq.acceptor import bridges, pidlock, reload, rundir
 from plexmq.acceptor.admission import Admission
 from plexmq.acceptor.config import curve_keys, default_router_name, listeners, router_endpoints, security_line
 from plexmq.acceptor.listening import Listening, bind

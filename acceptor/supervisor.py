@@ -40,7 +40,7 @@ class Child:
     def __init__(self, name: str, worker_id: int | None, module: str = "plexmq.router") -> None:
         self.name = name
         self.worker_id = worker_id
-        self.module = module  # what an exec'd child (not a worker) runs: the router, or the bridges (plexmq/bridges)
+        self.module = module  # what an exec'd child (not a worker) runs: the router, or the bridges (acceptor/bridges)
         self.proc: subprocess.Popen[bytes] | Forked | None = None
         self.channel: socket.socket | None = None
         self.reported = 0  # connections the worker last said it holds
@@ -111,7 +111,7 @@ class Supervisor:
         # a node's router runs on another host
         self.children = self.workers if config["role"] == "node" else [Child("router", None), *self.workers]
         if config["bridges"]:
-            self.children.append(Child("bridges", None, "plexmq.bridges"))
+            self.children.append(Child("bridges", None, "plexmq.acceptor.bridges"))
         self.stopping = False
 
     def start(self) -> None:

@@ -1,4 +1,4 @@
-"""Bridges (plexmq/bridges): a real plexmq bridged to a real mosquitto (Debian's, on a free port with
+"""Bridges (acceptor/bridges): a real plexmq bridged to a real mosquitto (Debian's, on a free port with
 a config of its own) or to another plexmq, both directions, the remote stopped and restarted with
 QoS 1 messages waiting, kill -9 of the bridge process and of the router with a queue waiting (0
 acknowledged lost), no echo between two brokers bridged both ways, and the config's errors."""
@@ -22,8 +22,8 @@ import pytest
 
 from plexmq.acceptor import config as cfg
 from plexmq.acceptor import reload
+from plexmq.acceptor.bridges.rules import first, parse
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
-from plexmq.bridges.rules import first, parse
 from tests.cli import metrics_url, names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
@@ -95,7 +95,7 @@ def bridged(b: Broker, name: str = "cloud", times: int = 1) -> None:
 
 
 def bridge_process(b: Broker) -> psutil.Process:
-    return wait_for(lambda: next((c for c in b.children() if "plexmq.bridges" in c.cmdline()), None), 10, "the bridge")
+    return wait_for(lambda: next((c for c in b.children() if "plexmq.acceptor.bridges" in c.cmdline()), None), 10, "the bridge")
 
 
 def watcher(port: int, topic: str) -> Client:

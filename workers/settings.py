@@ -42,7 +42,7 @@ class Settings:
     tenants: Tenants  # the declared tenants and how a CONNECT names one
     workers: int  # the workers of this host (serve's count): each holds a tenant's rates to its share of them
     metrics_tenants: bool  # STATS carries each tenant's numbers
-    bridges: dict[str, tuple[bytes, str]]  # a bridge's local client id -> (its token, its tenant): plexmq/bridges
+    bridges: dict[str, tuple[bytes, str]]  # a bridge's local client id -> (its token, its tenant): acceptor/bridges
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:

@@ -18,7 +18,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
-from plexmq.bridges.metrics import BridgeMetrics
+from plexmq.acceptor.bridges.metrics import BridgeMetrics
 from plexmq.router import listing
 from plexmq.router.asks import Asks
 from plexmq.router.ops import admin

@@ -108,7 +108,7 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
     elif conn.level == 3 and len(client_id) > MQISDP_MAX_CLIENT_ID:
         return refuse(conn, IDENTIFIER_REJECTED, "MQTT 3.1 client id longer than 23 characters")
     bridge = settings.bridges.get(client_id)
-    if bridge is not None:  # a bridge's own id (plexmq/bridges): its token is its login, the bridge's tenant its tenant
+    if bridge is not None:  # a bridge's own id (acceptor/bridges): its token is its login, the bridge's tenant its tenant
         return _bridge(conn, connect, client_id, *bridge)
     most = settings.max_keepalive
     if most and (connect.keepalive > most or not connect.keepalive):  # as mosquitto's max_keepalive

@@ -16,11 +16,11 @@ import socket
 import time
 from typing import Any
 
-from plexmq.bridges import local_client_id
-from plexmq.bridges.flow import Flow
-from plexmq.bridges.link import Link, Login, Refused
-from plexmq.bridges.rules import Rule
-from plexmq.bridges.tls import client_context
+from plexmq.acceptor.bridges import local_client_id
+from plexmq.acceptor.bridges.flow import Flow
+from plexmq.acceptor.bridges.link import Link, Login, Refused
+from plexmq.acceptor.bridges.rules import Rule
+from plexmq.acceptor.bridges.tls import client_context
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.framing import MalformedPacket
 from plexmq.mqtt.kinds import DISCONNECT, PUBACK, PUBLISH, SUBACK

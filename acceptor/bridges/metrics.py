@@ -1,5 +1,5 @@
 """`plexmq_bridge_*` on the router's /metrics: read at each scrape from the status file the bridge
-process writes in the run dir once a second (bridges/status.py), so the router's loop never hears of
+process writes in the run dir once a second (acceptor/bridges/status.py), so the router's loop never hears of
 bridges; a file older than STALE seconds (the bridge process is down) says every bridge disconnected."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import orjson
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from plexmq.bridges.status import FILE
+from plexmq.acceptor.bridges.status import FILE
 
 STALE = 5.0  # seconds
 

@@ -14,8 +14,8 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from plexmq.bridges.link import Link
-from plexmq.bridges.rules import Rule, first
+from plexmq.acceptor.bridges.link import Link
+from plexmq.acceptor.bridges.rules import Rule, first
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.framing import encode_remaining_length

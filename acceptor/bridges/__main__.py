@@ -1,4 +1,4 @@
-"""`python -m plexmq.bridges`: the bridge process the acceptor starts where [bridges.NAME] tables are
+"""`python -m plexmq.acceptor.bridges`: the bridge process the acceptor starts where [bridges.NAME] tables are
 declared (acceptor/supervisor.py), which runs them all and writes their state to the run dir once a
 second (`bridges.status`) for `plexmq bridges`."""
 
@@ -11,9 +11,9 @@ import signal
 
 import uvloop
 
-from plexmq.bridges import local_client_id
-from plexmq.bridges.bridge import Bridge
-from plexmq.bridges.status import write
+from plexmq.acceptor.bridges import local_client_id
+from plexmq.acceptor.bridges.bridge import Bridge
+from plexmq.acceptor.bridges.status import write
 from plexmq.process import become_child, child_config
 
 log = logging.getLogger("plexmq.bridge")

@@ -33,7 +33,7 @@ def _run_dirs() -> list[str]:
     found = []
     for proc in psutil.process_iter(["uids", "cmdline"]):
         uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
-        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "plexmq.bridges"]:
+        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "plexmq.acceptor.bridges"]:
             continue
         try:
             config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))
