@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"comma-separated, of: {', '.join(SCENARIOS)} (default all)")
     parser.add_argument("--brokers", default="mosquitto", help="others beside plexmq, comma-separated ('' none)")
+    parser.add_argument("--plexmq-arg", action="append", default=[],
+                        help="extra argument for plexmq serve (--plexmq-arg=--config --plexmq-arg=FILE)")
     parser.add_argument("-d", "--duration", type=float, default=8.0, help="publish seconds per run (8)")
     mqload.binary_option(parser)
     parser.add_argument("--json", action="store_true", help="print all results as JSON after the table")
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, dict]] = {}
     for name in names:
         results[name] = {}
-        runs = [(f"plexmq-w{k}", compare.spec("plexmq", k, 1000, []), k) for k in counts]
+        runs = [(f"plexmq-w{k}", compare.spec("plexmq", k, 1000, ns.plexmq_arg), k) for k in counts]
         runs += [(o, compare.spec(o, 1, 1000, []), max(counts)) for o in others]
         for label, spec, k in runs:
             opts = options(name, k, ns.duration)
