@@ -163,19 +163,28 @@ def listed(tmp_path: Path, counts: list[str]) -> list[str]:
         raise AssertionError(f"{exc}; last: {last}") from None
 
 
+def queued_while_remote_down(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker], rule: str,
+                             count: int) -> tuple[Broker, Client]:
+    """A broker bridging `data/#` out (with `rule`'s more keys) to `mosquitto`, which has a session for
+    the bridge's remote topics and is then stopped, and `count` QoS 1 messages acknowledged meanwhile:
+    the broker and their publisher."""
+    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
+              f'out = [{{filter = "data/#"{", " + rule if rule else ""}}}]\n')
+    bridged(b)
+    watcher(mosquitto.port, "site1/#" if "site1" in rule else "data/#").disconnect()
+    mosquitto.stop()
+    wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
+    publisher = Client(b.port, "publisher")
+    for i in range(count):
+        publisher.publish("data/x", str(i), qos=1)
+    return b, publisher
+
+
 def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
                                                                  brokers: list[Broker]) -> None:
     """300 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds at
     once: the rest wait in its session on the router) all reach it, in order, once it is back."""
-    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
-              'out = [{filter = "data/#", prefix = "site1/"}]\n')
-    bridged(b)
-    watcher(mosquitto.port, "site1/#").disconnect()
-    mosquitto.stop()
-    wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
-    publisher = Client(b.port, "publisher")
-    for i in range(300):
-        publisher.publish("data/x", str(i), qos=1)
+    b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, 'prefix = "site1/"', 300)
     assert listed(tmp_path, ["20", "0", "0", "0"])[7:9] == ["remote", "down:"]  # 20: the router's window, the rest there
     mosquitto.start()
     assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
@@ -183,15 +192,7 @@ def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path,
 
 def test_kill_9_of_the_bridge_and_the_router_loses_nothing_acknowledged(tmp_path: Path, mosquitto: Mosquitto,
                                                                         brokers: list[Broker]) -> None:
-    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
-              'out = [{filter = "data/#"}]\n')
-    bridged(b)
-    watcher(mosquitto.port, "data/#").disconnect()
-    mosquitto.stop()
-    wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
-    publisher = Client(b.port, "publisher")
-    for i in range(200):
-        publisher.publish("data/x", str(i), qos=1)
+    b, publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, "", 200)
     bridge_process(b).kill()
     wait_for(lambda: b.output().count("bridge cloud: local up") >= 2, 30, "the bridge restarted")
     router = b.router()

@@ -9,11 +9,14 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from plexmq import wire
 from plexmq.mqtt import v4 as p
 from plexmq.workers import peers as peer_links
 from tests.conftest import Broker
 from tests.connection_harness import ConnectionHarness, FakePeers, routed, routes
+from tests.mqtt import RawClient
 from tests.steps import ping, publish, raw_on, receive, subscribe, uid
 
 
@@ -121,21 +124,28 @@ def test_a_peer_that_never_answers_is_taken_for_gone_after_its_patience() -> Non
     assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB0", "r")]
 
 
-def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
-    """The router (SIGSTOP) takes no part in a QoS 0 or 1 message between clean subscribers of two
-    workers: it arrives, in order, and a QoS 1 publisher has its PUBACK; with direct_delivery = false
-    it waits for the router."""
-    b = start_broker("--workers", "2")
+def pair_across(b: Broker) -> tuple[str, RawClient, RawClient, psutil.Process]:
+    """A topic, its subscriber (QoS 1) on worker 1 and a publisher on worker 0, and the router, which
+    has confirmed all the publisher's worker sent it (a QoS 1 PUBACK) when this returns."""
     topic = f"peers/{uid()}"
     sub = raw_on(b, want=1)
     sub.connect(f"peers-sub-{uid()}")
     assert subscribe(sub, 1, [(topic, 1)]) == [1]
     pub = raw_on(b, want=0)
     pub.connect(f"peers-pub-{uid()}")
-    publish(pub, topic, b"warm", 1)  # its PUBACK: the router has confirmed all the worker sent it
+    publish(pub, topic, b"warm", 1)
     assert [m.payload for m in receive(sub, count=1)] == [b"warm"]
     router = b.router()
     assert router is not None
+    return topic, sub, pub, router
+
+
+def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
+    """The router (SIGSTOP) takes no part in a QoS 0 or 1 message between clean subscribers of two
+    workers: it arrives, in order, and a QoS 1 publisher has its PUBACK; with direct_delivery = false
+    it waits for the router."""
+    b = start_broker("--workers", "2")
+    topic, sub, pub, router = pair_across(b)
     router.send_signal(signal.SIGSTOP)
     try:
         payloads = [b"m%d" % i for i in range(200)]
@@ -153,14 +163,7 @@ def test_without_direct_delivery_the_router_carries_it(start_broker: Callable[..
     config = tmp_path / "plexmq.toml"
     config.write_text("direct_delivery = false\n")
     b = start_broker("--workers", "2", "--config", str(config))
-    topic = f"peers/{uid()}"
-    sub = raw_on(b, want=1)
-    sub.connect(f"peers-sub-{uid()}")
-    assert subscribe(sub, 1, [(topic, 0)]) == [0]
-    pub = raw_on(b, want=0)
-    pub.connect(f"peers-pub-{uid()}")
-    router = b.router()
-    assert router is not None
+    topic, sub, pub, router = pair_across(b)
     router.send_signal(signal.SIGSTOP)
     try:
         publish(pub, topic, b"via the router", 0)
