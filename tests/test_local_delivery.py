@@ -609,8 +609,10 @@ def test_after_a_sigkill_of_the_router_both_workers_still_exchange_messages(
     old.kill()
     wait_for(lambda: (r := b.router()) is not None and r.pid != old.pid, 15, "a new router")
 
-    # both workers have registered their clients again once messages cross between them both ways
-    # (until then a SUBSCRIBE could be cut off by the restart): probe until they do
+    # both workers have joined the new router and registered their clients again (until then a SUBSCRIBE
+    # could be cut off by the restart; messages cross between the workers meanwhile, straight), then
+    # messages cross between them both ways: probe until they do
+    wait_for(lambda: b.output().count("joined the router again") >= 2, 15, "both workers to join the new router")
     probes = itertools.count()
 
     def crossed() -> bool:

@@ -280,7 +280,8 @@ def test_step_downs_are_no_crashes() -> None:
     reasons: list[str] = []
     loop = asyncio.new_event_loop()
     try:
-        supervisor = Supervisor({"workers": 0, "role": "router", "config_path": "config.json"}, loop, reasons.append)
+        config = {"workers": 0, "role": "router", "config_path": "config.json", "bridges": {}}
+        supervisor = Supervisor(config, loop, reasons.append)
         router = supervisor.children[0]
         for _ in range(CRASH_LIMIT + 3):
             router.proc = types.SimpleNamespace(poll=lambda: STEPPED_DOWN, returncode=STEPPED_DOWN, pid=1)  # type: ignore[assignment]  # a stand-in for the Popen

@@ -120,7 +120,7 @@ def records_of(batch: wire.Batch) -> list[tuple[int, bytes, bytes]]:
 
 
 def test_the_workers_senders_write_their_records() -> None:
-    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0)
+    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0, batched=0)
     connect = wire.Connect(3, "c1", False, None, "w", 0, False, 0, True, -1, None)
     stats = next(c.record for c in CASES if c.kind == wire.STATS)
     sends: list[tuple[Callable[..., None], tuple, int, Any, bytes]] = [
@@ -179,7 +179,7 @@ def test_the_routers_senders_write_their_records() -> None:
 @pytest.mark.parametrize("props, expiry", [(b"", 0), (b"\x01\x01", 0), (b"", 1700000000), (b"\x03\x00\x01t", 5)])
 @pytest.mark.parametrize("qos, retain, ask", [(0, False, False), (1, True, False), (2, False, True)])
 def test_pub_round_trips(props: bytes, expiry: int, qos: int, retain: bool, ask: bool) -> None:
-    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0)
+    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0, batched=0)
     RouterLink.pub(link, 3, 12, qos, retain, b"a/b", b"payload", props, expiry, ask)
     ((kind, header, payload),) = records_of(link.batch)
     assert (kind, payload, link.unrouted) == (wire.PUB, b"payload", 1)
@@ -194,7 +194,7 @@ def test_pub_round_trips(props: bytes, expiry: int, qos: int, retain: bool, ask:
 
 @pytest.mark.parametrize("v5", [False, True])
 def test_pub0_round_trips(v5: bool) -> None:
-    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0)
+    link: Any = types.SimpleNamespace(batch=wire.Batch(), unrouted=0, batched=0)
     RouterLink.pub0(link, 3, b"a/b", 2, b"packets", v5)
     ((kind, header, payload),) = records_of(link.batch)
     assert kind == (wire.PUB0_V5 if v5 else wire.PUB0) and payload == b"packets"
@@ -202,7 +202,7 @@ def test_pub0_round_trips(v5: bool) -> None:
 
 
 def test_ack_round_trips() -> None:
-    link: Any = types.SimpleNamespace(batch=wire.Batch())
+    link: Any = types.SimpleNamespace(batch=wire.Batch(), batched=0)
     RouterLink.ack(link, 3, 40000, wire.ACK_RECEIVED)
     assert [(k, wire.unpack_ack(h)) for k, h, _p in records_of(link.batch)] == \
         [(wire.ACK, (3, 40000, wire.ACK_RECEIVED))]
@@ -295,7 +295,7 @@ def test_a_refused_worker_stops_the_node_instead_of_restarting() -> None:
     reasons: list[str] = []
     loop = asyncio.new_event_loop()
     try:
-        supervisor = Supervisor({"workers": 1, "role": "node", "config_path": "config.json"}, loop, reasons.append)
+        supervisor = Supervisor({"workers": 1, "role": "node", "config_path": "config.json", "bridges": {}}, loop, reasons.append)
         child: Child = supervisor.workers[0]
         child.proc = types.SimpleNamespace(poll=lambda: LINK_REFUSED, returncode=LINK_REFUSED, pid=1)  # type: ignore[assignment]  # a stand-in for the Popen
         supervisor.reap()

@@ -173,3 +173,7 @@ class Peers:
             self.loop.remove_reader(peer.fd)
         self.loop.remove_reader(self.inbox_fd)
         self.ctx.destroy(linger=0)
+        try:
+            os.unlink(inbox_path(self.run_dir, self.own))  # a run dir a broker stopped in holds nothing of its own
+        except FileNotFoundError:
+            pass
