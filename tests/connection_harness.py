@@ -259,6 +259,7 @@ class HarnessWorker(Worker):
         self.link = FakeLink(loop)
         self.peers = FakePeers(loop, self.identity, self.answered) if direct else None
         self.peer_acks = deque()
+        self.routes_acks = deque()
         self.auth = FakeAuth()  # type: ignore[assignment]  # no logins, no ACL: the unit tests are about flow
         self.known_topics = {}
         self.turn_us = 0

@@ -275,7 +275,8 @@ def test_noisy_neighbour_script_small(capsys) -> None:
         assert result[run]["msgs_per_s"] > 0 and result[run]["lost"] == 0 and result[run]["p99_ms"] > 0
     assert 0 < result["a_achieved_per_s"] <= 2 * result["a_limit_per_s"] < result["a_sent_per_s"]
     assert set(result["a_cost"]) == {"unthrottled", "throttled"}
-    assert all(run["msgs_per_s"] > 0 and run["us_per_msg"] > 0 for run in result["a_cost"].values())
+    # CPU time counts in 10 ms ticks: a second of throttled traffic may cost less than one
+    assert all(run["msgs_per_s"] > 0 and run["us_per_msg"] >= 0 for run in result["a_cost"].values())
 
 
 def test_durability_script_small(capsys) -> None:

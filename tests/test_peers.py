@@ -178,3 +178,17 @@ def test_without_direct_delivery_the_router_carries_it(start_broker: Callable[..
     assert [m.payload for m in receive(sub, count=1)] == [b"via the router"]
     for c in (sub, pub):
         c.close()
+
+
+def test_a_new_table_is_acknowledged_once_the_peers_have_delivered_what_they_were_sent_before_it() -> None:
+    """A SUBACK that gives a filter a new place waits for every worker's ROUTES_ACK (router/routes.py): a
+    worker says it only once its peers have delivered what it sent them before, so a message published
+    before that SUBSCRIBE cannot reach the new subscription late, by a peer's inbox behind its SUBACK."""
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"before"))
+    h.from_router(routes(2, False, [["", "t", ["w1", "w2"]]]))
+    assert h.records() == [], "acknowledged before w1 delivered what it was sent"
+    peers.answer("w1")
+    h.turn()
+    assert [(r.kind, r.fields) for r in h.records()] == [("ROUTES_ACK", (2,))]

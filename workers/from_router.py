@@ -93,10 +93,17 @@ def routed(worker: Worker, header: bytes, payload: bytes) -> None:
 
 
 def routes(worker: Worker, header: bytes, payload: bytes) -> None:
-    """ROUTES: apply who serves which filter, and say so."""
+    """ROUTES: apply who serves which filter, and say so once the peers have delivered what this worker
+    sent them before (`Worker.answered`): the router releases a SUBACK that gave a filter a new place
+    only when every worker has said so, so no message published before it reaches the new subscription
+    by a peer's inbox that lagged behind its SUBACK."""
     gen, whole, entries = wire.Routes.decode(header)
     worker.routes.apply(whole, entries)
-    worker.link.routes_ack(gen)
+    owed = worker.peers.owed() if worker.peers is not None else ()
+    if owed or worker.routes_acks:
+        worker.routes_acks.append((gen, owed))
+    else:
+        worker.link.routes_ack(gen)
 
 
 def traces(worker: Worker, header: bytes, payload: bytes) -> None:

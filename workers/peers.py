@@ -116,6 +116,12 @@ class Peers:
         peer.batch.add(wire.PEER_MSG, _pack_head(len(name)) + name + head, payload)
         return peer, peer.sent
 
+    def owed(self) -> tuple[tuple[Peer, int], ...]:
+        """Each peer with something not yet delivered (a frame unanswered, or records not yet sent) and the
+        mark its answers must pass for all of it to be (as `message` gives them)."""
+        return tuple([(peer, peer.sent if peer.batch else peer.sent - 1) for peer in self.peers.values()
+                      if peer.batch or peer.answered < peer.sent])
+
     def send(self) -> None:
         """The turn's frame to each peer that has records (at the end of every loop turn)."""
         if not self.pending:

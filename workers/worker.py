@@ -128,6 +128,8 @@ class Worker:
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
                            self.answered) if config["direct_delivery"] else None
         self.peer_acks: deque[PeerAck] = deque()  # PUBACKs of QoS 1 messages sent to peers, in order
+        # ROUTES_ACKs waiting for the peers to deliver what they were sent before: (generation, marks)
+        self.routes_acks: deque[tuple[int, tuple[tuple[Peer, int], ...]]] = deque()
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -324,13 +326,16 @@ class Worker:
             self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
 
     def answered(self) -> None:
-        """A peer answered: the PUBACKs whose peers have all delivered go, in order; and the frame to the
-        router, if it waited (`flush`)."""
+        """A peer answered: the PUBACKs and ROUTES_ACKs whose peers have all delivered go, in order; and
+        the frame to the router, if it waited (`flush`)."""
         acks = self.peer_acks
         while acks and all(peer.answered > mark for peer, mark in acks[0][3]):
             conn, packet_id, code, _marks = acks.popleft()
             if conn.state != CLOSED:
                 conn.acknowledge(packet_id, 1, code)
+        tables = self.routes_acks
+        while tables and all(peer.answered > mark for peer, mark in tables[0][1]):
+            self.link.routes_ack(tables.popleft()[0])
         self.flush_soon()
 
     def local_path(self, conn: Connection) -> bool:
@@ -522,6 +527,7 @@ class Worker:
                 conn.kicked = True  # nothing to tell the router: its HELLO leaves it out
                 conn.close("the link to the router was renewed while it was answering this client")
         self.link.open(self._hello([conn.conn_id for conn in live]))
+        self.routes_acks.clear()  # the old router's generations: the new one sends its whole table
         for conn in live:
             conn.register(connack_sent=True)
         self.routes.forget_table()
