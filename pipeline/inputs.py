@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass
 from pathlib import PurePosixPath
@@ -127,9 +126,11 @@ def decode_to_parquet(
     partial one.
 
     Where the tasks run: on the executors (`mapInArrow`), but in local mode, where the driver is the
-    only executor, in the driver's own threads. Spark would start Python workers for them, and a
-    worker's first task (its imports, Spark's Arrow set-up) costs seconds, while 10,000 records decode
-    in ~0.1 s."""
+    only executor, files of up to IN_DRIVER_BYTES in all are decoded in the driver itself, one task
+    after the other. Spark would start Python workers for them, whose first task (their imports,
+    Spark's Arrow set-up) costs seconds, while 10,000 records decode in ~0.1 s; more bytes than that
+    pay for the workers' start by decoding on every core at once (the driver's threads would share
+    one: the decoding is Python's, under its GIL)."""
     out_fs, out_base = filesystem(out)
     out_fs.create_dir(out_base)
     out_fs.delete_dir_contents(out_base)
@@ -151,14 +152,9 @@ def decode_to_parquet(
         sink_fs.move(partial, f"{sink_base}/{name}")
         return accounts
 
-    parallelism = spark.sparkContext.defaultParallelism
-    groups = _tasks(files, parallelism)
-    if is_local(spark):
-        pool = ThreadPoolExecutor(parallelism)
-        try:
-            accounts = [account for task_accounts in pool.map(task, groups) for account in task_accounts]
-        finally:
-            pool.shutdown(cancel_futures=True)  # Ctrl-C: the running tasks end, the others never start
+    groups = _tasks(files, spark.sparkContext.defaultParallelism)
+    if is_local(spark) and sum(size for _, size in files) <= IN_DRIVER_BYTES:
+        accounts = [account for group in groups for account in task(group)]
     else:
         def on_executor(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in inputs:
@@ -172,6 +168,10 @@ def decode_to_parquet(
         accounts = [FileAccount(*row) for row in rows]
     return sorted(accounts, key=lambda a: a.path)
 
+
+# Input bytes that local mode decodes in the driver (decode_to_parquet): ~1 s of decoding, less than
+# Spark's Python workers take to start.
+IN_DRIVER_BYTES = 64 << 20
 
 # Input bytes a task decodes at most, unless one file is larger: a task's output is a file that later
 # stages read in one task (about as many records as one segment of the broker's default roll_bytes).

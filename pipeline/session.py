@@ -50,6 +50,8 @@ def spark_session(master: str | None, verbose: bool, conf: Mapping[str, str] | N
         yield _in_utc(active)
         return
     settings = {"spark.app.name": "plexmq-pipeline", **({"spark.master": master} if master else {}), **(conf or {})}
+    if master is None or master.startswith("local"):
+        _python_of_this_process()
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # this process starts the driver's JVM
         _java_options(settings, _QUICK_JVM)
     # Ctrl-C waits until the driver's JVM runs: before, a KeyboardInterrupt leaves it running for good (it
@@ -141,6 +143,16 @@ class _JvmErrors(threading.Thread):
             if not self.muted and not line.startswith(b"WARNING: Using incubator modules"):
                 sys.stderr.write(line.decode(errors="replace"))
                 sys.stderr.flush()
+
+
+def _python_of_this_process() -> None:
+    """Local Spark starts its Python workers with `python3` from PATH, which is not the interpreter
+    running plexmq when it is started by its path (a systemd unit, cron): use ours, unless the user
+    chose one or spark-submit (which passes the gateway) is in charge."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 def is_local(spark: SparkSession) -> bool:
