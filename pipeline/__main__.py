@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--driver-memory", help="the driver's heap, e.g. 2g (spark.driver.memory; Spark's default: 1g)")
     common.add_argument("--conf", type=setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, e.g. spark.local.dir=/big/disk (repeatable)")
-    common.add_argument("--verbose", action="store_true", help="Spark's own logs and web UI")
+    common.add_argument("--verbose", action="store_true", help="Spark's own output: its logs, progress bars, notices and web UI")
     output = argparse.ArgumentParser(add_help=False, parents=[common])
     output.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
     main_parser = argparse.ArgumentParser(prog="plexmq pipeline", description=__doc__)
