@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--driver-memory", help="the driver's heap, e.g. 2g (spark.driver.memory; Spark's default: 1g)")
     common.add_argument("--conf", type=setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting, e.g. spark.local.dir=/big/disk (repeatable)")
-    common.add_argument("--verbose", action="store_true", help="Spark's own logs and web UI")
+    common.add_argument("--verbose", action="store_true", help="Spark's own output: its logs, progress bars, notices and web UI")
     output = argparse.ArgumentParser(add_help=False, parents=[common])
     output.add_argument("--out", required=True, help="directory for the Parquet tables and report.html")
     main_parser = argparse.ArgumentParser(prog="plexmq pipeline", description=__doc__)
@@ -101,36 +101,68 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one job; 0 when done, 2 when its input is unusable (one line on stderr)."""
+    """Run one job; 0 when done, 2 when a prerequisite is missing or its input is unusable (a line each
+    on stderr), 130 when interrupted (Ctrl-C)."""
     args = parser().parse_args(argv)
-    # Spark is imported only once the arguments are good: `--help` stays instant.
-    from plexmq.pipeline import benchmark, fields, lake, traffic
-    from plexmq.pipeline.archive_source import write_archive
-    from plexmq.pipeline.inputs import BadInput
-    from plexmq.pipeline.session import spark_session
-
+    out = (args.out.rstrip("/") or "/") if args.job != "compact" else None
     progress = Progress(args.job)
-    progress(f"starting Spark ({args.master or 'its default master'})")
     try:
-        conf = dict(args.conf)
-        if args.driver_memory:
-            conf["spark.driver.memory"] = args.driver_memory
-        with spark_session(args.master, args.verbose, conf) as spark:
-            if args.job == "traffic":
-                source, write = (args.lake, lake.write_lake) if args.lake else (args.archive, write_archive)
-                traffic.run(spark, source, args.out, args.since, args.until, args.silence, args.top, progress,
-                            args.tenant, write)
-            elif args.job == "compact":
-                lake.compact(spark, args.archive, args.lake, progress)
-            elif args.job == "fields":
-                fields.run(spark, args.archive, args.out, args.topics, args.schema, progress)
-            else:
-                benchmark.run(spark, args.samples, args.out, progress)
+        code = _checked(args, out, progress)
+    except KeyboardInterrupt:
+        left = ("the next compact finishes or drops what it began" if out is None
+                else f"{out} is as it was (its report, if any, is an earlier run's)")
+        print(f"plexmq pipeline {args.job}: interrupted; {left}", file=sys.stderr)
+        return 130
+    if code == 0:
+        progress(f"done: {args.lake}" if out is None else f"done: {out}/report.html")
+    return code
+
+
+def _checked(args: argparse.Namespace, out: str | None, progress: Progress) -> int:
+    """The job once its prerequisites are there; 2 and a line each when they are not, or when its input
+    is unusable."""
+    # The prerequisites, then Spark, are imported only once the arguments are good: `--help` stays instant.
+    from plexmq.pipeline.prerequisites import missing
+
+    lacking = missing()
+    for line in lacking:
+        print(f"plexmq pipeline: {line}", file=sys.stderr)
+    if lacking:
+        return 2
+    from plexmq.pipeline.inputs import BadInput
+
+    try:
+        _run(args, out, progress)
     except BadInput as e:
         print(f"plexmq pipeline {args.job}: {e}", file=sys.stderr)
         return 2
-    progress(f"done: {args.lake}" if args.job == "compact" else f"done: {args.out}/report.html")
     return 0
+
+
+def _run(args: argparse.Namespace, out: str | None, progress: Progress) -> None:
+    """The job, in a Spark session; its tables and report.html into `out` (None for compact) once complete."""
+    from plexmq.pipeline import benchmark, fields, lake, traffic
+    from plexmq.pipeline.archive_source import write_archive
+    from plexmq.pipeline.output import staged
+    from plexmq.pipeline.session import spark_session
+
+    progress(f"starting Spark ({args.master or 'its default master'})")
+    conf = dict(args.conf)
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    with spark_session(args.master, args.verbose, conf) as spark:
+        if out is None:
+            lake.compact(spark, args.archive, args.lake, progress)
+            return
+        with staged(out) as work:
+            if args.job == "traffic":
+                source, write = (args.lake, lake.write_lake) if args.lake else (args.archive, write_archive)
+                traffic.run(spark, source, work, args.since, args.until, args.silence, args.top, progress,
+                            args.tenant, write)
+            elif args.job == "fields":
+                fields.run(spark, args.archive, work, args.topics, args.schema, progress)
+            else:
+                benchmark.run(spark, args.samples, work, progress)
 
 
 if __name__ == "__main__":

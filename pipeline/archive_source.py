@@ -71,24 +71,24 @@ def write_archive(
 
 @contextmanager
 def read_payloads(
-    spark: SparkSession, archive: str, filters: list[str]
+    spark: SparkSession, archive: str, filters: list[str], scratch: str
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """The messages on topics matching any of `filters` with their payloads (`PAYLOADS`, persisted on
-    disk while the context lasts) and an account of the segments read. The topics are matched as the
-    chunks are decoded, so other topics' payloads (binary, large) never become rows."""
+    """The messages on topics matching any of `filters` with their payloads (`PAYLOADS`, kept in
+    `scratch` while the context lasts) and an account of the segments read. The topics are matched as
+    the chunks are decoded, so other topics' payloads (binary, large) never become rows."""
     decoder = partial(_decode_payloads, filters)
-    with decode(spark, archive, _segments(archive, None, None, None), decoder, PAYLOADS) as found:
+    with decode(spark, archive, _segments(archive, None, None, None), decoder, PAYLOADS, scratch) as found:
         yield found
 
 
 @contextmanager
 def read_segments(
-    spark: SparkSession, archive: str, files: list[tuple[str, int]]
+    spark: SparkSession, archive: str, files: list[tuple[str, int]], scratch: str
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """The records of the given segments (as `sealed_segments` lists them; persisted on disk while the
+    """The records of the given segments (as `sealed_segments` lists them; kept in `scratch` while the
     context lasts) and their account; BadInput first when one has a version this plexmq cannot read."""
     _check_versions(archive, files)
-    with decode(spark, archive, files, partial(_decode, None, None), SCHEMA) as found:
+    with decode(spark, archive, files, partial(_decode, None, None), SCHEMA, scratch) as found:
         yield found
 
 

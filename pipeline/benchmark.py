@@ -28,7 +28,7 @@ OVERALL_PERCENTILES = [0.5, 0.9, 0.99, 0.999]
 def run(spark: SparkSession, samples: str, out: str, progress: Callable[[str], None]) -> None:
     """Write the tables and report.html under `out` from the samples under `samples`."""
     progress(f"reading the samples {samples}")
-    with read_samples(spark, samples) as (frames, accounts):
+    with read_samples(spark, samples, f"{out}/.samples") as (frames, accounts):
         progress(f"decoded {len(accounts)} files, {sum(a.records for a in accounts):,} samples")
         tables = {}
         if "rates" in frames:

@@ -49,7 +49,7 @@ def run(
 ) -> None:
     """Write the tables and report.html under `out` for the messages on topics matching `filters`."""
     progress(f"reading the payloads on {' '.join(filters)} in {archive}")
-    with read_payloads(spark, archive, filters) as (messages, accounts):
+    with read_payloads(spark, archive, filters, f"{out}/.payloads") as (messages, accounts):
         text = messages.withColumn("text", F.col("payload").cast("string")).drop("payload")
         schema = _schema(spark, text, ddl)
         numeric = list(_numeric(schema))
@@ -78,7 +78,7 @@ def _schema(spark: SparkSession, text: DataFrame, ddl: str | None) -> StructType
         except Exception as e:  # Spark's parse errors have no common public type
             raise BadInput(f"--schema {ddl!r}: {str(e).splitlines()[0]}") from e
     sample = text.where(F.ltrim("text").startswith("{")).select("text").limit(SAMPLE)
-    inferred = spark.read.option("mode", "DROPMALFORMED").json(sample.rdd.map(lambda row: row[0])).schema
+    inferred = spark.read.option("mode", "DROPMALFORMED").json(sample).schema  # a row each, no Python worker
     if not inferred.fields:
         raise BadInput("no JSON objects on these topics to infer a schema from (give --schema)")
     return inferred
@@ -155,9 +155,11 @@ def _plot(fields: DataFrame, field: str) -> str:
     rows = (fields.where(F.col("field") == field)
             .select("topic", "client_id", F.unix_micros("minute").alias("minute"), "min", "max", "mean", "count")
             .orderBy("topic", "client_id", "minute").collect())
-    fig = report.figure(height=3.2)
+    keys = sorted({(r.topic, r.client_id) for r in rows})
+    # the legend goes below the plot, in 4 columns: the figure grows by its rows, the plot keeps its height
+    fig = report.figure(height=3.2 + 0.2 * -(-len(keys) // 4))
     ax = fig.subplots()
-    for key in sorted({(r.topic, r.client_id) for r in rows}):
+    for key in keys:
         series = [r for r in rows if (r.topic, r.client_id) == key]
         times = [report.utc(r.minute) for r in series]
         line, = ax.plot(times, [r.mean for r in series], marker=".", label=f"{key[0]} {key[1]}")  # type: ignore[arg-type]  # datetimes: date units
@@ -166,7 +168,7 @@ def _plot(fields: DataFrame, field: str) -> str:
     ax.set_ylabel(f"{field} (mean, min-max)")
     ax.set_xlabel("minute (UTC)")
     if rows:
-        ax.legend(fontsize="small")
+        fig.legend(loc="outside lower center", ncols=4, fontsize="small")
     total = sum(r["count"] for r in rows)
     return report.image(fig) + report.note(f"{field}: {total:,} values")
 

@@ -1,16 +1,15 @@
 """Reading the jobs' binary input files into Spark: listing them, decoding them, accounting for damage.
 
 Why one helper: the archive segments and the benchmark samples are both files of our own binary
-format that Python decodes into Arrow columns (`mapInArrow`, no per-record Python), and both need a
-per-file account (records read, damage, bytes skipped) for the report. The account travels in the same
-Arrow stream as one extra row per file, so decoding runs once.
+format that Python decodes into Arrow columns (no per-record Python), and both need a per-file account
+(records read, damage, bytes skipped) for the report.
 
 Why paths, not contents: Spark's `binaryFile` source hands a whole file to Python as one row, so a
 task holds a whole segment (64 MiB, or more) several times over in the JVM and in Python. Instead each
-task gets one file's path and the decoder reads that file itself, piece by piece, yielding Arrow
+task gets its files' paths and the decoder reads each file itself, piece by piece, yielding Arrow
 batches of one piece each: a task's memory is bounded by a piece (a segment's chunk), whatever the
-file's size. Jobs that read the records several times keep them on disk only, not in memory
-(`decode`); a job that stores them has the executors write them straight to Parquet (`decode_to_parquet`).
+file's size. The records go straight to Parquet (`decode_to_parquet`), which Spark then reads: as a
+job's table, or as a scratch copy for a job that reads them several times (`decode`).
 """
 
 from __future__ import annotations
@@ -18,17 +17,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import PurePosixPath
 from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
+
+from plexmq.pipeline.session import is_local
 
 
 class BadInput(Exception):
@@ -100,64 +99,103 @@ def filesystem(root: str) -> tuple[pafs.FileSystem, str]:
 
 @contextmanager
 def decode(
-    spark: SparkSession, root: str, files: list[tuple[str, int]], decoder: Decoder, schema: pa.Schema
+    spark: SparkSession, root: str, files: list[tuple[str, int]], decoder: Decoder, schema: pa.Schema, scratch: str
 ) -> Iterator[tuple[DataFrame, list[FileAccount]]]:
-    """Decode the `files` under `root` with `decoder` (on the executors, one task per file) into a
-    DataFrame of `schema`, persisted on disk until the context ends, and account for every file."""
-    combined = pa.schema(list(schema) + list(_ACCOUNT))
-
-    def batches(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        fs, base = filesystem(root)
-        for batch in inputs:
-            for path, size in zip(batch.column("path").to_pylist(), batch.column("size").to_pylist()):
-                with fs.open_input_stream(f"{base}/{path}") as file:
-                    decoded = yield from _with_account_columns(decoder(path, file, size), combined)
-                account = [f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage, decoded.skipped_bytes]
-                yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, account))], schema=combined)
-
-    listing = spark.createDataFrame(spark.sparkContext.parallelize(files, max(1, len(files))), "path string, size long")
-    both = listing.mapInArrow(batches, from_arrow_schema(combined)).persist(StorageLevel.DISK_ONLY)
+    """Decode the `files` under `root` with `decoder` into a DataFrame of `schema`, kept as Parquet in
+    `scratch` (a directory the executors see, like the job's output; removed when the context ends),
+    and account for every file."""
     try:
-        accounts = both.where(F.col("file").isNotNull()).select(*_ACCOUNT.names).collect()
-        records = both.where(F.col("file").isNull()).drop(*_ACCOUNT.names)
-        yield records, sorted((FileAccount(*row) for row in accounts), key=lambda a: a.path)
+        accounts = decode_to_parquet(spark, root, files, decoder, schema, scratch)
+        yield spark.read.schema(from_arrow_schema(schema)).parquet(scratch), accounts
     finally:
-        both.unpersist()
+        fs, base = filesystem(scratch)
+        fs.delete_dir(base)
 
 
 def decode_to_parquet(
     spark: SparkSession, root: str, files: list[tuple[str, int]], decoder: Decoder, schema: pa.Schema, out: str
 ) -> list[FileAccount]:
-    """Decode the `files` under `root` with `decoder` (on the executors, one task per file) straight into
-    Parquet under `out` (one file per input file, replacing what `out` held), and account for every file.
+    """Decode the `files` under `root` with `decoder`, a task per few files (`_tasks`), straight into
+    Parquet under `out` (a file per task, replacing what `out` held), and account for every file.
 
     Why not through Spark's writer: a record that crosses from Arrow into Spark's rows and back out
     through its Parquet writer costs more than its decoding, pyarrow's writer ~0.2 us, and a job that
-    only stores the decoded records has no use for the rows. A
-    file's records are written as row groups of `ROW_GROUP` records (a task's memory stays bounded) to
-    a hidden name, renamed once complete: a retried task replaces its own file, and readers (which
-    skip names starting with `.`) never see a partial one."""
+    only stores the decoded records has no use for the rows. A task's records are written as row
+    groups of `ROW_GROUP` records (its memory stays bounded) to a hidden name, renamed once complete:
+    a retried task replaces its own file, and readers (which skip names starting with `.`) never see a
+    partial one.
+
+    Where the tasks run: on the executors (`mapInArrow`), but in local mode, where the driver is the
+    only executor, files of up to IN_DRIVER_BYTES in all are decoded in the driver itself, one task
+    after the other. Spark would start Python workers for them, whose first task (their imports,
+    Spark's Arrow set-up) costs seconds, while 10,000 records decode in ~0.1 s; more bytes than that
+    pay for the workers' start by decoding on every core at once (the driver's threads would share
+    one: the decoding is Python's, under its GIL)."""
     out_fs, out_base = filesystem(out)
     out_fs.create_dir(out_base)
     out_fs.delete_dir_contents(out_base)
 
-    def write(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def task(files_of_task: list[tuple[str, int]]) -> list[FileAccount]:
         fs, base = filesystem(root)
         sink_fs, sink_base = filesystem(out)
-        for batch in inputs:
-            for path, size in zip(batch.column("path").to_pylist(), batch.column("size").to_pylist()):
-                name = path.replace("/", "_") + ".parquet"
-                partial = f"{sink_base}/.{name}.partial"
-                with (fs.open_input_stream(f"{base}/{path}") as file, sink_fs.open_output_stream(partial) as sink,
-                      pq.ParquetWriter(sink, schema) as writer):
-                    decoded = _write_row_groups(decoder(path, file, size), writer)
-                sink_fs.move(partial, f"{sink_base}/{name}")
-                account = [f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage, decoded.skipped_bytes]
-                yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, account))], schema=_ACCOUNT)
+        name = files_of_task[0][0].replace("/", "_") + ".parquet"
+        partial = f"{sink_base}/.{name}.partial"
+        accounts = []
+        with sink_fs.open_output_stream(partial) as sink, pq.ParquetWriter(sink, schema) as writer:
+            rows = _RowGroups(writer)
+            for path, size in files_of_task:
+                with fs.open_input_stream(f"{base}/{path}") as file:
+                    decoded = rows.write(decoder(path, file, size))
+                accounts.append(FileAccount(f"{root.rstrip('/')}/{path}", size, decoded.records, decoded.damage,
+                                            decoded.skipped_bytes))
+            rows.flush()
+        sink_fs.move(partial, f"{sink_base}/{name}")
+        return accounts
 
-    listing = spark.createDataFrame(spark.sparkContext.parallelize(files, max(1, len(files))), "path string, size long")
-    rows = listing.mapInArrow(write, from_arrow_schema(_ACCOUNT)).collect()
-    return sorted((FileAccount(*row) for row in rows), key=lambda a: a.path)
+    groups = _tasks(files, spark.sparkContext.defaultParallelism)
+    if is_local(spark) and sum(size for _, size in files) <= IN_DRIVER_BYTES:
+        accounts = [account for group in groups for account in task(group)]
+    else:
+        def on_executor(inputs: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in inputs:
+                for files_of_task in batch.column("files").to_pylist():
+                    done = task([(f["path"], f["size"]) for f in files_of_task])
+                    yield pa.RecordBatch.from_pylist([dict(zip(_ACCOUNT.names, astuple(a))) for a in done], _ACCOUNT)
+
+        listing = spark.sparkContext.parallelize([(group,) for group in groups], len(groups))
+        rows = (spark.createDataFrame(listing, "files array<struct<path: string, size: long>>")
+                .mapInArrow(on_executor, from_arrow_schema(_ACCOUNT)).collect())
+        accounts = [FileAccount(*row) for row in rows]
+    return sorted(accounts, key=lambda a: a.path)
+
+
+# Input bytes that local mode decodes in the driver (decode_to_parquet): ~1 s of decoding, less than
+# Spark's Python workers take to start.
+IN_DRIVER_BYTES = 64 << 20
+
+# Input bytes a task decodes at most, unless one file is larger: a task's output is a file that later
+# stages read in one task (about as many records as one segment of the broker's default roll_bytes).
+TASK_BYTES = 64 << 20
+
+
+def _tasks(files: list[tuple[str, int]], parallelism: int) -> list[list[tuple[str, int]]]:
+    """The `files` (path, bytes) in groups of consecutive files, one per task: up to TASK_BYTES, and to
+    at most an even share of the bytes among `parallelism` tasks, so that every core has a task.
+
+    Why not a task per file: a broker seals a segment every `roll_seconds` (5 min) even when it holds
+    a few KB, so a small archive is many small files, and a task each (then a Parquet file each, and a
+    task per file in every later stage) costs more in tasks than the decoding itself."""
+    share = -(-sum(size for _, size in files) // max(1, parallelism))
+    limit = max(1, min(TASK_BYTES, share))
+    groups: list[list[tuple[str, int]]] = []
+    held = 0
+    for path, size in files:
+        if not groups or held + size > limit:
+            groups.append([])
+            held = 0
+        groups[-1].append((path, size))
+        held += size
+    return groups
 
 
 # Records per Parquet row group written by decode_to_parquet: large enough for good compression and
@@ -165,32 +203,28 @@ def decode_to_parquet(
 ROW_GROUP = 262_144
 
 
-def _write_row_groups(decoding: Generator[pa.RecordBatch, None, Decoded], writer: pq.ParquetWriter) -> Decoded:
-    """Write the decoder's batches as row groups of ROW_GROUP records; its account."""
-    pending: list[pa.RecordBatch] = []
-    rows = 0
-    while True:
-        try:
-            batch = next(decoding)
-        except StopIteration as done:
-            if pending:
-                writer.write_table(pa.Table.from_batches(pending, writer.schema))
-            return done.value
-        pending.append(batch)
-        rows += batch.num_rows
-        if rows >= ROW_GROUP:
-            writer.write_table(pa.Table.from_batches(pending, writer.schema))
-            pending, rows = [], 0
+class _RowGroups:
+    """Writes decoders' batches as row groups of ROW_GROUP records (several files' records may share one)."""
 
+    def __init__(self, writer: pq.ParquetWriter) -> None:
+        self._writer = writer
+        self._pending: list[pa.RecordBatch] = []
+        self._rows = 0
 
-def _with_account_columns(
-    decoding: Generator[pa.RecordBatch, None, Decoded], combined: pa.Schema
-) -> Generator[pa.RecordBatch, None, Decoded]:
-    """The decoder's batches with the account columns added (null), and its account."""
-    while True:
-        try:
-            records = next(decoding)
-        except StopIteration as done:
-            return done.value
-        nulls = [pa.nulls(records.num_rows, f.type) for f in _ACCOUNT]
-        yield pa.RecordBatch.from_arrays(records.columns + nulls, schema=combined)
+    def write(self, decoding: Generator[pa.RecordBatch, None, Decoded]) -> Decoded:
+        """Write a file's batches; its account."""
+        while True:
+            try:
+                batch = next(decoding)
+            except StopIteration as done:
+                return done.value
+            self._pending.append(batch)
+            self._rows += batch.num_rows
+            if self._rows >= ROW_GROUP:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending as a row group."""
+        if self._pending:
+            self._writer.write_table(pa.Table.from_batches(self._pending, self._writer.schema))
+        self._pending, self._rows = [], 0

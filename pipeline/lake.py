@@ -14,7 +14,8 @@ Bookkeeping, beside them:
 - _commits/BATCH.json: the commit log, one entry per run that found new segments: the archive, each
   segment read with its account (records, damage), the hours it added messages to, and whether their
   roll-ups are done. The segments it lists are the checkpoint: they are never read again.
-- _staging/BATCH/: a batch's messages while Spark writes them; _lock: held by the running compact.
+- _staging/BATCH/: a batch's messages while Spark writes them (and BATCH.decoded/, its segments decoded,
+  before); _lock: held by the running compact.
 
 Why exactly once: a batch's messages count only once its commit entry exists, and the entry appears by
 an atomic rename. A run first finishes what a killed one left: staging without an entry is deleted (its
@@ -105,7 +106,7 @@ def compact(spark: SparkSession, archive: str, lake: str, progress: Callable[[st
             return
         batch_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         staging = root / STAGING / batch_id
-        with read_segments(spark, archive, new) as (records, accounts):
+        with read_segments(spark, archive, new, str(root / STAGING / f"{batch_id}.decoded")) as (records, accounts):
             for account in accounts:
                 if account.damage is not None:
                     progress(f"damaged segment {account.path}: skipped {account.damage}")

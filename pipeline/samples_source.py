@@ -22,9 +22,11 @@ PIECE_RECORDS = 65536
 
 
 @contextmanager
-def read_samples(spark: SparkSession, samples: str) -> Iterator[tuple[dict[str, DataFrame], list[FileAccount]]]:
-    """The samples of every kind found, by kind name (persisted on disk while the context lasts), and an
-    account of the files read."""
+def read_samples(
+    spark: SparkSession, samples: str, scratch: str
+) -> Iterator[tuple[dict[str, DataFrame], list[FileAccount]]]:
+    """The samples of every kind found, by kind name (kept in `scratch/KIND` while the context lasts),
+    and an account of the files read."""
     listing = input_files(samples, SUFFIX)
     if not listing:
         raise BadInput(f"no {SUFFIX} sample files under {samples}")
@@ -34,7 +36,8 @@ def read_samples(spark: SparkSession, samples: str) -> Iterator[tuple[dict[str, 
         for kind in KINDS:
             files = [(path, size) for path, size in listing if path.split("/")[-2:-1] == [kind.name]]  # <kind>/<name>.smp
             if files:
-                frame, kind_accounts = stack.enter_context(decode(spark, samples, files, _Decoder(kind), _schema(kind)))
+                kept = f"{scratch}/{kind.name}"
+                frame, kind_accounts = stack.enter_context(decode(spark, samples, files, _Decoder(kind), _schema(kind), kept))
                 frames[kind.name] = frame
                 accounts += kind_accounts
         yield frames, accounts

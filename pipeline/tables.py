@@ -12,6 +12,6 @@ def save(spark: SparkSession, tables: Mapping[str, DataFrame], out: str,
          progress: Callable[[str], None]) -> dict[str, DataFrame]:
     """Write each table to `out/NAME/` (replacing an earlier run's) and return them as read back."""
     for name, table in tables.items():
-        progress(f"writing {out}/{name}/")
+        progress(f"writing {name}/")
         table.write.mode("overwrite").parquet(f"{out}/{name}")
     return {name: spark.read.schema(t.schema).parquet(f"{out}/{name}") for name, t in tables.items()}

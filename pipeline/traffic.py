@@ -65,11 +65,11 @@ def run(
     Why messages/ first: writing it is the one pass over the segments (decoding, the costly part; the
     executors write it with pyarrow), and every roll-up and report query then reads only the Parquet
     columns it needs from it, instead of each reading a persisted copy of every decoded record."""
-    progress(f"reading {archive}{of_tenant(tenant)}, writing {out}/messages/")
+    progress(f"reading {archive}{of_tenant(tenant)}, writing messages/")
     accounts = write(spark, archive, since, until, tenant, f"{out}/messages")
-    # A task per messages/ file (a segment's records), not several small files packed into one as Spark
-    # does by default: a task with more records sorts and spills more than a small driver holds (50M
-    # messages in 2 tasks ran 512 MB out of heap).
+    # A task per messages/ file (a decoding task's records, up to inputs.TASK_BYTES of segments), not
+    # several files packed into one as Spark does by default: a task with more records sorts and spills
+    # more than a small driver holds (50M messages in 2 tasks ran 512 MB out of heap).
     spark.conf.set("spark.sql.files.openCostInBytes", spark.conf.get("spark.sql.files.maxPartitionBytes") or "128MB")
     messages = spark.read.schema(from_arrow_schema(SCHEMA)).parquet(f"{out}/messages")
     saved = {"messages": messages}

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 from plexmq.archive_format import VERSION, Record, encode_chunk, segment_header
 from plexmq.bench.samples import LATENCY, PROCESSES, RATES, SampleWriter
 from plexmq.pipeline.__main__ import main
+from plexmq.pipeline.inputs import IN_DRIVER_BYTES
 from plexmq.workers.archive import ArchiveWriter
 from tests.archives import START, archive, at, publish_properties, tenants_archive, us
 from tests.conftest import ROOT, Broker
@@ -274,7 +275,8 @@ def test_traffic_of_a_real_broker_with_the_archive_on(
 
 def test_plexmq_run_by_its_path_uses_its_own_python_for_spark(spark: SparkSession, tmp_path: Path) -> None:
     """`venv/bin/plexmq pipeline ...` as a systemd unit or cron starts it: PATH without the
-    environment's bin/, whose `python3` (here a decoy that fails) Spark must not use."""
+    environment's bin/, whose `python3` (here a decoy that fails) Spark must not use. The archive is
+    larger than what local mode decodes in the driver, so Spark's Python workers decode it."""
     script = Path(sysconfig.get_path("scripts")) / "plexmq"
     assert script.exists(), f"{script}: plexmq is not installed (pip install .)"
     decoy = tmp_path / "decoy-bin"
@@ -286,13 +288,17 @@ def test_plexmq_run_by_its_path_uses_its_own_python_for_spark(spark: SparkSessio
     path = os.pathsep.join((str(decoy), os.path.dirname(os.path.realpath(java)), "/usr/bin", "/bin"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
     env.update(PATH=path, PYTHONPATH=str(ROOT))  # this checkout's code, through the installed script
-    topics = {r.topic for _, r in archive(tmp_path / "archive")}
+    writer = ArchiveWriter(str(tmp_path / "archive"), 0, ["#"], 1 << 40, 3600.0)
+    for i in range((IN_DRIVER_BYTES >> 20) + 2):
+        writer.append("", Record(at(i / 60), f"big/{i % 3}", 0, False, b"p" * (1 << 20), "dev", None).run())
+        writer.flush()
+    writer.close()
     out = tmp_path / "out"
     done = subprocess.run([str(script), "pipeline", "traffic", "--archive", str(tmp_path / "archive"),
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (out / "report.html").exists()
-    assert {r.topic for r in spark.read.parquet(str(out / "topics")).collect()} == topics
+    assert {r.topic for r in spark.read.parquet(str(out / "topics")).collect()} == {f"big/{t}" for t in range(3)}
 
 
 def test_traffic_reports_one_tenant_or_every_tenant_with_a_tenant_column(
