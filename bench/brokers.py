@@ -41,6 +41,7 @@ class BrokerSpec:
     # the store, kept by stop() so that a restart on it finds the sessions again: plexmq --data-dir,
     # mosquitto persistence in it (default: plexmq a fresh one that stop() removes, mosquitto none)
     data_dir: str = ""
+    conf: str = ""  # more lines for mosquitto.conf (a bridge: bench/bridge.py)
 
 
 def free_port() -> int:
@@ -88,7 +89,7 @@ class RunningBroker:
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:
-                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued, spec.acl_file, spec.data_dir))
+                f.write(mosquitto_conf(self.port, spec.nodelay, spec.max_queued, spec.acl_file, spec.data_dir) + spec.conf)
             cmd = [MOSQUITTO, "-c", conf]
         self.cmd = cmd
         with open(self.log_path, "ab") as log:  # append: a restart on the same port keeps the first log

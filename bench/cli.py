@@ -41,6 +41,7 @@ TOOLS = {
     "console_cost": "what open web consoles cost the router",
     "topology": "a router and one node per port on this host",
     "codec": "ns per operation of the MQTT codecs",
+    "bridge": "a bridge's msgs/s to a remote mosquitto at QoS 0 and 1, plexmq's beside mosquitto's own",
 }
 
 _EPILOG = """scenarios:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from plexmq.bench import bridge as bridge_bench
 from plexmq.bench import brokers, cli, compare, durability, mqload, presets, profile, protocols, report, runner, samples, tenants
 from plexmq.bench.plan import Options, assign, with_defaults
 from tests.conftest import ROOT
@@ -355,3 +356,20 @@ def test_scale_places_pairs_beside_or_across_and_tables_each_count_against_one_w
     assert re.search(r"p2p0-beside\s+1\s+100,000\s+1\.00\s+0\.00\s+90\s+50,000", text), text
     assert re.search(r"^\s+2\s+180,000\s+1\.80\s+0\.01\s+90\s*$", text, re.MULTILINE), text
     assert "QoS 0, --workers 2: pairs across workers get 0.50 of pairs on one" in text
+
+
+@pytest.mark.skipif(not os.path.exists(brokers.MOSQUITTO), reason="mosquitto not installed")
+def test_bridge_counts_every_message_across_both_bridges(capsys) -> None:
+    """`plexmq bench bridge` on 200 messages: plexmq's bridge and mosquitto's each carry all of them to
+    the remote at QoS 0 and 1, in order at QoS 1, with a rate for each and a ratio for each QoS."""
+    status = bridge_bench.main(["--qos0-messages", "200", "--qos1-messages", "200", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    assert sorted((r["broker"], r["qos"]) for r in result["runs"]) == [("mosquitto", 0), ("mosquitto", 1),
+                                                                        ("plexmq", 0), ("plexmq", 1)]
+    for run in result["runs"]:
+        assert run["received"] == 200 and run["lost"] == 0 and run["msgs_per_s"] > 0, run
+        assert run["local_us_per_msg"] >= 0  # CPU time counts in 10 ms ticks: 200 messages may cost less than one
+        if run["qos"]:
+            assert run["duplicates"] == 0 and run["out_of_order"] == 0, run
+    assert result["summary"]["qos0"]["ratio"] > 0 and result["summary"]["qos1"]["ratio"] > 0
