@@ -36,6 +36,12 @@ def inbox_path(run_dir: str, place: str) -> str:
     return os.path.join(run_dir, f"peer-{place.rpartition('/')[2]}.ipc")
 
 
+def delivered(marks: Marks) -> bool:
+    """Whether each peer has answered past its mark (`Peers.message`, `Peers.owed`): all it was sent up
+    to then is delivered."""
+    return all(peer.answered > mark for peer, mark in marks)
+
+
 class Peer:
     """One peer's DEALER and the turn's records for it."""
 
@@ -52,6 +58,9 @@ class Peer:
         self.sent = 0  # the number of the last frame sent here
         self.answered = 0  # the number of the last frame it answered
         self.since = 0.0  # loop.time() when its oldest unanswered frame left (0: none)
+
+
+Marks = tuple[tuple[Peer, int], ...]  # each peer with the last frame number its answers must pass
 
 
 class Peers:
@@ -116,7 +125,7 @@ class Peers:
         peer.batch.add(wire.PEER_MSG, _pack_head(len(name)) + name + head, payload)
         return peer, peer.sent
 
-    def owed(self) -> tuple[tuple[Peer, int], ...]:
+    def owed(self) -> Marks:
         """Each peer with something not yet delivered (a frame unanswered, or records not yet sent) and the
         mark its answers must pass for all of it to be (as `message` gives them)."""
         return tuple([(peer, peer.sent if peer.batch else peer.sent - 1) for peer in self.peers.values()

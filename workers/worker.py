@@ -50,7 +50,7 @@ from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.outbound import Extra, Forms, Outbound
-from plexmq.workers.peers import Peer, Peers
+from plexmq.workers.peers import Marks, Peers, delivered
 from plexmq.workers.routes import RouteTables, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
@@ -79,7 +79,7 @@ Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
 # a QoS 1 PUBLISH sent to peers: its connection, packet id, reason code, and each peer with the number of
 # the last frame sent to it before the one that carried it (an answer past it: delivered); an ACL-denied
 # or local one behind it waits its turn with no peer
-PeerAck = tuple["Connection", int, int, tuple[tuple[Peer, int], ...]]
+PeerAck = tuple["Connection", int, int, Marks]
 
 
 class Worker:
@@ -124,12 +124,12 @@ class Worker:
                                lambda: self.rejoin("frames from the router were lost"), config.get("router_curve"))
         self.link.open(self._hello([]))
         self.follower = Follower(self)
-        # the other workers of this host, which it delivers QoS 0 messages to itself (workers/peers.py)
+        # the other workers of this host, which it delivers QoS 0 and 1 messages to itself (workers/peers.py)
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
                            self.answered) if config["direct_delivery"] else None
         self.peer_acks: deque[PeerAck] = deque()  # PUBACKs of QoS 1 messages sent to peers, in order
         # ROUTES_ACKs waiting for the peers to deliver what they were sent before: (generation, marks)
-        self.routes_acks: deque[tuple[int, tuple[tuple[Peer, int], ...]]] = deque()
+        self.routes_acks: deque[tuple[int, Marks]] = deque()
         self.auth = Auth(config, loop)
         self.process = psutil.Process()
         self.known_topics: dict[bytes, bool] = {}  # valid topic name -> whether it is archived
@@ -304,7 +304,7 @@ class Worker:
     def publish_run(self, conn: Connection, topic: bytes, count: int, packets: bytes, as_v5: bool) -> None:
         """A run of `count` plain QoS 0 PUBLISH packets to `topic` of `conn`, as they are: written here
         to the local subscribers and sent to the other workers of this host when only they want it (as
-        `_send0`), else to the router."""
+        `publish`), else to the router."""
         self.sample_in -= count
         if self.sample_in <= 0:
             self.sample_in = self.topics.take(conn.tenant, topic, self.sample_in)
@@ -329,12 +329,12 @@ class Worker:
         """A peer answered: the PUBACKs and ROUTES_ACKs whose peers have all delivered go, in order; and
         the frame to the router, if it waited (`flush`)."""
         acks = self.peer_acks
-        while acks and all(peer.answered > mark for peer, mark in acks[0][3]):
+        while acks and delivered(acks[0][3]):
             conn, packet_id, code, _marks = acks.popleft()
             if conn.state != CLOSED:
                 conn.acknowledge(packet_id, 1, code)
         tables = self.routes_acks
-        while tables and all(peer.answered > mark for peer, mark in tables[0][1]):
+        while tables and delivered(tables[0][1]):
             self.link.routes_ack(tables.popleft()[0])
         self.flush_soon()
 
