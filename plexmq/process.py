@@ -122,6 +122,22 @@ def hide_in_command_line(text: str, shown: str) -> None:
         at = argv.find(old, at + len(old))
 
 
+def own_run_dirs(module: str) -> list[str]:
+    """The run dirs of this user's running `python -m MODULE` children (the router, the bridges), read from
+    their environment: only this user's count, since another user's process could name our run dir."""
+    found = []
+    for proc in psutil.process_iter(["uids", "cmdline"]):
+        uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
+        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", module]:
+            continue
+        try:
+            config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))
+        except (psutil.Error, orjson.JSONDecodeError):
+            continue  # gone, or not one of ours after all
+        found.append(os.path.dirname(config.get("config_path", "")))
+    return found
+
+
 def process_name(role: str) -> str:
     """A child's process name (at most 15 bytes): plexmq-router, or plexmq-w<id> for role worker-<id>."""
     return WORKER_NAME + role[len("worker-"):] if role.startswith("worker-") else f"plexmq-{role}"

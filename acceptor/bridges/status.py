@@ -12,9 +12,8 @@ import time
 from typing import Any
 
 import orjson
-import psutil
 
-from plexmq.process import CONFIG_ENV
+from plexmq.process import own_run_dirs
 
 FILE = "bridges.json"
 
@@ -30,17 +29,7 @@ def write(path: str, status: dict[str, Any]) -> None:
 
 def _run_dirs() -> list[str]:
     """The run dirs of this user's bridge processes."""
-    found = []
-    for proc in psutil.process_iter(["uids", "cmdline"]):
-        uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
-        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "plexmq.acceptor.bridges"]:
-            continue
-        try:
-            config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))
-        except (psutil.Error, orjson.JSONDecodeError):
-            continue
-        found.append(os.path.dirname(config.get("config_path", "")))
-    return found
+    return own_run_dirs("plexmq.acceptor.bridges")
 
 
 def _run_dir(config_path: str | None) -> str:

@@ -18,10 +18,7 @@ import os
 import secrets
 from urllib.parse import urlsplit
 
-import orjson
-import psutil
-
-from plexmq.process import CONFIG_ENV
+from plexmq.process import own_run_dirs
 
 log = logging.getLogger("plexmq.router")
 
@@ -52,21 +49,9 @@ def read(path: str) -> str:
 
 
 def find(port: int) -> list[str]:
-    """The token files of this user's running routers for an endpoint on `port`. Only routers of the
-    same user count: another user's process could name our run dir and take the token we send it."""
-    found = []
-    for proc in psutil.process_iter(["uids", "cmdline"]):
-        uids, cmdline = proc.info["uids"], proc.info["cmdline"] or []
-        if uids is None or uids.real != os.getuid() or cmdline[-2:] != ["-m", "plexmq.router"]:
-            continue
-        try:
-            config = orjson.loads(proc.environ().get(CONFIG_ENV, "{}"))
-        except (psutil.Error, orjson.JSONDecodeError):
-            continue  # gone, or not one of ours after all
-        path = token_path(os.path.dirname(config.get("config_path", "")), port)
-        if os.path.exists(path):
-            found.append(path)
-    return found
+    """The token files of this user's running routers for an endpoint on `port`."""
+    paths = (token_path(run_dir, port) for run_dir in own_run_dirs("plexmq.router"))
+    return [path for path in paths if os.path.exists(path)]
 
 
 class Names:
