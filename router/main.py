@@ -10,12 +10,12 @@ import socket
 import sys
 import time
 from contextlib import nullcontext
-from types import SimpleNamespace
 
 import orjson
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
+from plexmq import curve
 from plexmq.process import STEPPED_DOWN, STORE_FAILED, become_child, child_config, missed_reload, settle_heap
 from plexmq.router.asks import Asks, start_asked
 from plexmq.router.console.app import serve_console
@@ -62,7 +62,7 @@ def serve(config: dict) -> None:
     sock.setsockopt(zmq.SNDHWM, 0)  # flow control is ours (the windows, queues and Outbox limits): never let ZeroMQ drop
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.LINGER, 0)
-    auth = curve_server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
+    auth = curve.server(ctx, sock, config["router_curve"]) if "router_curve" in config else None
     sock.bind(config["router_endpoint"])
     # a PostgreSQL store is shared by several routers: this one is a standby until it holds the lease
     lease = Lease(config["store"], config["router_name"], config["router_endpoint"], config["router_lease"]) \
@@ -264,19 +264,6 @@ def commit(store: Store, lease: Lease | None) -> None:
         if "division by zero" in str(exc) or "division by zero" in str(exc.__cause__):
             raise SteppedDown(f"another router took the lease (epoch {lease.epoch}): stepping down") from exc
         raise SteppedDown(f"router stops: the store failed: {exc}: stepping down") from exc
-
-
-def curve_server(ctx: zmq.Context, sock: zmq.Socket, keys: dict[str, str]) -> ThreadAuthenticator:
-    """A tcp:// link: encrypted with CURVE and open only to the workers' client key, which a ZAP
-    handler (a thread on this context) checks: without one ZeroMQ lets any client key in."""
-    auth = ThreadAuthenticator(ctx)
-    auth.start()
-    allowed = keys["client_public"].encode()
-    auth.configure_curve_callback("*", SimpleNamespace(callback=lambda _domain, key: key == allowed))
-    sock.setsockopt(zmq.IPV6, 1)  # tcp://[::1]:port needs it; IPv4 works as before
-    sock.setsockopt(zmq.CURVE_SERVER, 1)
-    sock.setsockopt(zmq.CURVE_SECRETKEY, keys["server_secret"].encode())
-    return auth
 
 
 def _wait_ms(*seconds: float) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import zmq
 
-from plexmq import wire
+from plexmq import curve, wire
 
 _pack_pub = wire.pack_pub
 _pack_ack = wire.pack_ack
@@ -46,9 +46,9 @@ class RouterLink:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, endpoints: list[str], identity: bytes,
                  on_frame: Callable[[bytes], None], on_gap: Callable[[], None],
-                 curve: dict[str, str] | None = None) -> None:
+                 keys: dict[str, str] | None = None) -> None:
         """`endpoints`: the routers that may be active, connected one at a time, the first first
-        (workers/follow.py moves on). `curve`: the keys of a tcp:// link (router_bind), which the
+        (workers/follow.py moves on). `keys`: the CURVE keys of a tcp:// link (router_bind), which the
         acceptor hands its children. `on_gap`: called after a frame when frames from the router went
         missing before it."""
         self.loop = loop
@@ -60,11 +60,8 @@ class RouterLink:
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)  # at shutdown the router is stopping too: nothing to wait for
-        if curve:
-            sock.setsockopt(zmq.IPV6, 1)
-            sock.setsockopt(zmq.CURVE_SERVERKEY, curve["server_public"].encode())
-            sock.setsockopt(zmq.CURVE_PUBLICKEY, curve["client_public"].encode())
-            sock.setsockopt(zmq.CURVE_SECRETKEY, curve["client_secret"].encode())
+        if keys:
+            curve.client(sock, keys)
         sock.connect(endpoints[0])
         self.batch = wire.Batch()
         self.unrouted = 0  # PUB and PUB0 records the router has not yet confirmed (ROUTED)
