@@ -150,6 +150,17 @@ def _router_list(value: Any) -> str | None:
     return None
 
 
+def _direct_bind(value: Any) -> str | None:
+    """Empty, or a tcp:// endpoint fit for `_router_bind` that other nodes can reach: the address the
+    workers bind is the one they tell the router, so no wildcard."""
+    if not value:
+        return None
+    found = _TCP_ENDPOINT.fullmatch(value)
+    if _router_bind(value) or found is None or (found["v6"] or found["host"]) in ("0.0.0.0", "::"):
+        return 'must be empty or "tcp://HOST:PORT" with the address other nodes reach this one at (not a wildcard)'
+    return None
+
+
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
@@ -245,6 +256,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 and 1 messages to each other's "
                                   "subscribers themselves, not through the router (false: every such message "
                                   "crosses the router)"),
+        "direct_bind": Option(str, "", _direct_bind, "role node: tcp://HOST:PORT where this node's workers take QoS 0 "
+                              "messages from the workers of other nodes that set it too (worker i at PORT+i, CURVE "
+                              "with the router link's keys); empty: messages between this node and others cross "
+                              "the router"),
         "link_timeout": Option(float, 5.0, _range(2.0, 3600), "seconds without a word from a worker (its heartbeat "
                                "is once a second) before the router takes it for dead: wills out, sessions kept"),
         "data_dir": Option(str, "plexmq-data", doc="where the router keeps sessions, queues and retained messages"),
@@ -655,6 +670,11 @@ def _check_router_link(config: dict[str, Any]) -> None:
         raise ConfigError("router: only for role node (this host runs the router itself)")
     if role == "node" and config["router_bind"]:
         raise ConfigError("router_bind: not for role node (the router binds it; set router)")
+    if config["direct_bind"]:
+        if role != "node":
+            raise ConfigError("direct_bind: only for role node (the workers of one host reach each other by ipc://)")
+        if (urlsplit(config["direct_bind"]).port or 0) + config["workers"] > 65536:
+            raise ConfigError(f"direct_bind: its port + workers ({config['workers']}) passes 65535")
     if role != "all" and not config["router_curve_dir"]:
         raise ConfigError(f"role {role}: needs router_curve_dir with the keys the router and its nodes share")
     if config["router_curve_dir"]:

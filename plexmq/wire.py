@@ -32,8 +32,9 @@ import orjson
 # 2: CONNECT names the connection's tenant, ROUTES entries theirs; 3: SESSION may refuse, ROUTED may say
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
 # 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
-# TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts
-PROTOCOL = 8
+# TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts;
+# 9: HELLO says the worker's direct endpoint, DIRECTORY (the other nodes' workers a worker may send to itself)
+PROTOCOL = 9
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -83,9 +84,12 @@ REFUSED = 34  # Refused: the router speaks another protocol version than the wor
 # Standby: this router is a standby (another holds the lease in the shared store): join another of `router`
 STANDBY = 35
 TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py); answer TRACES_ACK
-# worker -> worker of the same host (workers/peers.py): a message for the subscribers the receiving
-# worker serves itself (its `LocalRoutes.local`), which it matches against its own table of the tenant;
-# each frame leads with PEER_SEQ, which the receiver sends back once it has delivered the frame
+# Directory: every joined worker's direct endpoint (a node's `direct_bind`), the whole map at each change
+DIRECTORY = 37
+# worker -> worker of the same host (ipc), or of another node when both say a direct endpoint (tcp, QoS 0
+# only; workers/peers.py): a message for the subscribers the receiving worker serves itself (its
+# `LocalRoutes.local`), which it matches against its own table of the tenant; each frame leads with
+# PEER_SEQ, which the receiver sends back once it has delivered the frame
 PEER_RAW = 40  # PEER_HEAD (tenant length) + tenant + topic; payload: plain QoS 0 PUBLISH packets as received
 PEER_RAW_V5 = 41  # as PEER_RAW, the packets of a 5.0 client
 PEER_MSG = 42  # PEER_HEAD + tenant + DELIVER_HEAD (flags: QoS 0 or 1) + topic [+ EXTRA + properties]; payload: the message's
@@ -185,6 +189,7 @@ class Hello(NamedTuple):
     address: str  # what the router's listings show for a node
     pid: int
     live: list[int]  # the worker's live connections: its other sessions end with their wills
+    direct: str = ""  # where other nodes' workers send it messages (workers/peers.py; "": through the router)
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -557,6 +562,20 @@ class Traces(NamedTuple):
         return cls._make(orjson.loads(header))
 
 
+class Directory(NamedTuple):
+    """DIRECTORY, an orjson object: each joined worker (its identity) that takes messages from other
+    nodes' workers, and where (tcp://HOST:PORT, CURVE as the router link)."""
+
+    endpoints: dict[str, str]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.endpoints)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Directory:
+        return cls(orjson.loads(header))
+
+
 class Rejoin(NamedTuple):
     """REJOIN, COUNT."""
 
@@ -708,6 +727,9 @@ class ToWorker(Batch):
 
     def traces(self, gen: int, traces: list[list]) -> None:
         self.add(TRACES, Traces(gen, traces).encode())
+
+    def directory(self, endpoints: dict[str, str]) -> None:
+        self.add(DIRECTORY, Directory(endpoints).encode())
 
     def beat(self) -> None:
         self.add(BEAT, b"")

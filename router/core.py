@@ -116,6 +116,7 @@ class Router(Lifecycle, Subscribing):
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
         self.stopping = False  # the broker stops: its own workers' BYEs end no session (no wills)
+        self.directory: dict[str, str] = {}  # the workers' direct endpoints, as last told (DIRECTORY)
         self.received = 0
         self.delivered = 0
         self.unknown = 0  # messages of connections the router does not know (no CONNECT, or ended): dropped

@@ -55,6 +55,7 @@ class Lifecycle:
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
     stopping: bool
+    directory: dict[str, str]
 
     if TYPE_CHECKING:  # Router's (router/core.py) and Subscribing's (router/subscribing.py)
         def out(self, worker: bytes) -> wire.ToWorker: ...
@@ -83,6 +84,7 @@ class Lifecycle:
                 other.join and other.node == hello.node for w, other in self.links.links.items() if w != worker):
             log.info("node %s joined from %s", hello.node, hello.address)  # its first worker (not one rejoining)
         link.worker_id, link.node, link.address, link.pid = hello.worker, hello.node, hello.address, hello.pid
+        link.direct = hello.direct
         self.routes.hello(worker)
         self.traces.hello(worker, self.out)
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
@@ -95,6 +97,19 @@ class Lifecycle:
         self._forget_tenants(worker, lambda conn_id: conn_id not in live)
         for session in sessions:
             self._disconnect(session, publish_will=session.conn_id not in live)
+        self._tell_directory(worker)
+
+    def _tell_directory(self, joined: bytes | None = None) -> None:
+        """Every joined worker learns the direct endpoints of the others (DIRECTORY) when they change;
+        one that joins (`joined`) learns them at once: nodes' workers send each other QoS 0 messages
+        themselves where both have one (workers/peers.py)."""
+        now = self.links.directory()
+        if now != self.directory:
+            self.directory = now
+            for worker in self.links.joined():
+                self.out(worker).directory(now)
+        elif joined is not None and now:
+            self.out(joined).directory(now)
 
     def _refuse_link(self, worker: bytes, hello: wire.Hello) -> NoReturn:
         """A worker (a node's, on another host) that speaks another protocol version: none of its
@@ -176,6 +191,7 @@ class Lifecycle:
             listing.answer(label, [], 0)
         self.batches.pop(worker, None)
         self.link_broken(worker)
+        self._tell_directory()
 
     def _on_clients(self, worker: bytes, header: bytes, payload: bytes) -> None:
         answer = wire.Clients.decode(header)

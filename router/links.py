@@ -28,7 +28,7 @@ class Link:
     """One worker's link as the router sees it."""
 
     __slots__ = ("join", "alive", "next_in", "next_out", "heard", "gap_at", "asked", "node", "address", "worker_id",
-                 "pid")
+                 "pid", "direct")
 
     def __init__(self) -> None:
         self.join = 0  # the join accepted (0: none: its frames are dropped)
@@ -42,6 +42,7 @@ class Link:
         self.address = ""
         self.worker_id = 0
         self.pid = 0  # of its process, as its last HELLO said
+        self.direct = ""  # where other nodes' workers may send it messages, as its last HELLO said
 
 
 class Links:
@@ -100,6 +101,10 @@ class Links:
         """The workers whose sessions the router holds as connected: the ones the route table and
         client listings count on."""
         return [worker for worker, link in self.links.items() if link.alive]
+
+    def directory(self) -> dict[str, str]:
+        """The direct endpoint of each worker whose sessions the router holds as connected and that has one."""
+        return {worker.decode(): link.direct for worker, link in self.links.items() if link.alive and link.direct}
 
     def drop(self, worker: bytes) -> None:
         """From now on the worker's frames are refused and its sessions are not the router's to end."""

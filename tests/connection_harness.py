@@ -158,6 +158,9 @@ class FakePeers(Peers):
         self.own = identity.decode()
         self.node = ""
         self.on_answer = on_answer
+        self.direct = ""
+        self.endpoints = {}
+        self.shunned = {}
         self.peers = {}
         self.pending = []
         self.unconfirmed = 0
@@ -257,6 +260,7 @@ class HarnessWorker(Worker):
         self.watching = {}
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
+        self.direct = ""
         self.peers = FakePeers(loop, self.identity, self.answered) if direct else None
         self.peer_acks = deque()
         self.routes_acks = deque()

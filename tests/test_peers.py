@@ -5,6 +5,7 @@ end to end: cross-worker messages flow with the router stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -12,9 +13,11 @@ from pathlib import Path
 import psutil
 
 from plexmq import wire
+from plexmq.acceptor.config import curve_keys
 from plexmq.mqtt import v4 as p
 from plexmq.workers import peers as peer_links
-from tests.conftest import Broker
+from plexmq.workers.routes import RouteTables
+from tests.conftest import Broker, free_port
 from tests.connection_harness import ConnectionHarness, FakePeers, routed, routes
 from tests.mqtt import RawClient
 from tests.steps import ping, publish, raw_on, receive, subscribe, uid
@@ -122,6 +125,53 @@ def test_a_peer_that_never_answers_is_taken_for_gone_after_its_patience() -> Non
     peers.expire(h.loop.now)
     h.turn()
     assert [(r.kind, r.fields[-1]) for r in h.records()] == [("PUB0", "r")]
+
+
+def test_other_nodes_workers_get_qos0_messages_directly_once_reached_and_qos1_ones_through_the_router() -> None:
+    """A worker of node n1: n1's other workers take QoS 0 and 1 from it; another node's only QoS 0, and
+    only while it reaches that worker (`RouteTables.reach`, from DIRECTORY less those shunned); any
+    place it does not reach, or the router's, sends the message through the router."""
+    tables = RouteTables(wire.identity("n1", 0), direct=True)
+    tables.apply(True, [["", "a", ["n1/w1"]], ["", "b", ["n2/w0"]], ["", "c", ["n1/w1", "n2/w0"]],
+                        ["", "d", ["n2/w0", ""]]])
+    t = tables.default
+    assert t.targets(b"a") == ((), ("n1/w1",), ("n1/w1",))
+    assert t.targets(b"b") == ((), None, None)
+    tables.reach({"n2/w0"})
+    assert t.targets(b"b") == ((), ("n2/w0",), None)
+    assert t.targets(b"c") == ((), ("n1/w1", "n2/w0"), None)
+    assert t.targets(b"d") == ((), None, None)
+    tables.reach(set())
+    assert t.targets(b"b") == ((), None, None) and t.targets(b"c") == ((), None, None)
+
+
+def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_later(tmp_path: Path) -> None:
+    """Real sockets: n2/w0's endpoint has nobody listening. After PATIENCE its frame counts as answered
+    (QoS 0 only goes there: dropped, at most once), its link closes and n2 is not reached (its
+    messages cross the router) until RETRY has passed."""
+    loop = asyncio.new_event_loop()
+    reached: list[set[str]] = []
+    answers: list[int] = []
+    peers = peer_links.Peers(loop, str(tmp_path), b"n1/w0", lambda frame: None, lambda: answers.append(1),
+                             reached.append, f"tcp://127.0.0.1:{free_port()}", curve_keys(""))
+    try:
+        peers.directory({"n1/w0": "tcp://127.0.0.1:1", "n2/w0": f"tcp://127.0.0.1:{free_port()}"})
+        assert reached == [{"n2/w0"}]  # its own node's workers take ipc, not the directory
+        peers.raw("n2/w0", "", b"t", p.encode_publish(b"t", b"x"), False)
+        peers.send()
+        assert peers.unconfirmed == 1 and not answers
+        now = loop.time()
+        peers.expire(now + peer_links.PATIENCE / 2)
+        assert peers.unconfirmed == 1
+        peers.expire(now + peer_links.PATIENCE)
+        assert reached[-1] == set() and peers.unconfirmed == 0 and answers and "n2/w0" not in peers.peers
+        peers.expire(now + peer_links.PATIENCE + peer_links.RETRY)
+        assert reached[-1] == {"n2/w0"} and not peers.shunned
+        peers.directory({})
+        assert reached[-1] == set()
+    finally:
+        peers.close()
+        loop.close()
 
 
 def pair_across(b: Broker) -> tuple[str, RawClient, RawClient, psutil.Process]:

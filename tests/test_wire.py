@@ -40,8 +40,9 @@ class Case(NamedTuple):
 
 
 CASES = [
-    Case("hello", wire.HELLO, wire.Hello(wire.PROTOCOL, 2, "n1", "10.0.0.2", 4242, [1, 7]),
-         b'{"protocol":%d,"worker":2,"node":"n1","address":"10.0.0.2","pid":4242,"live":[1,7]}' % wire.PROTOCOL),
+    Case("hello", wire.HELLO, wire.Hello(wire.PROTOCOL, 2, "n1", "10.0.0.2", 4242, [1, 7], "tcp://10.0.0.2:7000"),
+         b'{"protocol":%d,"worker":2,"node":"n1","address":"10.0.0.2","pid":4242,"live":[1,7],'
+         b'"direct":"tcp://10.0.0.2:7000"}' % wire.PROTOCOL),
     Case("connect with a 5.0 will", wire.CONNECT,
          wire.Connect(3, "c1", True, "u", "will/t", 1, True, 0, True, 60, [5, "0102", 30], "acme"),
          b'[3,"c1",false,"u","will/t",1,true,0,true,60,[5,"0102",30],"acme"]'),
@@ -85,6 +86,7 @@ CASES = [
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
     Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
+    Case("directory", wire.DIRECTORY, wire.Directory({"n2/w0": "tcp://10.0.0.3:7000"}), b'{"n2/w0":"tcp://10.0.0.3:7000"}'),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
     Case("refused", wire.REFUSED, wire.Refused(1), b"\x01\x00\x00\x00"),
     Case("standby", wire.STANDBY, wire.Standby("b", "tcp://10.0.0.1:7883"), b'["b","tcp://10.0.0.1:7883"]'),
@@ -95,7 +97,7 @@ TO_ROUTER = (wire.HELLO, wire.CONNECT, wire.SUBSCRIBE, wire.UNSUBSCRIBE, wire.PU
              wire.KICKED, wire.TRACES_ACK, wire.TRACED)
 TO_WORKER = (wire.SESSION, wire.SUBACK, wire.UNSUBACK, wire.ROUTED, wire.DELIVER, wire.RESEND_REL, wire.KICK,
              wire.DELIVER_RAW, wire.LIST_CLIENTS, wire.CLOSE, wire.DELIVER_RAW_V5, wire.ROUTES, wire.REJOIN, wire.BEAT,
-             wire.REFUSED, wire.STANDBY, wire.TRACES)
+             wire.REFUSED, wire.STANDBY, wire.TRACES, wire.DIRECTORY)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.desc for c in CASES])

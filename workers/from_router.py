@@ -228,6 +228,12 @@ def standby(worker: Worker, header: bytes, payload: bytes) -> None:
         worker.follower.standby(*wire.Standby.decode(header))
 
 
+def directory(worker: Worker, header: bytes, payload: bytes) -> None:
+    """DIRECTORY: where the other nodes' workers take QoS 0 messages sent to them directly."""
+    if worker.peers is not None:
+        worker.peers.directory(wire.Directory.decode(header).endpoints)
+
+
 HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.DELIVER_RAW: deliver_raw,
     wire.DELIVER_RAW_V5: deliver_raw_v5,
@@ -246,4 +252,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.REFUSED: refused,
     wire.STANDBY: standby,
     wire.TRACES: traces,
+    wire.DIRECTORY: directory,
 }

@@ -1,15 +1,24 @@
-"""The worker's direct links to the other workers of its host (issue 35): a QoS 0 or 1 message whose
-topic only workers' own subscribers want goes from the publisher's worker straight to theirs, not
-through the router (docs/architecture.md §4, "Worker to worker").
+"""The worker's direct links to the other workers of its host, and to those of other nodes (issue 35):
+a message whose topic only workers' own subscribers want goes from the publisher's worker straight
+to theirs, not through the router (docs/architecture.md §4, "Worker to worker"): QoS 0 and 1 to the
+workers of its host, QoS 0 to those of other nodes.
 
 Each worker binds a ZeroMQ ROUTER, its inbox, at `ipc://RUN_DIR/peer-w<id>.ipc`, and connects a
 DEALER to a peer's inbox the first time it sends there. One frame per peer per loop turn carries that
 turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its number (PEER_SEQ); the
 receiver delivers them to the subscribers it serves itself and sends the number back, and a QoS 1
-publisher's PUBACK waits for that answer. A frame not yet
-answered is *unconfirmed*: while any is, the worker's frame to the router waits if it holds a message
-(`Worker.flush`), so that none overtakes, through the router, one still on its way to a peer. A peer
-that answers nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
+publisher's PUBACK waits for that answer. A frame not yet answered is *unconfirmed*: while any is,
+the worker's frame to the router waits if it holds a message (`Worker.flush`), so that none
+overtakes, through the router, one still on its way to a peer. A peer of this host that answers
+nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
+
+A node's workers with `direct_bind` bind a second inbox there (tcp, CURVE with the router link's
+keys) and tell the router (HELLO), which tells every worker where the others' are (DIRECTORY); a
+worker sends to another node's worker itself only when both have one. Such a peer that answers
+nothing for PATIENCE is *shunned* for RETRY seconds: what was on its way is dropped (QoS 0: at most
+once) and the messages for its node cross the router, which reaches every node. QoS 1 between nodes
+always crosses the router: a PUBACK there means the router holds the message, which a cut between
+two nodes that both still reach the router cannot lose.
 """
 
 from __future__ import annotations
@@ -20,12 +29,14 @@ import os
 from collections.abc import Callable
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
 
-from plexmq import wire
+from plexmq import curve, wire
 
 log = logging.getLogger("plexmq.worker")
 
 PATIENCE = 2.0  # seconds a peer may leave a frame unanswered before it is taken for gone
+RETRY = 30.0  # seconds another node's worker that did not answer is shunned (its node's messages cross the router)
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _pack_seq, _unpack_seq = wire.PEER_SEQ.pack, wire.PEER_SEQ.unpack
 _pack_head = wire.PEER_HEAD.pack
@@ -34,6 +45,12 @@ _pack_head = wire.PEER_HEAD.pack
 def inbox_path(run_dir: str, place: str) -> str:
     """Where the worker of `place` (its identity: `w3`, or `node/w3` on a node) takes its peers' frames."""
     return os.path.join(run_dir, f"peer-{place.rpartition('/')[2]}.ipc")
+
+
+def direct_endpoint(direct_bind: str, worker_id: int) -> str:
+    """Where worker `worker_id` of a node with `direct_bind` (tcp://HOST:PORT) takes other nodes' frames: PORT+id."""
+    host, _, port = direct_bind.rpartition(":")
+    return f"{host}:{int(port) + worker_id}"
 
 
 def delivered(marks: Marks) -> bool:
@@ -47,11 +64,14 @@ class Peer:
 
     __slots__ = ("sock", "fd", "batch", "sent", "answered", "since")
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, identity: bytes) -> None:
+    def __init__(self, ctx: zmq.Context, endpoint: str, identity: bytes, keys: dict[str, str] | None) -> None:
+        """`keys`: the CURVE keys, for another node's worker (tcp)."""
         sock = self.sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, identity)
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)
+        if keys:
+            curve.client(sock, keys)
         sock.connect(endpoint)
         self.fd: int = sock.getsockopt(zmq.FD)
         self.batch = wire.Batch()
@@ -64,12 +84,15 @@ Marks = tuple[tuple[Peer, int], ...]  # each peer with the last frame number its
 
 
 class Peers:
-    """The inbox, a Peer per worker sent to, and what is unconfirmed."""
+    """The inboxes, a Peer per worker sent to, and what is unconfirmed."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, run_dir: str, identity: bytes,
-                 on_frame: Callable[[bytes], None], on_answer: Callable[[], None]) -> None:
+                 on_frame: Callable[[bytes], None], on_answer: Callable[[], None],
+                 on_reach: Callable[[set[str]], None], direct: str = "", keys: dict[str, str] | None = None) -> None:
         """`on_frame`: the records of a peer's frame, to deliver; `on_answer`: a peer answered (the PUBACKs
-        and the frame to the router that waited for it may go)."""
+        and the frame to the router that waited for it may go); `on_reach`: the other nodes' workers it
+        sends to itself now (workers/routes.py); `direct`: its own endpoint for those (`direct_endpoint`;
+        "": none), with the CURVE `keys`."""
         self.loop = loop
         self.run_dir = run_dir
         self.identity = identity
@@ -78,7 +101,7 @@ class Peers:
         self.on_frame = on_frame
         self.on_answer = on_answer
         self.ctx = zmq.Context(io_threads=1)
-        inbox = self.inbox = self.ctx.socket(zmq.ROUTER)
+        inbox = self.ctx.socket(zmq.ROUTER)
         inbox.setsockopt(zmq.RCVHWM, 0)
         inbox.setsockopt(zmq.SNDHWM, 0)
         inbox.setsockopt(zmq.LINGER, 0)
@@ -86,21 +109,48 @@ class Peers:
         if os.path.exists(path):  # left by this worker's predecessor, killed
             os.unlink(path)
         inbox.bind(f"ipc://{path}")
-        self.inbox_fd: int = inbox.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int option
-        loop.add_reader(self.inbox_fd, self.drain_inbox)
+        self.inboxes = [inbox]
+        self.direct = direct
+        self.keys = keys
+        self.auth: ThreadAuthenticator | None = None
+        if direct:
+            far = self.ctx.socket(zmq.ROUTER)
+            far.setsockopt(zmq.RCVHWM, 0)
+            far.setsockopt(zmq.SNDHWM, 0)
+            far.setsockopt(zmq.LINGER, 0)
+            self.auth = curve.server(self.ctx, far, keys)  # type: ignore[arg-type]  # a node has them
+            far.bind(direct)
+            self.inboxes.append(far)
+        self.inbox_fds: list[int] = [sock.getsockopt(zmq.FD) for sock in self.inboxes]  # type: ignore[misc]  # an int option
+        for sock, fd in zip(self.inboxes, self.inbox_fds):
+            loop.add_reader(fd, self.drain_inbox, sock)
+        self.on_reach = on_reach
+        self.endpoints: dict[str, str] = {}  # other nodes' workers, where they take frames (DIRECTORY)
+        self.shunned: dict[str, float] = {}  # those that did not answer -> loop.time() to try again
         self.peers: dict[str, Peer] = {}
         self.pending: list[Peer] = []  # peers with records this turn
         self.unconfirmed = 0  # peers with a frame not yet answered
         self.seq = 0
 
-    def reaches(self, place: str) -> bool:
-        """Whether `place` is another worker of this host (a router's place, b"", is none)."""
-        return bool(place) and place.rpartition("/")[0] == self.node and place != self.own
+    def directory(self, endpoints: dict[str, str]) -> None:
+        """DIRECTORY: where every joined worker takes frames from other nodes; those of other nodes are
+        sent to directly when this worker has an endpoint too (a link to one no longer listed closes)."""
+        self.endpoints = {place: endpoint for place, endpoint in endpoints.items()
+                          if self.direct and place.rpartition("/")[0] != self.node}
+        for place in [place for place in self.peers if place.rpartition("/")[0] != self.node]:
+            if place not in self.endpoints:
+                self._close(place)
+        self._reach()
+
+    def _reach(self) -> None:
+        self.on_reach({place for place in self.endpoints if place not in self.shunned})
 
     def _peer(self, place: str) -> Peer:
         peer = self.peers.get(place)
         if peer is None:
-            peer = self.peers[place] = Peer(self.ctx, f"ipc://{inbox_path(self.run_dir, place)}", self.identity)
+            far = self.endpoints.get(place)
+            endpoint = far or f"ipc://{inbox_path(self.run_dir, place)}"
+            peer = self.peers[place] = Peer(self.ctx, endpoint, self.identity, self.keys if far else None)
             self.loop.add_reader(peer.fd, self._drain_answers, peer)
         return peer
 
@@ -148,10 +198,9 @@ class Peers:
                 self.loop.call_soon(self._drain_answers, peer)
         self.pending.clear()
 
-    def drain_inbox(self) -> None:
+    def drain_inbox(self, inbox: zmq.Socket) -> None:
         """Deliver each peer's frame, then answer it with its number (the ZeroMQ fd is edge-triggered:
         read until EVENTS says nothing is left)."""
-        inbox = self.inbox
         while inbox.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
             sender, seq, frame = inbox.recv_multipart(_NOBLOCK)
             self.on_frame(frame)
@@ -176,17 +225,45 @@ class Peers:
         self.on_answer()
 
     def expire(self, now: float) -> None:
-        """A peer silent for PATIENCE with frames unanswered is taken for gone (a killed worker's clients
-        went with it): its frames count as answered."""
-        for place, peer in self.peers.items():
+        """(each second) A peer of this host silent for PATIENCE with frames unanswered is taken for gone
+        (a killed worker's clients went with it): its frames count as answered. One of another node is
+        shunned for RETRY (a dead node, or a cut between the two); one shunned that long is tried again."""
+        for place, peer in list(self.peers.items()):
             if peer.since and now - peer.since >= PATIENCE:
-                log.warning("worker %s answered no direct delivery for %.1f s: taken for gone", place, now - peer.since)
-                self._answered(peer, peer.sent)
+                if place in self.endpoints:
+                    log.warning("worker %s answered no direct delivery for %.1f s: its node's messages cross the "
+                                "router for %g s", place, now - peer.since, RETRY)
+                    self._close(place)
+                    self.shunned[place] = now + RETRY
+                    self._reach()
+                else:
+                    log.warning("worker %s answered no direct delivery for %.1f s: taken for gone", place, now - peer.since)
+                    self._answered(peer, peer.sent)
+        if self.shunned and any(now >= until for until in self.shunned.values()):
+            self.shunned = {place: until for place, until in self.shunned.items() if now < until}
+            self._reach()
+
+    def _close(self, place: str) -> None:
+        """Drop the link to another node's worker and what is on its way there (QoS 0 only): every mark
+        on it counts as passed."""
+        peer = self.peers.pop(place)
+        if peer.batch:
+            peer.batch.take()
+            self.pending.remove(peer)
+        if peer.answered < peer.sent:
+            self.unconfirmed -= 1
+        peer.answered = peer.sent + 1  # past every mark given (`message`, `owed`)
+        self.loop.remove_reader(peer.fd)
+        peer.sock.close(linger=0)
+        self.on_answer()
 
     def close(self) -> None:
         for peer in self.peers.values():
             self.loop.remove_reader(peer.fd)
-        self.loop.remove_reader(self.inbox_fd)
+        for fd in self.inbox_fds:
+            self.loop.remove_reader(fd)
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.destroy(linger=0)
         try:
             os.unlink(inbox_path(self.run_dir, self.own))  # a run dir a broker stopped in holds nothing of its own

@@ -3,8 +3,9 @@ itself: what lets it deliver a PUBLISH to its own subscribers without a hop thro
 
 The router says which subscriptions are the worker's own (in their SUBACK) and which filters something
 else serves, and where (ROUTES). A message goes straight to the local subscribers when no filter
-matching its topic is served elsewhere, and to the other workers of this host itself when only they
-serve the others (workers/peers.py); the caller also waits until the router has taken every PUB the
+matching its topic is served elsewhere, and to the other workers itself when only they serve the
+others and it reaches them (workers/peers.py: those of this host; those of other nodes in `far`, for
+QoS 0 only); the caller also waits until the router has taken every PUB the
 worker sent it before (`RouterLink.unrouted`), so that a topic that stops needing the router does not
 overtake its own messages still on their way through it.
 
@@ -21,19 +22,21 @@ from plexmq.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
 Subscriber = tuple[int, int, int]  # conn id, granted QoS, packet id (0: the connection numbers it), as on the wire
-# the local subscribers; the other workers of this host that want the message (None: the router must route it)
-Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None]
+# the local subscribers; the other workers that want a QoS 0 message, and those that want a QoS 1 one (None:
+# the router must route it)
+Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None, tuple[str, ...] | None]
 
 
 class LocalRoutes:
     """Filters served elsewhere (and where), the worker's own subscriptions, and per topic what they mean."""
 
-    __slots__ = ("own", "node", "direct", "remote", "placed", "local", "known", "cache")
+    __slots__ = ("own", "node", "direct", "far", "remote", "placed", "local", "known", "cache")
 
-    def __init__(self, identity: bytes, direct: bool) -> None:
+    def __init__(self, identity: bytes, direct: bool, far: set[str]) -> None:
         self.own = identity.decode()  # this worker's place (its identity on the router link)
         self.node = self.own.rpartition("/")[0]  # its node's name ("": all-in-one): the places of this host share it
         self.direct = direct  # whether it sends to the other workers of its host itself (direct_delivery)
+        self.far = far  # the other nodes' workers it sends QoS 0 messages to itself (`RouteTables.reach`)
         self.remote = SubscriptionTrie()  # filter -> its places other than this worker (the router's: "")
         self.placed: dict[str, tuple[str, ...]] = {}  # filter -> the places `remote` holds for it
         self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
@@ -41,16 +44,16 @@ class LocalRoutes:
         self.cache: dict[bytes, Targets] = {}
 
     def targets(self, topic: bytes) -> Targets | None:
-        """The local subscribers of a message to `topic` (empty: none) and the other workers of this host
-        that serve the rest (empty: none; None: something else wants it, a worker of another host or
-        the router, which must route it), or None while the table is not known."""
+        """The local subscribers of a message to `topic` (empty: none) and the other workers that serve
+        the rest, for QoS 0 and for QoS 1 (empty: none; None: something else wants it, the router or a
+        worker this one does not reach, and the router must route it), or None while the table is not known."""
         if not self.known:
             return None
         found = self.cache.get(topic)
         if found is None:
             name = topic.decode()
             found = (tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(name).items()]),  # type: ignore[misc]  # conn ids
-                     self._peers(self.remote.match(name)))  # type: ignore[arg-type]  # places
+                     *self._peers(self.remote.match(name)))  # type: ignore[arg-type]  # places
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
             self.cache[topic] = found
@@ -64,12 +67,18 @@ class LocalRoutes:
             return found[0]
         return tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(topic.decode()).items()])  # type: ignore[misc]  # conn ids
 
-    def _peers(self, places: Iterable[str]) -> tuple[str, ...] | None:
-        node = self.node
+    def _peers(self, places: Iterable[str]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+        """The peers a QoS 0 and a QoS 1 message go to (None: the router routes it)."""
         peers = tuple(places)
         if not peers:
-            return peers
-        return peers if self.direct and all(place and place.rpartition("/")[0] == node for place in peers) else None
+            return peers, peers
+        if not self.direct:
+            return None, None
+        node, far = self.node, self.far
+        near = [place.rpartition("/")[0] == node and bool(place) for place in peers]
+        if all(near):
+            return peers, peers
+        return (peers if all(here or place in far for here, place in zip(near, peers)) else None), None
 
     def apply(self, whole: bool, entries: list[list]) -> None:
         """A ROUTES record: each filter with its places now (`whole`: the entire table)."""
@@ -113,11 +122,12 @@ class RouteTables:
     """A `LocalRoutes` per tenant this worker has seen, in a CONNECT or in a ROUTES record; the
     default tenant's always."""
 
-    __slots__ = ("identity", "direct", "tables", "known", "default")
+    __slots__ = ("identity", "direct", "far", "tables", "known", "default")
 
     def __init__(self, identity: bytes, direct: bool = False) -> None:
         self.identity = identity
         self.direct = direct
+        self.far: set[str] = set()  # the other nodes' workers this one sends QoS 0 messages to itself
         self.tables: dict[str, LocalRoutes] = {}
         self.known = False  # as each table's `known`: whether the whole table came since the last HELLO
         self.default = self.of("")
@@ -126,7 +136,7 @@ class RouteTables:
         """The table of `tenant`, made at its first sight (then as much known as the others)."""
         table = self.tables.get(tenant)
         if table is None:
-            table = self.tables[tenant] = LocalRoutes(self.identity, self.direct)
+            table = self.tables[tenant] = LocalRoutes(self.identity, self.direct, self.far)
             table.known = self.known
         return table
 
@@ -145,6 +155,14 @@ class RouteTables:
         else:
             for tenant, part in by_tenant.items():
                 self.of(tenant).apply(False, part)
+
+    def reach(self, far: set[str]) -> None:
+        """The other nodes' workers it sends QoS 0 messages to itself from now on (workers/peers.py)."""
+        if far != self.far:
+            self.far.clear()
+            self.far.update(far)
+            for table in self.tables.values():
+                table.cache.clear()
 
     def forget_table(self) -> None:
         """A new router: until its table comes, every message of every tenant goes to it."""

@@ -50,7 +50,7 @@ from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.outbound import Extra, Forms, Outbound
-from plexmq.workers.peers import Marks, Peers, delivered
+from plexmq.workers.peers import Marks, Peers, delivered, direct_endpoint
 from plexmq.workers.routes import RouteTables, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
@@ -122,11 +122,15 @@ class Worker:
         self.poller = Poller(loop)  # plain TCP and WebSocket sockets; TLS ones get uvloop's transport
         self.link = RouterLink(loop, config["router_endpoints"], self.identity, self.on_frame,
                                lambda: self.rejoin("frames from the router were lost"), config.get("router_curve"))
+        # where other nodes' workers send it QoS 0 messages (workers/peers.py), as HELLO tells the router
+        direct = config["direct_bind"] and config["direct_delivery"]
+        self.direct = direct_endpoint(config["direct_bind"], worker_id) if direct else ""
         self.link.open(self._hello([]))
         self.follower = Follower(self)
-        # the other workers of this host, which it delivers QoS 0 and 1 messages to itself (workers/peers.py)
+        # the other workers, which it delivers messages to itself (workers/peers.py)
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
-                           self.answered) if config["direct_delivery"] else None
+                           self.answered, self.routes.reach, self.direct, config.get("router_curve")) \
+            if config["direct_delivery"] else None
         self.peer_acks: deque[PeerAck] = deque()  # PUBACKs of QoS 1 messages sent to peers, in order
         # ROUTES_ACKs waiting for the peers to deliver what they were sent before: (generation, marks)
         self.routes_acks: deque[tuple[int, Marks]] = deque()
@@ -275,7 +279,7 @@ class Worker:
                 self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
         if qos < 2 and not retain and self.local_path(conn):
             found = conn.routes.targets(name)
-            subs, peers = found if found is not None else ((), None)
+            subs, peers = (found[0], found[2] if qos else found[1]) if found is not None else ((), None)
             if peers is not None:  # only workers' own subscribers want it: this one's, and its peers'
                 self._count_local(conn, 1, len(subs))
                 extra = (props, expiry) if props or expiry else None
@@ -311,7 +315,7 @@ class Worker:
         if self.watching:
             trace_watch.see_run(self, conn, topic, count, packets, as_v5)
         found = conn.routes.targets(topic) if self.local_path(conn) else None
-        subs, peers = found if found is not None else ((), None)
+        subs, peers = found[:2] if found is not None else ((), None)
         if peers is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
             return
@@ -511,7 +515,7 @@ class Worker:
         self._report_load()
 
     def _hello(self, live: list[int]) -> wire.Hello:
-        return wire.Hello(wire.PROTOCOL, self.worker_id, self.node, self.address, os.getpid(), live)
+        return wire.Hello(wire.PROTOCOL, self.worker_id, self.node, self.address, os.getpid(), live, self.direct)
 
     def rejoin(self, why: str, level: int = logging.WARNING) -> None:
         """The router does not take this join any more (it restarted, frames were lost on the link,
@@ -602,7 +606,7 @@ class Worker:
                         link.endpoint, now - link.opened_at, self.node or "-")
         if self.archive is not None:
             self.archive.flush()  # seals a segment that has grown old while idle
-        if self.peers is not None and self.peers.unconfirmed:
+        if self.peers is not None and (self.peers.unconfirmed or self.peers.shunned):
             self.peers.expire(now)
         self.loop.call_at(math.floor(self.loop.time()) + 1.0, self._tick)  # just after the next whole second
 
