@@ -22,7 +22,6 @@ import psutil
 import pytest
 
 from plexmq.acceptor import config as cfg
-from plexmq.acceptor import reload
 from plexmq.acceptor.bridges.rules import first, parse
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
 from plexmq.mqtt import v4 as p4
@@ -377,14 +376,54 @@ def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto
     assert watching.communicate(timeout=40)[0] == "site1/sensors/t 21.5\n"
 
 
-def test_a_reload_keeps_the_bridges_and_says_a_restart_applies_them(tmp_path: Path,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    path = write(tmp_path, '[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n')
-    current = cfg.load(str(path), {})
-    current["bridge_logins"] = {"plexmq-bridge-cloud": ["token", ""]}  # what serve adds
-    path.write_text('[bridges.cloud]\naddress = ["h:1884"]\nout = [{filter = "a/#"}]\n')
-    with caplog.at_level("INFO", logger="plexmq.acceptor"):
-        merged = reload.reread(current, lambda: cfg.load(str(path), {}), reload.Files(current))
-    assert merged is not None and merged["bridges"]["cloud"]["address"] == ["h:1883"]
-    assert merged["bridge_logins"] == current["bridge_logins"]  # the running bridge's token still logs in
-    assert "needs a restart: bridges" in caplog.text
+def bridge_table(name: str, port: int, prefix: str) -> str:
+    return (f'[bridges.{name}]\naddress = ["127.0.0.1:{port}"]\nclient_id = "{name}-id"\n'
+            f'out = [{{filter = "data/#", prefix = "{prefix}/"}}]\n')
+
+
+def reload_broker(b: Broker) -> None:
+    """`plexmq reload --pid`."""
+    reloaded = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "reload", "--pid", str(b.proc.pid)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert reloaded.returncode == 0, reloaded.stderr
+
+
+def test_a_reload_adds_changes_and_removes_one_bridge_leaving_the_others_connected(tmp_path: Path,
+                                                                                   brokers: list[Broker]) -> None:
+    """Bridge `keep` keeps its connections (mosquitto saw its client id connect once, plexmq's log says
+    it came up once) while a reload changes `change`, removes `gone` and adds `added`."""
+    remote = Mosquitto(tmp_path, "log_type notice\n")  # "New client connected ... as ID" lines
+    try:
+        b = serve(brokers, tmp_path, bridge_table("keep", remote.port, "keep") +
+                  bridge_table("change", remote.port, "old") + bridge_table("gone", remote.port, "gone"))
+        for name in ("keep", "change", "gone"):
+            bridged(b, name)
+        write(tmp_path, f'run_dir = "{tmp_path / "a-run"}"\n' + bridge_table("keep", remote.port, "keep") +
+              bridge_table("change", remote.port, "new") + bridge_table("added", remote.port, "added"), "a.toml")
+        reload_broker(b)
+        wait_for(lambda: "changed: bridges.added (added), bridges.change (changed), bridges.gone (removed)" in b.output(),
+                 10, "the reload line")
+        bridged(b, "added")
+        bridged(b, "change", 2)
+        assert "bridge gone stopped: removed by a reload" in b.output()
+        subscriber = Client(remote.port, "sub")
+        subscriber.subscribe("+/data/#", 1)
+        Client(b.port, "publisher").publish("data/x", b"1", qos=1)
+        assert sorted(subscriber.get(timeout=10).topic for _ in range(3)) == ["added/data/x", "keep/data/x", "new/data/x"]
+        assert subscriber.nothing(1.0)
+        assert [b.output().count(f"bridge keep: {side} up") for side in ("local", "remote")] == [1, 1]
+        assert remote.log.read_text().count(" as keep-id ") == 1
+    finally:
+        remote.stop()
+
+
+def test_a_reload_adds_the_first_bridge(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
+    """A broker started without bridges starts the bridge process when a reload declares one."""
+    b = serve(brokers, tmp_path, "")
+    wait_for(lambda: b.output().count(" ready (pid ") == 1, 20, "the worker to be ready")
+    write(tmp_path, f'run_dir = "{tmp_path / "a-run"}"\n' + bridge_table("cloud", mosquitto.port, "site1"), "a.toml")
+    reload_broker(b)
+    bridged(b)
+    subscriber = watcher(mosquitto.port, "site1/#")
+    Client(b.port, "publisher").publish("data/x", b"1", qos=1)
+    assert subscriber.get(timeout=10).topic == "site1/data/x"

@@ -56,6 +56,7 @@ class Bridge:
     def __init__(self, name: str, table: dict[str, Any], local: tuple[str, int], token: str) -> None:
         self.name = name
         self.table = table
+        self.token = token
         self.local_address = local
         self.remote_level = 5 if table["protocol"] == "5.0" else 4
         self.private = table["try_private"] and self.remote_level == 4
