@@ -138,17 +138,18 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     assert (message.topic, message.payload, message.qos) == ("cmd/valve", b"open", 1)
     raw = RawClient(b.port)
     assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
-    row = listed(tmp_path, ["0", "1", "1", "0"])
+    row = listed(tmp_path, ["0", "0", "1", "1", "0"])
     assert row[0] == "cloud" and row[-1] == "connected"
     scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
     for line in ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
-                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0'):
+                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0',
+                 'plexmq_bridge_queued_messages{bridge="cloud"} 0.0'):
         assert line in scraped, line
 
 
 def listed(tmp_path: Path, counts: list[str]) -> list[str]:
-    """`plexmq bridges --config` for broker a's first bridge, once its held, sent, received and dropped
-    are `counts` (the bridge writes its figures once a second): its row, split."""
+    """`plexmq bridges --config` for broker a's first bridge, once its queued, held, sent, received and
+    dropped are `counts` (the bridge and the router write their figures once a second): its row, split."""
     last: list[str] = []
 
     def row() -> list[str] | None:
@@ -156,10 +157,10 @@ def listed(tmp_path: Path, counts: list[str]) -> list[str]:
                                  cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert listing.returncode == 0, listing.stderr
         last[:] = listing.stdout.splitlines()[1].split()
-        return last if last[3:7] == counts else None
+        return last if last[3:8] == counts else None
 
     try:
-        return wait_for(row, 10, f"held, sent, received, dropped: {counts}")
+        return wait_for(row, 10, f"queued, held, sent, received, dropped: {counts}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last: {last}") from None
 
@@ -184,9 +185,19 @@ def queued_while_remote_down(tmp_path: Path, mosquitto: Mosquitto, brokers: list
 def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
                                                                  brokers: list[Broker]) -> None:
     """300 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds at
-    once: the rest wait in its session on the router) all reach it, in order, once it is back."""
+    once: the rest wait in its session on the router, as `plexmq bridges`, /metrics and $SYS say) all
+    reach it, in order, once it is back."""
     b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, 'prefix = "site1/"', 300)
-    assert listed(tmp_path, ["20", "0", "0", "0"])[7:9] == ["remote", "down:"]  # 20: the router's window, the rest there
+    assert listed(tmp_path, ["280", "20", "0", "0", "0"])[8:10] == ["remote", "down:"]  # 20: the router's window
+    scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
+    assert 'plexmq_bridge_queued_messages{bridge="cloud"} 280.0' in scraped
+    assert 'plexmq_bridge_connected{bridge="cloud"} 0.0' in scraped
+    operator = Client(b.port, "operator")
+    operator.subscribe("$SYS/broker/bridges/#")
+    figures = {m.topic: m.payload.decode() for m in (operator.get(timeout=10) for _ in range(5))}
+    assert {topic: figures[f"$SYS/broker/bridges/cloud/{topic}"] for topic in ("queued", "sent", "received", "dropped")} \
+        == {"queued": "280", "sent": "0", "received": "0", "dropped": "0"}
+    assert figures["$SYS/broker/bridges/cloud/state"].startswith("remote down: ")
     mosquitto.start()
     assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
 
@@ -201,7 +212,7 @@ def test_qos_2_both_ways_through_a_mosquitto_restarted_arrives_exactly_once(tmp_
     got = [remote.get(timeout=30) for _ in range(50)]
     assert [(m.payload.decode(), m.qos) for m in got] == [(str(i), 2) for i in range(50)]
     assert remote.nothing(1.0)
-    assert listed(tmp_path, ["0", "50", "0", "0"])[-1] == "connected"
+    assert listed(tmp_path, ["0", "0", "50", "0", "0"])[-1] == "connected"
 
 
 class Accepted(RawClient):

@@ -74,7 +74,8 @@ class Bridge:
         up = self.local.link is not None and self.remote.link is not None
         down = [side for side in (self.local, self.remote) if side.link is None]
         state = "connected" if up else f"{down[0].what} down: {down[0].reason}"
-        return {"state": state, "since": max(self.local.since, self.remote.since) if up else down[0].since,
+        return {"state": state, "tenant": self.table["tenant"],
+                "since": max(self.local.since, self.remote.since) if up else down[0].since,
                 "held": len(self.out.held), "sent": self.out.passed, "received": self.into.passed,
                 "dropped": self.out.dropped + self.into.dropped}
 
