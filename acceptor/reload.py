@@ -5,7 +5,8 @@ restart can change (and says which of them differ), writes the result where ever
 (`config_path`, also the config of children started later) and signals the children, which apply
 their part: log level, limits, authentication and ACL files, archive filters, tenants (the acceptor
 binds and closes tenant listeners, acceptor/listening.py; the workers close the connections of a tenant
-removed or disabled; the router drops the state of a tenant removed with `on_remove = "drop"`).
+removed or disabled; the router drops the state of a tenant removed with `on_remove = "drop"`), and
+bridges (each added, changed or removed one alone: the bridge process, acceptor/bridges/__main__.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import orjson
 import psutil
 
+from plexmq.acceptor import bridges
 from plexmq.acceptor import config as cfg
 from plexmq.process import named_worker
 
@@ -37,7 +39,7 @@ RELOADABLE = {
     "jwt_jwks_file", "jwt_audience", "jwt_issuer", "jwt_disconnect_on_expiry", "auth_database", "auth_database_acl",
     "auth_database_cache",
     "auth_database_timeout",
-    "tenants", "tenant_separator", "tenant_required", "tenants_dir",
+    "tenants", "tenant_separator", "tenant_required", "tenants_dir", "bridges",
 }
 
 
@@ -49,7 +51,7 @@ def _flat(config: dict[str, Any]) -> dict[str, Any]:
         for key in options:
             flat[f"{section}.{key}" if section else key] = source[key]
     flat["tenants"] = config["tenants"]
-    flat["bridges"] = config["bridges"]  # a restart applies them (a reload of one bridge: a later increment)
+    flat["bridges"] = config["bridges"]
     return flat
 
 
@@ -111,9 +113,19 @@ def reread(current: dict[str, Any], load: Callable[[], dict[str, Any]], files: F
     for key in changed:
         section, _, name = key.rpartition(".")
         (merged[section] if section else merged)[name] = new[key]
+    if "bridges" in changed:  # named one by one; a bridge kept keeps its token (it is logged in with it)
+        merged["bridge_logins"] = bridges.logins(merged["bridges"], current["bridge_logins"])
+        changed.remove("bridges")
+        changed += _bridges_changed(old["bridges"], new["bridges"])
     log.info("SIGHUP: config reloaded; changed: %s%s", ", ".join(changed + edited) or "nothing",
              f"; needs a restart: {', '.join(restart)}" if restart else "")
     return merged
+
+
+def _bridges_changed(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """`bridges.NAME (added|changed|removed)` of each bridge a reload changes."""
+    return [f"bridges.{name} ({'added' if name not in old else 'removed' if name not in new else 'changed'})"
+            for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
 
 
 def write(path: str, config: dict[str, Any]) -> None:

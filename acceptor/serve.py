@@ -148,7 +148,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
     config["router_endpoint"] = config["router_endpoints"][0]  # the router binds it; a node's workers follow the list
     # handoff.py: a socket's listener byte (acceptor/listening.py keeps it as reloads change the tenants)
     config["listening"] = [[scheme, tenant] for (scheme, _host, _port, tenant), _sock in socks]
-    if config["bridges"]:  # role all: the plain listener is bound
+    if role == "all":  # the plain listener is bound; a reload may add bridges
         bridges.prepare(config, socks[0][1])
     config["config_path"] = os.path.join(run_dir, "config.json")
     reload.write(config["config_path"], config)
@@ -204,7 +204,7 @@ def serve(config: dict, load: Callable[[], dict]) -> int:
             reload.write(config["config_path"], config)
             logging.getLogger().setLevel(config["log_level"].upper())
             admission.configure(config)
-            supervisor.reload()
+            supervisor.reload(config)
 
     loop.add_signal_handler(signal.SIGHUP, on_sighup)
     try:

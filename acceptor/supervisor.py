@@ -32,6 +32,7 @@ CRASH_WINDOW = 30.0  # seconds
 CRASH_LIMIT = 5  # restarts of one child within the window before the broker gives up
 RESTART_DELAY = 0.1  # seconds before the first restart of a child; doubles with each crash in the window
 RESTART_DELAY_MAX = 5.0
+BRIDGES = "plexmq.acceptor.bridges"  # the module of the bridge process
 
 
 class Child:
@@ -111,7 +112,7 @@ class Supervisor:
         # a node's router runs on another host
         self.children = self.workers if config["role"] == "node" else [Child("router", None), *self.workers]
         if config["bridges"]:
-            self.children.append(Child("bridges", None, "plexmq.acceptor.bridges"))
+            self.children.append(Child("bridges", None, BRIDGES))
         self.stopping = False
 
     def start(self) -> None:
@@ -184,12 +185,16 @@ class Supervisor:
             return
         self._spawn(child)
 
-    def reload(self) -> None:
-        """SIGHUP, the new config written: the running children re-read the file; those started from now
-        on read it at their start."""
+    def reload(self, config: dict) -> None:
+        """SIGHUP, the new `config` written: the running children re-read the file; those started from now
+        on read it at their start, the bridge process too where the first bridges come with this reload
+        (where the last go, it stays, running none)."""
         for child in self.children:
             if child.proc is not None and child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGHUP)
+        if config["bridges"] and not any(child.module == BRIDGES for child in self.children):
+            self.children.append(Child("bridges", None, BRIDGES))
+            self._spawn(self.children[-1])
 
     def _read_load(self, child: Child) -> None:
         """Take the connection counts a worker reports; EOF means it is gone (SIGCHLD follows)."""

@@ -91,7 +91,8 @@ def serve(config: dict) -> None:
         members.start()
     expiry_interval = _expiry_interval(expiration)
     next_expiry = time.monotonic() + expiry_interval
-    stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"], members)
+    stats = Stats(router, config["parent_pid"], config["metrics_tenants"], config["tenants"], members,
+                  os.path.dirname(config["config_path"]))
     turns = TurnMetrics()
     asks: Asks = Asks()
     if config["metrics_port"] >= 0:

@@ -1,7 +1,8 @@
 """Bridges (acceptor/bridges): a real plexmq bridged to a real mosquitto (Debian's, on a free port with
 a config of its own) or to another plexmq, both directions, the remote stopped and restarted with
 QoS 1 messages waiting, kill -9 of the bridge process and of the router with a queue waiting (0
-acknowledged lost), no echo between two brokers bridged both ways, and the config's errors."""
+acknowledged lost), QoS 2 exactly once across reconnects, no echo between two brokers bridged both ways,
+and the config's errors."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ import psutil
 import pytest
 
 from plexmq.acceptor import config as cfg
-from plexmq.acceptor import reload
 from plexmq.acceptor.bridges.rules import first, parse
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
+from plexmq.mqtt import v4 as p4
 from tests.cli import metrics_url, names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
@@ -98,10 +99,10 @@ def bridge_process(b: Broker) -> psutil.Process:
     return wait_for(lambda: next((c for c in b.children() if "plexmq.acceptor.bridges" in c.cmdline()), None), 10, "the bridge")
 
 
-def watcher(port: int, topic: str) -> Client:
-    """A 3.1.1 subscriber of `topic` at QoS 1 whose session the broker keeps (client id `watcher`)."""
+def watcher(port: int, topic: str, qos: int = 1) -> Client:
+    """A 3.1.1 subscriber of `topic` at `qos` whose session the broker keeps (client id `watcher`)."""
     client = Client(port, "watcher", clean=False)
-    client.subscribe(topic, 1)
+    client.subscribe(topic, qos)
     return client
 
 
@@ -137,17 +138,18 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     assert (message.topic, message.payload, message.qos) == ("cmd/valve", b"open", 1)
     raw = RawClient(b.port)
     assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
-    row = listed(tmp_path, ["0", "1", "1", "0"])
+    row = listed(tmp_path, ["0", "0", "1", "1", "0"])
     assert row[0] == "cloud" and row[-1] == "connected"
     scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
     for line in ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
-                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0'):
+                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0',
+                 'plexmq_bridge_queued_messages{bridge="cloud"} 0.0'):
         assert line in scraped, line
 
 
 def listed(tmp_path: Path, counts: list[str]) -> list[str]:
-    """`plexmq bridges --config` for broker a's first bridge, once its held, sent, received and dropped
-    are `counts` (the bridge writes its figures once a second): its row, split."""
+    """`plexmq bridges --config` for broker a's first bridge, once its queued, held, sent, received and
+    dropped are `counts` (the bridge and the router write their figures once a second): its row, split."""
     last: list[str] = []
 
     def row() -> list[str] | None:
@@ -155,39 +157,124 @@ def listed(tmp_path: Path, counts: list[str]) -> list[str]:
                                  cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert listing.returncode == 0, listing.stderr
         last[:] = listing.stdout.splitlines()[1].split()
-        return last if last[3:7] == counts else None
+        return last if last[3:8] == counts else None
 
     try:
-        return wait_for(row, 10, f"held, sent, received, dropped: {counts}")
+        return wait_for(row, 10, f"queued, held, sent, received, dropped: {counts}")
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last: {last}") from None
 
 
 def queued_while_remote_down(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker], rule: str,
-                             count: int) -> tuple[Broker, Client]:
+                             count: int, qos: int = 1) -> tuple[Broker, Client]:
     """A broker bridging `data/#` out (with `rule`'s more keys) to `mosquitto`, which has a session for
-    the bridge's remote topics and is then stopped, and `count` QoS 1 messages acknowledged meanwhile:
-    the broker and their publisher."""
+    the bridge's remote topics (at `qos`) and is then stopped, and `count` messages at `qos` acknowledged
+    meanwhile: the broker and their publisher."""
     b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{mosquitto.port}"]\n'
               f'out = [{{filter = "data/#"{", " + rule if rule else ""}}}]\n')
     bridged(b)
-    watcher(mosquitto.port, "site1/#" if "site1" in rule else "data/#").disconnect()
+    watcher(mosquitto.port, "site1/#" if "site1" in rule else "data/#", qos).disconnect()
     mosquitto.stop()
     wait_for(lambda: "bridge cloud: remote down" in b.output(), 30, "the bridge to see the remote gone")
     publisher = Client(b.port, "publisher")
     for i in range(count):
-        publisher.publish("data/x", str(i), qos=1)
+        publisher.publish("data/x", str(i), qos=qos)
     return b, publisher
 
 
 def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
                                                                  brokers: list[Broker]) -> None:
     """300 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds at
-    once: the rest wait in its session on the router) all reach it, in order, once it is back."""
+    once: the rest wait in its session on the router, as `plexmq bridges`, /metrics and $SYS say) all
+    reach it, in order, once it is back."""
     b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, 'prefix = "site1/"', 300)
-    assert listed(tmp_path, ["20", "0", "0", "0"])[7:9] == ["remote", "down:"]  # 20: the router's window, the rest there
+    assert listed(tmp_path, ["280", "20", "0", "0", "0"])[8:10] == ["remote", "down:"]  # 20: the router's window
+    scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
+    assert 'plexmq_bridge_queued_messages{bridge="cloud"} 280.0' in scraped
+    assert 'plexmq_bridge_connected{bridge="cloud"} 0.0' in scraped
+    operator = Client(b.port, "operator")
+    operator.subscribe("$SYS/broker/bridges/#")
+    figures = {m.topic: m.payload.decode() for m in (operator.get(timeout=10) for _ in range(5))}
+    assert {topic: figures[f"$SYS/broker/bridges/cloud/{topic}"] for topic in ("queued", "sent", "received", "dropped")} \
+        == {"queued": "280", "sent": "0", "received": "0", "dropped": "0"}
+    assert figures["$SYS/broker/bridges/cloud/state"].startswith("remote down: ")
     mosquitto.start()
     assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
+
+
+def test_qos_2_both_ways_through_a_mosquitto_restarted_arrives_exactly_once(tmp_path: Path, mosquitto: Mosquitto,
+                                                                             brokers: list[Broker]) -> None:
+    """QoS 2 rules: 50 messages acknowledged locally while the remote is down reach it once each, in order,
+    at QoS 2 when it is back; one published there at QoS 2 comes in at QoS 2."""
+    b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, "qos = 2", 50, qos=2)
+    mosquitto.start()
+    remote = watcher(mosquitto.port, "data/#", 2)
+    got = [remote.get(timeout=30) for _ in range(50)]
+    assert [(m.payload.decode(), m.qos) for m in got] == [(str(i), 2) for i in range(50)]
+    assert remote.nothing(1.0)
+    assert listed(tmp_path, ["0", "0", "50", "0", "0"])[-1] == "connected"
+
+
+class Accepted(RawClient):
+    """The remote broker's end of a bridge's connection, played by the test byte by byte."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf = sock, b""
+
+    def log_in(self, session_present: bool) -> None:
+        first, _body = self.recv(30)
+        assert first == 0x10, f"expected CONNECT, got {first:#x}"
+        self.send(p4.encode_connack(session_present, 0))
+
+    def next(self, kind: int) -> bytes:
+        """The body of the next packet of type `kind`, past PINGREQs; AssertionError on any other."""
+        while True:
+            first, body = self.recv(30)
+            if first != 0xC0:
+                assert first >> 4 == kind, f"expected packet type {kind}, got {first:#x}"
+                return body
+
+
+def test_qos_2_stays_exactly_once_across_reconnects(tmp_path: Path, brokers: list[Broker]) -> None:
+    """A remote played by the test: the link dies after its PUBREC and the bridge's PUBREL; back with its
+    session, it gets the PUBREL again, not the PUBLISH. Inbound, a PUBLISH the remote sends again after
+    the bridge's PUBREC (lost with the link) gets the PUBREC again and is not passed on twice."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(30)
+    b = serve(brokers, tmp_path, f'[bridges.cloud]\naddress = ["127.0.0.1:{server.getsockname()[1]}"]\n'
+              'protocol = "3.1.1"\nout = [{filter = "data/#", qos = 2}]\nin = [{filter = "cmd/#", qos = 2}]\n')
+    first = Accepted(server.accept()[0])
+    first.log_in(False)
+    first.next(8)  # the bridge's SUBSCRIBE to cmd/#
+    first.send(p4.encode_suback(1, [2]))
+    bridged(b)
+    local = Client(b.port, "local-sub")
+    local.subscribe("cmd/#", 2)
+    Client(b.port, "publisher").publish("data/x", b"one", qos=2)
+    topic, packet_id, payload = p4.decode_publish(0x04, first.next(3))
+    assert (topic, payload) == ("data/x", b"one")
+    first.send(p4.encode_pubrec(packet_id))
+    assert p4.decode_packet_id(2, first.next(6), 2) == packet_id  # PUBREL
+    first.send(p4.encode_publish(b"cmd/valve", b"open", 2, packet_id=7))
+    assert p4.decode_packet_id(0, first.next(5), 0) == 7  # PUBREC: passed on here
+    first.close()  # no PUBCOMP, no PUBREL
+    again = Accepted(server.accept()[0])
+    again.log_in(True)
+    again.next(8)
+    again.send(p4.encode_suback(1, [2]))
+    assert p4.decode_packet_id(2, again.next(6), 2) == packet_id  # the PUBREL again, not the PUBLISH
+    again.send(p4.encode_pubcomp(packet_id))
+    again.send(p4.encode_publish(b"cmd/valve", b"open", 2, dup=True, packet_id=7))  # its PUBREC was "lost"
+    assert p4.decode_packet_id(0, again.next(5), 0) == 7
+    again.send(p4.encode_pubrel(7))
+    assert p4.decode_packet_id(0, again.next(7), 0) == 7  # PUBCOMP
+    Client(b.port, "publisher").publish("data/x", b"two", qos=2)
+    assert p4.decode_publish(0x04, again.next(3))[2] == b"two"  # not "one" again
+    message = local.get(timeout=10)
+    assert (message.topic, message.payload, message.qos) == ("cmd/valve", b"open", 2)
+    assert local.nothing(1.0)
+    again.close()
+    server.close()
 
 
 def test_kill_9_of_the_bridge_and_the_router_loses_nothing_acknowledged(tmp_path: Path, mosquitto: Mosquitto,
@@ -252,7 +339,7 @@ ERRORS = [
     ('[bridges.cloud]\nout = [{filter = "a/#"}]\n', "needs address", 1),
     ('[bridges.cloud]\naddress = ["h:1883"]\n', "needs an out or in rule", 1),
     ('port = 1\n[bridges.cloud]\naddress = ["nohost"]\nout = [{filter = "a/#"}]\n', "bridges.cloud.address", 3),
-    ('[bridges.cloud]\naddress = ["h:1883"]\n\nout = [{filter = "a/#", qos = 2}]\n', "bridges.cloud.out[0]': qos", 4),
+    ('[bridges.cloud]\naddress = ["h:1883"]\n\nout = [{filter = "a/#", qos = 3}]\n', "bridges.cloud.out[0]': qos", 4),
     ('[bridges.cloud]\naddress = ["h:1883"]\nin = [{filter = "a/#"}, {filter = "a/+x"}]\n', "in[1]': filter", 3),
     ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#", strip = "b/"}]\n', "strip 'b/'", 3),
     ('[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#", rewrite = "a"}]\n', "rewrite must be", 3),
@@ -300,14 +387,54 @@ def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto
     assert watching.communicate(timeout=40)[0] == "site1/sensors/t 21.5\n"
 
 
-def test_a_reload_keeps_the_bridges_and_says_a_restart_applies_them(tmp_path: Path,
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    path = write(tmp_path, '[bridges.cloud]\naddress = ["h:1883"]\nout = [{filter = "a/#"}]\n')
-    current = cfg.load(str(path), {})
-    current["bridge_logins"] = {"plexmq-bridge-cloud": ["token", ""]}  # what serve adds
-    path.write_text('[bridges.cloud]\naddress = ["h:1884"]\nout = [{filter = "a/#"}]\n')
-    with caplog.at_level("INFO", logger="plexmq.acceptor"):
-        merged = reload.reread(current, lambda: cfg.load(str(path), {}), reload.Files(current))
-    assert merged is not None and merged["bridges"]["cloud"]["address"] == ["h:1883"]
-    assert merged["bridge_logins"] == current["bridge_logins"]  # the running bridge's token still logs in
-    assert "needs a restart: bridges" in caplog.text
+def bridge_table(name: str, port: int, prefix: str) -> str:
+    return (f'[bridges.{name}]\naddress = ["127.0.0.1:{port}"]\nclient_id = "{name}-id"\n'
+            f'out = [{{filter = "data/#", prefix = "{prefix}/"}}]\n')
+
+
+def reload_broker(b: Broker) -> None:
+    """`plexmq reload --pid`."""
+    reloaded = subprocess.run([sys.executable, "-m", "plexmq.acceptor", "reload", "--pid", str(b.proc.pid)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert reloaded.returncode == 0, reloaded.stderr
+
+
+def test_a_reload_adds_changes_and_removes_one_bridge_leaving_the_others_connected(tmp_path: Path,
+                                                                                   brokers: list[Broker]) -> None:
+    """Bridge `keep` keeps its connections (mosquitto saw its client id connect once, plexmq's log says
+    it came up once) while a reload changes `change`, removes `gone` and adds `added`."""
+    remote = Mosquitto(tmp_path, "log_type notice\n")  # "New client connected ... as ID" lines
+    try:
+        b = serve(brokers, tmp_path, bridge_table("keep", remote.port, "keep") +
+                  bridge_table("change", remote.port, "old") + bridge_table("gone", remote.port, "gone"))
+        for name in ("keep", "change", "gone"):
+            bridged(b, name)
+        write(tmp_path, f'run_dir = "{tmp_path / "a-run"}"\n' + bridge_table("keep", remote.port, "keep") +
+              bridge_table("change", remote.port, "new") + bridge_table("added", remote.port, "added"), "a.toml")
+        reload_broker(b)
+        wait_for(lambda: "changed: bridges.added (added), bridges.change (changed), bridges.gone (removed)" in b.output(),
+                 10, "the reload line")
+        bridged(b, "added")
+        bridged(b, "change", 2)
+        assert "bridge gone stopped: removed by a reload" in b.output()
+        subscriber = Client(remote.port, "sub")
+        subscriber.subscribe("+/data/#", 1)
+        Client(b.port, "publisher").publish("data/x", b"1", qos=1)
+        assert sorted(subscriber.get(timeout=10).topic for _ in range(3)) == ["added/data/x", "keep/data/x", "new/data/x"]
+        assert subscriber.nothing(1.0)
+        assert [b.output().count(f"bridge keep: {side} up") for side in ("local", "remote")] == [1, 1]
+        assert remote.log.read_text().count(" as keep-id ") == 1
+    finally:
+        remote.stop()
+
+
+def test_a_reload_adds_the_first_bridge(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:
+    """A broker started without bridges starts the bridge process when a reload declares one."""
+    b = serve(brokers, tmp_path, "")
+    wait_for(lambda: b.output().count(" ready (pid ") == 1, 20, "the worker to be ready")
+    write(tmp_path, f'run_dir = "{tmp_path / "a-run"}"\n' + bridge_table("cloud", mosquitto.port, "site1"), "a.toml")
+    reload_broker(b)
+    bridged(b)
+    subscriber = watcher(mosquitto.port, "site1/#")
+    Client(b.port, "publisher").publish("data/x", b"1", qos=1)
+    assert subscriber.get(timeout=10).topic == "site1/data/x"

@@ -23,14 +23,14 @@ from plexmq.acceptor.bridges.rules import Rule
 from plexmq.acceptor.bridges.tls import client_context
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.framing import MalformedPacket
-from plexmq.mqtt.kinds import DISCONNECT, PUBACK, PUBLISH, SUBACK
+from plexmq.mqtt.kinds import DISCONNECT, PUBACK, PUBCOMP, PUBLISH, PUBREC, PUBREL, SUBACK
 from plexmq.mqtt.reasons import SUCCESS
 
 log = logging.getLogger("plexmq.bridge")
 
 BACKOFF_FIRST = 0.2  # seconds before the second try; doubling with each failure after it ...
 BACKOFF_MAX = 30.0  # ... up to this, each delay drawn between half and all of it (jitter)
-LOCAL_WINDOW = 100  # QoS 1 messages this broker may send the bridge unacknowledged (Receive Maximum)
+LOCAL_WINDOW = 100  # QoS 1/2 messages this broker may send the bridge unacknowledged (Receive Maximum)
 LOCAL_KEEPALIVE = 60
 NEVER = 0xFFFFFFFF  # the local session's expiry: it holds what waits for the remote
 SUBSCRIPTION_OPTIONS = v5.NO_LOCAL | v5.RETAIN_AS_PUBLISHED | (1 << 4)  # + the QoS; Retain Handling 1
@@ -56,6 +56,7 @@ class Bridge:
     def __init__(self, name: str, table: dict[str, Any], local: tuple[str, int], token: str) -> None:
         self.name = name
         self.table = table
+        self.token = token
         self.local_address = local
         self.remote_level = 5 if table["protocol"] == "5.0" else 4
         self.private = table["try_private"] and self.remote_level == 4
@@ -73,7 +74,8 @@ class Bridge:
         up = self.local.link is not None and self.remote.link is not None
         down = [side for side in (self.local, self.remote) if side.link is None]
         state = "connected" if up else f"{down[0].what} down: {down[0].reason}"
-        return {"state": state, "since": max(self.local.since, self.remote.since) if up else down[0].since,
+        return {"state": state, "tenant": self.table["tenant"],
+                "since": max(self.local.since, self.remote.since) if up else down[0].since,
                 "held": len(self.out.held), "sent": self.out.passed, "received": self.into.passed,
                 "dropped": self.out.dropped + self.into.dropped}
 
@@ -160,10 +162,15 @@ class Bridge:
                     topic, packet_id, payload = v4.decode_publish(flags, body)
                     properties = {}
                 source.take(flags, packet_id, topic, payload, properties)
-            elif kind == PUBACK:
-                packet_id, code = (v5.decode_ack(PUBACK, flags, body)[:2] if link.level == 5
-                                   else (v4.decode_packet_id(flags, body, 0), SUCCESS))
-                destination.acknowledged(packet_id, code)
+            elif kind in (PUBACK, PUBREC, PUBREL, PUBCOMP):
+                packet_id, code = (v5.decode_ack(kind, flags, body)[:2] if link.level == 5
+                                   else (v4.decode_packet_id(flags, body, 2 if kind == PUBREL else 0), SUCCESS))
+                if kind == PUBREL:
+                    source.released(packet_id)
+                elif kind == PUBREC:
+                    destination.received(packet_id, code)
+                else:
+                    destination.acknowledged(packet_id, code)
             elif kind == SUBACK:
                 codes = v5.decode_suback(SUBACK, flags, body)[1] if link.level == 5 else v4.decode_suback(flags, body)[1]
                 for rule, code in zip(source.rules, codes):

@@ -1,8 +1,12 @@
 """One direction of a bridge: the PUBLISHes one side (the source) sends, passed on to the other (the
-destination) in order, each acknowledged to its source only once the destination has acknowledged it.
+destination) in order, each acknowledged to its source only once the destination has acknowledged it
+(QoS 1: its PUBACK; QoS 2: its PUBCOMP, and the source then gets its PUBREC).
 
-So nothing acknowledged is lost: a QoS 1 message held here (taken, not yet acknowledged) is still
+So nothing acknowledged is lost: a QoS 1/2 message held here (taken, not yet acknowledged) is still
 the source's to send again, which it does when this process or its link dies (its session keeps it).
+QoS 2 stays exactly once across reconnects: toward the destination a message it has received (PUBREC)
+goes again as a PUBREL, never as a second PUBLISH; from the source, an id answered with PUBREC is
+remembered until its PUBREL, so that a PUBLISH sent again meanwhile gets the PUBREC again, not passed on.
 Out of the window a destination takes (its Receive Maximum), messages wait here in order; a
 destination that comes back gets them all again in order, with DUP where its session may have them.
 A resent message already held is not passed on twice; one the destination took while its source was
@@ -25,13 +29,18 @@ log = logging.getLogger("plexmq.bridge")
 
 @dataclass(slots=True)
 class Held:
-    source_id: int | None  # the source's packet id, owed a PUBACK (None: its session is gone, nothing owed)
+    source_id: int | None  # the source's packet id, owed an acknowledgement (None: its session is gone, nothing owed)
+    source_qos: int  # as the source sent it: 1 is acknowledged with PUBACK, 2 with PUBREC
     topic: bytes  # as the destination names it
     payload: bytes
     qos: int
     retain: bool
     properties: bytes  # 5.0 property entries passed on (props.forwarded)
     sent: bool = False  # sent to the destination once (resent with DUP where its session was kept)
+    released: bool = False  # QoS 2: the destination has it (PUBREC), PUBREL sent, its PUBCOMP awaited
+
+
+RELEASE_AWAITED = -1  # Flow.by_source: PUBREC sent for a QoS 2 message, the source's PUBREL awaited
 
 
 class Flow:
@@ -42,8 +51,9 @@ class Flow:
         self.destination: Link | None = None
         self.held: dict[int, Held] = {}  # by the destination's packet id, in the order taken
         self.unsent: deque[int] = deque()
-        self.by_source: dict[int, int] = {}  # source packet id -> destination packet id; 0: acknowledgement owed
-        self.inflight = 0  # sent to the destination, not yet acknowledged
+        # source packet id -> destination packet id; 0: acknowledgement owed; RELEASE_AWAITED
+        self.by_source: dict[int, int] = {}
+        self.inflight = 0  # sent to the destination, not yet acknowledged (QoS 2: not yet completed)
         self.last_id = 0
         self.passed = 0  # messages the destination took (QoS 0: sent)
         self.dropped = 0  # no rule fits (a subscription of an earlier config), refused, or QoS 0 while away
@@ -51,16 +61,16 @@ class Flow:
     def take(self, flags: int, source_id: int, topic: str, payload: bytes, properties: props.Properties) -> None:
         """A PUBLISH from the source."""
         qos = (flags >> 1) & 0x03
-        if qos and source_id in self.by_source:  # sent again: held still, or taken while the source was away
-            if not self.by_source[source_id]:
-                self._acknowledge(source_id)
+        if qos and source_id in self.by_source:  # sent again: held still (nothing to do), or passed on while
+            if self.by_source[source_id] <= 0:  # the source was away or its PUBREC lost: acknowledged (again)
+                self._acknowledge(source_id, qos)
             return
         rule = first(self.rules, topic)
         if rule is None:
             self.dropped += 1
-            self._acknowledge(source_id if qos else None)
+            self._acknowledge(source_id if qos else None, qos)
             return
-        held = Held(source_id if qos else None, rule.topic(topic).encode(), payload, min(qos, rule.qos),
+        held = Held(source_id if qos else None, qos, rule.topic(topic).encode(), payload, min(qos, rule.qos),
                     bool(flags & 0x01) and rule.retain, props.forwarded(properties))
         if not held.qos:  # on now or never
             if self.destination is not None:
@@ -68,7 +78,7 @@ class Flow:
                 self.passed += 1
             else:
                 self.dropped += 1
-            self._acknowledge(held.source_id)
+            self._acknowledge(held.source_id, qos)
             return
         self.last_id = packet_id = self._free_id()
         self.held[packet_id] = held
@@ -92,7 +102,8 @@ class Flow:
             held = self.held.get(packet_id)
             if held is None:
                 continue  # acknowledged before it was sent again (a peer's stray PUBACK)
-            destination.send(self._encode(held, packet_id, held.sent and destination.session_present))
+            destination.send(v4.encode_pubrel(packet_id) if held.released  # 5.0's success PUBREL: the same 4 bytes
+                             else self._encode(held, packet_id, held.sent and destination.session_present))
             held.sent = True
             self.inflight += 1
 
@@ -105,8 +116,19 @@ class Flow:
         block = encode_remaining_length(len(held.properties)) + held.properties
         return v5.publish_header(held.topic, len(held.payload), qos, held.retain, dup, packet_id, block) + held.payload
 
+    def received(self, packet_id: int, code: int) -> None:
+        """The destination's PUBREC: the message is its own now; PUBREL releases it (`code` >= 0x80: refused)."""
+        held = self.held.get(packet_id)
+        if held is None or self.destination is None:
+            return  # not one of ours
+        if code >= 0x80:
+            self.acknowledged(packet_id, code)
+            return
+        held.released = True
+        self.destination.send(v4.encode_pubrel(packet_id))
+
     def acknowledged(self, packet_id: int, code: int) -> None:
-        """The destination's PUBACK (`code` >= 0x80: it refused the message, which is dropped)."""
+        """The destination's PUBACK or PUBCOMP (`code` >= 0x80: it refused the message, which is dropped)."""
         held = self.held.pop(packet_id, None)
         if held is None:
             return  # not one of ours (acknowledged before: a resend's)
@@ -116,17 +138,28 @@ class Flow:
             log.warning("%s: the destination refused a message to %s: %s", self.name, held.topic.decode(), v5.describe(code))
         else:
             self.passed += 1
-        self._acknowledge(held.source_id)
+        self._acknowledge(held.source_id, held.source_qos)
         self.pump()
 
-    def _acknowledge(self, source_id: int | None) -> None:
+    def _acknowledge(self, source_id: int | None, qos: int) -> None:
+        """PUBACK (QoS 1) or PUBREC (QoS 2) to the source; 5.0's success ones are the same 4 bytes."""
         if source_id is None:
             return
         if self.source is None:
             self.by_source[source_id] = 0  # it sends the message again when it is back: acknowledged then
-            return
-        self.source.send(v4.encode_puback(source_id))  # 5.0's success PUBACK is the same 4 bytes
-        self.by_source.pop(source_id, None)
+        elif qos == 2:
+            self.source.send(v4.encode_pubrec(source_id))
+            self.by_source[source_id] = RELEASE_AWAITED
+        else:
+            self.source.send(v4.encode_puback(source_id))
+            self.by_source.pop(source_id, None)
+
+    def released(self, source_id: int) -> None:
+        """The source's PUBREL: done with this id (PUBCOMP, also for an id forgotten with a lost session)."""
+        if self.by_source.get(source_id) == RELEASE_AWAITED:
+            del self.by_source[source_id]
+        if self.source is not None:
+            self.source.send(v4.encode_pubcomp(source_id))
 
     def source_up(self, link: Link) -> None:
         self.source = link
@@ -136,8 +169,12 @@ class Flow:
                 held.source_id = None
 
     def destination_up(self, link: Link) -> None:
-        """Everything held goes again, in order (with DUP where the destination kept the session)."""
+        """Everything held goes again, in order (with DUP where the destination kept the session; a QoS 2
+        message it had received as a PUBREL, unless its session is new: then it has nothing to release)."""
         self.destination = link
         self.inflight = 0
+        if not link.session_present:
+            for held in self.held.values():
+                held.released = False
         self.unsent = deque(self.held)
         self.pump()

@@ -52,6 +52,7 @@ class Link:
         self.max_qos = 2
         self._pinger: asyncio.TimerHandle | None = None
         self.heard = asyncio.get_running_loop().time()  # when the peer last sent anything
+        self.silent = ""  # why `_ping_later` closed the connection: the reason the read then ends with
 
     @classmethod
     async def open(cls, host: str, port: int, login: Login, tls: ssl.SSLContext | None = None,
@@ -108,7 +109,7 @@ class Link:
                 return first >> 4, first & 0x0F, body
             data = await self.reader.read(READ_SIZE)
             if not data:
-                raise EOFError("closed by the peer")
+                raise EOFError(self.silent or "closed by the peer")
             self.buffer += data
             self.heard = asyncio.get_running_loop().time()
 
@@ -120,7 +121,8 @@ class Link:
         if not self.keepalive:
             return
         loop = asyncio.get_running_loop()
-        if loop.time() - self.heard > self.keepalive * 1.5:
+        if loop.time() - self.heard > self.keepalive * 1.5:  # a cut link (no FIN, no RST) ends so
+            self.silent = f"no answer for {loop.time() - self.heard:.0f} s (keepalive {self.keepalive} s)"
             self.close()
             return
         self.send(PINGREQ_PACKET)

@@ -41,8 +41,8 @@ def parse(table: Any) -> Rule:
     found = dict(table)
     if "filter" not in found or not valid_filter(found["filter"]) or found["filter"].startswith("$share/"):
         raise ValueError(f"filter must be a topic filter (no shared subscription), not {found.get('filter')!r}")
-    if found.get("qos", 1) not in (0, 1):
-        raise ValueError(f"qos must be 0 or 1 (QoS 2 comes in a later increment), not {found['qos']!r}")
+    if found.get("qos", 1) not in (0, 1, 2):
+        raise ValueError(f"qos must be 0, 1 or 2, not {found['qos']!r}")
     rewrite = found.pop("rewrite", None)
     if rewrite is not None:
         if "prefix" in found or "strip" in found:

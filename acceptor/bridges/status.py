@@ -1,7 +1,8 @@
 """`plexmq bridges`: each bridge of a running broker, its state and counts, from the status file the
-bridge process writes in the run dir once a second (`write`): the broker of `--config` (its run_dir),
-or the one bridge process of this user. `held`: the messages the bridge has taken and the remote not yet
-acknowledged (at most the router's window); more may wait in the bridge's session on the router."""
+bridge process writes in the run dir once a second (`write`) and the queues the router writes beside
+it (router/ops/stats.py): the broker of `--config` (its run_dir), or the one bridge process of this user.
+`queued`: the messages waiting in the router for the bridge's local session, not yet sent to it; `held`:
+those the bridge has taken and the other broker not yet acknowledged (at most the router's window)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import orjson
 
 from plexmq.process import own_run_dirs
 
-FILE = "bridges.json"
+FILE = "bridges.json"  # the bridge process's: each bridge's state and counts
+QUEUES = "bridge-queues.json"  # the router's: each bridge's queued (`read` adds them)
+STALE = 5.0  # seconds: a file older than this was left by a process that is down
 
 
 def write(path: str, status: dict[str, Any]) -> None:
@@ -25,6 +28,21 @@ def write(path: str, status: dict[str, Any]) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(orjson.dumps({"time": time.time(), "bridges": status}))
     os.replace(part, path)
+
+
+def read(run_dir: str, name: str = FILE) -> dict[str, Any]:
+    """What the file `name` of the run dir says of each bridge ({} where there is none); a bridge
+    process down (its file is stale) says so in each bridge's state."""
+    try:
+        with open(os.path.join(run_dir, name), "rb") as f:
+            written = orjson.loads(f.read())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    bridges: dict[str, Any] = written["bridges"]
+    if name == FILE and time.time() - written["time"] > STALE:
+        for bridge in bridges.values():
+            bridge["state"] = f"bridge process down (last word {time.time() - written['time']:.0f} s ago: {bridge['state']})"
+    return bridges
 
 
 def _run_dirs() -> list[str]:
@@ -56,19 +74,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", metavar="FILE", help="the broker's config file (its run_dir); default: "
                         "the one running bridge process of this user")
     args = parser.parse_args(argv)
-    path = os.path.join(_run_dir(args.config), FILE)
-    try:
-        with open(path, "rb") as f:
-            written = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        print(f"plexmq bridges: cannot read {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+    run_dir = _run_dir(args.config)
+    if not os.path.exists(os.path.join(run_dir, FILE)):
+        print(f"plexmq bridges: {run_dir} holds no {FILE}: the bridge process has not written it (yet)", file=sys.stderr)
         return 1
-    print(f"{'bridge':<20} {'since':<19} {'held':>5} {'sent':>9} {'received':>9} {'dropped':>8}  state")
-    for name, bridge in sorted(written["bridges"].items()):
+    queues = read(run_dir, QUEUES)
+    print(f"{'bridge':<20} {'since':<19} {'queued':>7} {'held':>5} {'sent':>9} {'received':>9} {'dropped':>8}  state")
+    for name, bridge in sorted(read(run_dir).items()):
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(bridge["since"]))
-        print(f"{name:<20} {since:<19} {bridge['held']:>5} {bridge['sent']:>9} {bridge['received']:>9} "
+        queued = queues.get(name, "?")  # ?: the router has not counted it (yet)
+        print(f"{name:<20} {since:<19} {queued:>7} {bridge['held']:>5} {bridge['sent']:>9} {bridge['received']:>9} "
               f"{bridge['dropped']:>8}  {bridge['state']}")
-    age = time.time() - written["time"]
-    if age > 5:
-        print(f"(written {age:.0f} s ago: the bridge process may be stopped)")
     return 0

@@ -53,7 +53,7 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, asks: Asks, host: str,
     registry.register(stats)
     registry.register(turns.frames)
     registry.register(turns.seconds)
-    registry.register(BridgeMetrics(run_dir))  # plexmq_bridge_*, where bridges run (none: nothing)
+    registry.register(BridgeMetrics(stats))  # plexmq_bridge_*, where bridges run (none: nothing)
     metrics = make_wsgi_app(registry)
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:

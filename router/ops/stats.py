@@ -13,6 +13,7 @@ the router, or reported by a worker: a worker tallies only tenants it placed a c
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from plexmq import version
+from plexmq.acceptor.bridges import local_client_id, status
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router.ops import alarms
 
@@ -39,6 +41,7 @@ TENANT_SYS = {"clients/connected": "connections", "clients/disconnected": "offli
               "messages/sent": "sent", "bytes/received": "bytes_in", "bytes/sent": "bytes_out",
               "publish/messages/dropped": "dropped", "subscriptions/count": "subscriptions",
               "retained messages/count": "retained"}
+BRIDGE_SYS = ("state", "queued", "sent", "received", "dropped")  # $SYS/broker/bridges/NAME/... (acceptor/bridges)
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 class Stats:
@@ -46,8 +49,9 @@ class Stats:
     the metrics thread reads only the snapshot it leaves (never the router's live dicts)."""
 
     def __init__(self, router: Router, acceptor_pid: int, per_tenant: bool = True, declared: Iterable[str] = (),
-                 members: Members | None = None) -> None:
+                 members: Members | None = None, run_dir: str = "") -> None:
         self.router = router
+        self.run_dir = run_dir  # where the bridge process writes its status (acceptor/bridges/status.py); "": none
         self.members = members  # the routers sharing a PostgreSQL store (None: SQLite, no lease)
         self.per_tenant = per_tenant  # metrics_tenants
         self.declared = set(declared)  # the config's tenants, which exist before any client names them
@@ -80,6 +84,7 @@ class Stats:
             **totals,
             "tenants": self._tenants(workers, held) if self.per_tenant else {},
             "router": self._router(),
+            "bridges": self._bridges(),
         }
         snapshot["alarms"] = self.alarms.check(snapshot)
         self.snapshot = snapshot
@@ -141,6 +146,18 @@ class Stats:
         return {"name": lease.name, "epoch": lease.epoch, "active_since": lease.since, "failovers": lease.epoch - 1,
                 "members": {m.name: {"state": m.state, "seen": m.age, "up": m.state != "gone" and m.age <= silent_after}
                             for m in self.members.seen}}
+
+    def _bridges(self) -> dict[str, dict]:
+        """Each bridge's figures as its process last wrote them, with its queue here: the messages waiting
+        for its local session, not yet sent to it (written beside them for `plexmq bridges`)."""
+        bridges = status.read(self.run_dir) if self.run_dir else {}
+        for name, bridge in bridges.items():
+            tenant = self.router.tenants.get(bridge["tenant"])
+            session = tenant.sessions.get(local_client_id(name)) if tenant is not None else None
+            bridge["queued"] = len(session.queued) if session is not None else 0
+        if bridges:
+            status.write(os.path.join(self.run_dir, status.QUEUES), {name: b["queued"] for name, b in bridges.items()})
+        return bridges
 
     def _update_loads(self, now: float, received: int, sent: int) -> None:
         """Exponentially averaged messages per minute over 1, 5 and 15 minutes."""
@@ -216,6 +233,9 @@ class Stats:
             yield "$SYS/broker/router/active_since", str(int(snap["router"]["active_since"])).encode()
             for name, member in snap["router"]["members"].items():
                 yield f"$SYS/broker/router/members/{name}/state", (member["state"] if member["up"] else "gone").encode()
+        for name, bridge in snap["bridges"].items():
+            for key in BRIDGE_SYS:
+                yield f"$SYS/broker/bridges/{name}/{key}", str(bridge[key]).encode()
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus view of the same numbers (prometheus_client calls it on each scrape)."""
