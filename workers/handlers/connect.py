@@ -15,6 +15,7 @@ import asyncio
 import hmac
 import logging
 import math
+import time
 import uuid
 from functools import partial
 from typing import TYPE_CHECKING
@@ -313,6 +314,18 @@ def proves_its_tenant(conn: Connection, identity: str | None) -> bool:
     return False
 
 
+def _banned(conn: Connection) -> bool:
+    """Whether a ban (plexmq/bans.py, the router's, as this worker holds them) names the client, by its
+    id, its username (as it logged in, or as its tenant knows it) or its address: then refused, 5.0 with
+    0x8A Banned and the ban's reason, 3.1.1 with 0x05 (not authorized), as mosquitto and EMQX answer."""
+    ban = conn.worker.bans.match(conn.tenant, conn.client_id, (conn.username, conn.local_name), conn.peer, time.time())
+    if ban is None:
+        return False
+    refuse(conn, NOT_AUTHORIZED if conn.v5 is None else reasons.BANNED, f"banned: {ban.reason}" if ban.reason else "banned",
+           logged=f"banned ({ban.kind} {ban.value!r}{': ' + ban.reason if ban.reason else ''})")
+    return True
+
+
 def accept(conn: Connection, connect: Connect) -> None:
     """Credentials accepted (`conn.username` is who logged in): check the will against the ACL (a `$`
     will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection
@@ -321,6 +334,8 @@ def accept(conn: Connection, connect: Connect) -> None:
     worker = conn.worker
     if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
         return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")
+    if worker.bans and _banned(conn):
+        return
     checker = worker.rules(conn)
     if connect.will is not None and not may_publish(checker, connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
