@@ -8,6 +8,8 @@ restart, an expired one gone."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +22,8 @@ from plexmq.mqtt import reasons
 from plexmq.mqtt.connect import encode_connect
 from plexmq.mqtt.properties import REASON_STRING
 from tests.cli import cli, metrics_url, write
-from tests.conftest import Broker, wait_for
-from tests.console import ask
+from tests.conftest import ROOT, Broker, wait_for
+from tests.console import ask, console_broker, session
 from tests.mqtt import RawClient
 from tests.steps import disconnect_of, from_address, raw5, uid
 
@@ -128,10 +130,6 @@ def test_bans_by_tenant_and_network_listed_and_lifted(start_broker: Callable[...
 
 def cli_fails(*args: str) -> str:
     """The one line a `plexmq` command that fails prints (exit status 1)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
     command, url, *rest = args
     out = subprocess.run([sys.executable, "-m", "plexmq.acceptor", command, "--metrics", url, *rest], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
@@ -178,3 +176,26 @@ def test_bans_are_kept_across_a_restart_and_an_expired_one_goes(start_broker: Ca
     refused.send(encode_connect("kept"))
     assert refused.read_until_closed() == b"\x20\x02\x00\x05"
     assert RawClient(b.port).connect("brief") == (False, 0)
+
+
+def test_a_tenant_admin_bans_and_sees_only_in_the_tenant(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    """Whatever the body names, a tenant admin's ban holds in the tenant alone; the broker's bans are
+    neither listed to it nor lifted by it."""
+    b, url = console_broker(start_broker, tmp_path, tenants=("acme",))
+    mine, mine_csrf = session(url, tenant="acme")
+    broker, broker_csrf = session(url)
+
+    def post(cookie: dict[str, str], csrf: str, path: str, body: dict) -> tuple[int, bytes]:
+        status, _, said = ask(url, "POST", path, {**cookie, "X-CSRF-Token": csrf, "Content-Type": "application/json"},
+                              orjson.dumps(body))
+        return status, said
+
+    assert post(mine, mine_csrf, "/api/bans/add", {"kind": "client_id", "value": "dev", "tenant": "*"}) == \
+        (200, b"banned client_id 'dev' in tenant 'acme'; 0 connected clients closed\n")
+    assert post(broker, broker_csrf, "/api/bans/add", {"kind": "username", "value": "eve"})[0] == 200
+    theirs = orjson.loads(ask(url, "GET", "/api/bans?tenant=*", mine)[2])
+    assert [row[:3] for row in theirs["bans"]] == [["acme", "client_id", "dev"]]
+    assert [row[5] for row in theirs["bans"]] == ["console: ops (tenant acme)"]
+    assert post(mine, mine_csrf, "/api/bans/remove", {"kind": "username", "value": "eve", "tenant": "*"})[0] == 404
+    assert orjson.loads(ask(url, "GET", "/api/bans", broker)[2])["total"] == 2
+    assert RawClient(b.port).connect("dev") == (False, 0)  # the default tenant's dev is another client
