@@ -199,3 +199,10 @@ def test_a_tenant_admin_bans_and_sees_only_in_the_tenant(start_broker: Callable[
     assert post(mine, mine_csrf, "/api/bans/remove", {"kind": "username", "value": "eve", "tenant": "*"})[0] == 404
     assert orjson.loads(ask(url, "GET", "/api/bans", broker)[2])["total"] == 2
     assert RawClient(b.port).connect("dev") == (False, 0)  # the default tenant's dev is another client
+
+
+def test_the_ban_cost_bench_runs_and_finds_what_it_should() -> None:
+    """bench/ban_cost.py at a small size (its own asserts: the banned cases found, the others not)."""
+    said = subprocess.run([sys.executable, "-m", "plexmq.bench.ban_cost", "--bans", "3000", "--connections", "100"],
+                          capture_output=True, text=True, check=True, timeout=120, cwd=ROOT).stdout
+    assert said.startswith("3,000 bans: ") and len(re.findall(r"µs per CONNECT", said)) == 5
