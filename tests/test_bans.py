@@ -206,3 +206,17 @@ def test_the_ban_cost_bench_runs_and_finds_what_it_should() -> None:
     said = subprocess.run([sys.executable, "-m", "plexmq.bench.ban_cost", "--bans", "3000", "--connections", "100"],
                           capture_output=True, text=True, check=True, timeout=120, cwd=ROOT).stdout
     assert said.startswith("3,000 bans: ") and len(re.findall(r"µs per CONNECT", said)) == 5
+
+
+def test_bans_on_a_postgresql_store_hold_for_the_next_router(start_broker: Callable[..., Broker], pg_dsn: str,
+                                                             tmp_path: Path) -> None:
+    """Another broker on the same shared store (as a standby that takes over would) starts with them."""
+    b = start_broker("--workers", "1", "--store", pg_dsn)
+    cli("ban", metrics_url(b), "address", "127.0.0.9", "--tenant", "", "--reason", "shared")
+    b.stop()
+    b = start_broker("--workers", "1", "--store", pg_dsn)
+    assert "1 bans" in b.output()
+    refused = from_address(b.port, "127.0.0.9")
+    refused.send(encode_connect(f"pg-{uid()}"))
+    assert refused.read_until_closed() == b"\x20\x02\x00\x05"
+    assert from_address(b.port, "127.0.0.10").connect(f"pg-{uid()}") == (False, 0)

@@ -21,7 +21,7 @@ from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
 from plexmq.workers import trace_watch
 from plexmq.workers.auth.logins import SERVER_UNAVAILABLE
-from plexmq.workers.handlers.connect import refuse
+from plexmq.workers.handlers.connect import refuse, refuse_banned
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 
 if TYPE_CHECKING:
@@ -119,28 +119,35 @@ def traces(worker: Worker, header: bytes, payload: bytes) -> None:
 
 def bans(worker: Worker, header: bytes, payload: bytes) -> None:
     """BANS: the banned clients (plexmq/bans.py), the whole set or a change; the connected clients that
-    a ban it adds names are closed (a 5.0 client hears DISCONNECT 0x98), and the router told how many.
-    One of an earlier join is stale (the router says the whole set to a worker that joins)."""
+    a ban it adds names are closed (a 5.0 client hears DISCONNECT 0x98), those still waiting for their
+    CONNACK refused (until its first BANS the worker lets every CONNECT wait for the router: connect.py
+    `accept`), and the router told how many. One of an earlier join is stale (the router says the whole
+    set to a worker that joins)."""
     if not worker.link.this_join:
         return
     gen, whole, added, removed = wire.Bans.decode(header)
     new = BanSet(Ban(*fields) for fields in added)
-    if whole:
+    held = worker.bans
+    if whole or held is None:
         worker.bans = new
     else:
         for tenant, kind, value in removed:
-            worker.bans.remove((tenant, kind, value))
+            held.remove((tenant, kind, value))
         for made in new:
-            worker.bans.add(made)
+            held.add(made)
     closed = 0
     if new:
         now = time.time()
         for conn in list(worker.conns.values()):
             if conn.state == CONNECTED or conn.state == CONNECTING:
                 found = new.match(conn.tenant, conn.client_id, (conn.username, conn.local_name), conn.peer, now)
-                if found is not None:
+                if found is None:
+                    continue
+                if conn.state == CONNECTING:  # still waiting for the router's answer (no CONNACK yet)
+                    refuse_banned(conn, found)
+                else:
                     conn.close(f"banned: {found.reason}" if found.reason else "banned", code=reasons.ADMINISTRATIVE_ACTION)
-                    closed += 1
+                closed += 1
     worker.link.bans_ack(gen, closed)
 
 
