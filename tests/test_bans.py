@@ -22,7 +22,7 @@ from plexmq.mqtt import reasons
 from plexmq.mqtt.connect import encode_connect
 from plexmq.mqtt.properties import REASON_STRING
 from tests.cli import cli, metrics_url, write
-from tests.conftest import ROOT, Broker, wait_for
+from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.console import ask, console_broker, session
 from tests.mqtt import RawClient
 from tests.steps import disconnect_of, from_address, raw5, uid
@@ -220,3 +220,22 @@ def test_bans_on_a_postgresql_store_hold_for_the_next_router(start_broker: Calla
     refused.send(encode_connect(f"pg-{uid()}"))
     assert refused.read_until_closed() == b"\x20\x02\x00\x05"
     assert from_address(b.port, "127.0.0.10").connect(f"pg-{uid()}") == (False, 0)
+
+
+def test_an_ipv6_network_ban_on_an_ipv6_listener(start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    """A tenant's listener on ::1 (the broker's own stays on 127.0.0.1); a broker-wide ban holds there."""
+    port = free_port()
+    config = write(tmp_path, f'[tenants.six]\nlisteners = ["mqtt://[::1]:{port}"]\n')
+    b = start_broker("--config", str(config), "--workers", "1")
+    assert cli("ban", metrics_url(b), "address", "::1/64").strip() == \
+        "banned address '::/64' in every tenant; 0 connected clients closed"
+    refused = wait_for(lambda: _reached("::1", port), 10, "the tenant's listener")
+    assert refused.connect5(f"v6-{uid()}")[1] == reasons.BANNED
+    assert RawClient(b.port).connect5(f"v4-{uid()}")[1] == 0
+
+
+def _reached(host: str, port: int) -> RawClient | None:
+    try:
+        return RawClient(port, host=host)
+    except ConnectionRefusedError:
+        return None
