@@ -55,12 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-# subcommands that parse their own arguments: name -> (module with main(argv) -> int, help)
+# subcommands that parse their own arguments: name -> (module with main(argv) -> int, or MODULE:FUNCTION, help)
 TOOLS = {
     "bench": ("plexmq.bench.cli", "the load generator and benchmark scenarios (plexmq bench --help)"),
     "pipeline": ("plexmq.pipeline.__main__", "PySpark jobs over archived traffic and benchmark samples (plexmq pipeline --help)"),
     "status": ("plexmq.acceptor.status", "a live table of a running broker's processes (plexmq status --help)"),
     "clients": ("plexmq.acceptor.clients", "list the connected clients of a running broker (plexmq clients --help)"),
+    "ban": ("plexmq.acceptor.bans:ban", "ban clients of a running broker by client id, username or address (plexmq ban --help)"),
+    "unban": ("plexmq.acceptor.bans:unban", "lift a ban (plexmq unban --help)"),
+    "bans": ("plexmq.acceptor.bans:bans", "list the bans of a running broker (plexmq bans --help)"),
     "reload": ("plexmq.acceptor.reload", "make a running broker re-read its config file (SIGHUP)"),
     "keys": ("plexmq.acceptor.keys", "create the CURVE keys a router and its nodes share (plexmq keys DIR)"),
     "bridges": ("plexmq.acceptor.bridges.status", "the bridges of a running broker: state, counts (plexmq bridges --help)"),
@@ -71,7 +74,8 @@ TOOLS = {
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in TOOLS:  # each tool parses its own arguments
-        return importlib.import_module(TOOLS[args[0]][0]).main(args[1:])
+        module, _, function = TOOLS[args[0]][0].partition(":")
+        return getattr(importlib.import_module(module), function or "main")(args[1:])
     if not args or args[0].startswith("-") and args[0] not in ("-h", "--help"):
         args.insert(0, "serve")
     parser = _parser()

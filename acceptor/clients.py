@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import orjson
 
 from plexmq.acceptor import endpoint
 from plexmq.mqtt import PROTOCOLS
-from plexmq.router.ops import admin
 
 
 def main(argv: list[str]) -> int:
@@ -40,17 +37,17 @@ def main(argv: list[str]) -> int:
     try:
         found = endpoint.find(args)
         url = found.url
-        token = _token(args.token_file or endpoint.token_file(found))
+        token = endpoint.admin_token(args.token_file or endpoint.token_file(found))
         if args.disconnect is not None:
             body = orjson.dumps({"client_id": args.disconnect, "tenant": args.tenant or ""})
-            print(_ask(url, token, "/clients/disconnect", body).decode().strip())
+            print(endpoint.request(url, token, "/clients/disconnect", body).decode().strip())
             return 0
         asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page}
         if args.tenant is not None:
             asked["tenant"] = args.tenant
         if args.protocol:
             asked["protocol"] = args.protocol
-        listing = orjson.loads(_ask(url, token, f"/clients?{urllib.parse.urlencode(asked)}"))
+        listing = orjson.loads(endpoint.request(url, token, f"/clients?{urllib.parse.urlencode(asked)}"))
     except endpoint.Refused as exc:
         print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
@@ -64,23 +61,3 @@ def main(argv: list[str]) -> int:
     print(f"page {args.page} of {pages}, {listing['total']} clients{note}")
     return 0
 
-
-def _token(path: str) -> str:
-    try:
-        return admin.read(path)
-    except OSError as exc:
-        raise endpoint.Refused(f"cannot read the admin token {path}: {exc.strerror}") from None
-
-
-def _ask(url: str, token: str, path: str, body: bytes | None = None) -> bytes:
-    """GET `path`, or POST `body` (JSON) to it, with the token; the answer's body."""
-    headers = {"Authorization": f"Bearer {token}"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url + path, body, headers), timeout=15) as answer:
-            return answer.read()
-    except urllib.error.HTTPError as exc:
-        raise endpoint.Refused(exc.read().decode().strip()) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise endpoint.Refused(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None

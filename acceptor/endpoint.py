@@ -1,6 +1,7 @@
-"""Which broker `plexmq status` and `plexmq clients` talk to: `--metrics URL` (or HOST:PORT), or
-`--config FILE`, the broker's own config file: its metrics_host and metrics_port, and its run dir
-(acceptor/rundir.py), where the admin token is and whose lock says whether that broker is running."""
+"""Which broker `plexmq status`, `plexmq clients` and `plexmq ban` talk to: `--metrics URL` (or
+HOST:PORT), or `--config FILE`, the broker's own config file: its metrics_host and metrics_port, and its
+run dir (acceptor/rundir.py), where the admin token is and whose lock says whether that broker is
+running; and an admin request to it, with that token (`request`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import argparse
 import glob
 import os
 import socket
+import urllib.error
 import urllib.parse
+import urllib.request
 from typing import NamedTuple
 
 from plexmq.acceptor import config as cfg
@@ -103,3 +106,25 @@ def token_file(found: Endpoint) -> str:
         raise Refused(f"{'no' if not paths else 'more than one'} running broker {which} serves port {port}; "
                       "use --token-file or --config")
     return paths[0]
+
+
+def admin_token(path: str) -> str:
+    try:
+        return admin.read(path)
+    except OSError as exc:
+        raise Refused(f"cannot read the admin token {path}: {exc.strerror}") from None
+
+
+def request(url: str, token: str, path: str, body: bytes | None = None) -> bytes:
+    """GET `path`, or POST `body` (JSON) to it, with the token; the answer's body (Refused with the
+    broker's refusal, or why it cannot be reached)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, body, headers), timeout=15) as answer:
+            return answer.read()
+    except urllib.error.HTTPError as exc:
+        raise Refused(exc.read().decode().strip()) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise Refused(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None

@@ -33,7 +33,8 @@ import orjson
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
 # 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
 # TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts;
-# 9: HELLO says the worker's direct endpoint, DIRECTORY (the other nodes' workers a worker may send to itself)
+# 9: HELLO says the worker's direct endpoint, DIRECTORY (the other nodes' workers a worker may send to
+# itself), BANS and BANS_ACK (the banned clients, checked by the workers)
 PROTOCOL = 9
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -59,6 +60,7 @@ BYE = 15  # nothing: a worker is stopping, its clients are closing: a node's is 
 KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): the worker's records of it are all ahead
 TRACES_ACK = 17  # TracesAck: the worker has applied the TRACES of this generation
 TRACED = 18  # Traced; payload: the message's payload, its first TRACED_PAYLOAD bytes: a copy for a console trace
+BANS_ACK = 19  # BansAck: the worker has applied the BANS of this generation, and closed so many of its clients
 # router -> worker
 SESSION = 20  # Session: the answer to a CONNECT
 SUBACK = 21  # Suback
@@ -86,6 +88,7 @@ STANDBY = 35
 TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py); answer TRACES_ACK
 # Directory: every joined worker's direct endpoint (a node's `direct_bind`), the whole map at each change
 DIRECTORY = 37
+BANS = 38  # Bans: the banned clients, the whole set at a join, else a change (router/bans.py); answer BANS_ACK
 # worker -> worker of the same host (ipc), or of another node when both say a direct endpoint (tcp, QoS 0
 # only; workers/peers.py): a message for the subscribers the receiving worker serves itself (its
 # `LocalRoutes.local`), which it matches against its own table of the tenant; each frame leads with
@@ -402,6 +405,20 @@ class TracesAck(NamedTuple):
         return cls._make(COUNT.unpack(header))
 
 
+class BansAck(NamedTuple):
+    """BANS_ACK, an orjson list."""
+
+    gen: int
+    closed: int  # connections the bans it added closed
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> BansAck:
+        return cls._make(orjson.loads(header))
+
+
 class Traced(NamedTuple):
     """TRACED, an orjson list: a copy of a client's PUBLISH for a console trace (its payload, cut to
     TRACED_PAYLOAD bytes, is the record's payload). Bounded by the worker's rate per trace (workers/trace_watch.py)."""
@@ -574,6 +591,21 @@ class Directory(NamedTuple):
     @classmethod
     def decode(cls, header: bytes) -> Directory:
         return cls(orjson.loads(header))
+class Bans(NamedTuple):
+    """BANS, an orjson list: the banned clients (plexmq/bans.py), the whole set to a worker that joins,
+    else what one change added and lifted."""
+
+    gen: int  # one more at each change of the set
+    whole: bool  # `added` is the whole set: whatever the worker held before goes
+    added: list[list]  # Ban's fields, in its order
+    removed: list[list]  # [tenant, kind, value]
+
+    def encode(self) -> bytes:
+        return orjson.dumps(tuple(self))
+
+    @classmethod
+    def decode(cls, header: bytes) -> Bans:
+        return cls._make(orjson.loads(header))
 
 
 class Rejoin(NamedTuple):
@@ -730,6 +762,8 @@ class ToWorker(Batch):
 
     def directory(self, endpoints: dict[str, str]) -> None:
         self.add(DIRECTORY, Directory(endpoints).encode())
+    def bans(self, told: Bans) -> None:
+        self.add(BANS, told.encode())
 
     def beat(self) -> None:
         self.add(BEAT, b"")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from plexmq import grants, tenants, wire
 from plexmq.grants import Matched
 from plexmq.mqtt import framing
+from plexmq.router.bans import Banning
 from plexmq.router.deadlines import Deadlines
 from plexmq.router.lifecycle import Lifecycle
 from plexmq.router.links import Links
@@ -111,6 +112,7 @@ class Router(Lifecycle, Subscribing):
         self.topic_rates = TopicRates(time.monotonic())  # the workers' sampled topics (the console's busiest)
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         self.traces = Traces()  # the console's live traces (router/trace.py)
+        self.bans = Banning(self.journal)  # the banned clients, which every worker checks (router/bans.py)
         self.sys_figures = None  # a tenant's $SYS figures for its new subscribers (router/main.py: `Stats.figures`)
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
@@ -139,6 +141,7 @@ class Router(Lifecycle, Subscribing):
             wire.BYE: self._on_bye,
             wire.TRACES_ACK: self.traces.on_ack,
             wire.TRACED: self.traces.on_traced,
+            wire.BANS_ACK: self.bans.on_ack,
         }
         if store is not None:
             self._restore(store)
@@ -195,10 +198,11 @@ class Router(Lifecycle, Subscribing):
         for name, retained in loaded.retained.items():
             self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
+        self.bans.restore(loaded.bans)
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, "
-                 "%d wills of live connections", store.name, len(kept), sum(len(s.unacked) for s in kept),
-                 sum(len(r) for r in loaded.retained.values()), len(loaded.carried))
+                 "%d wills of live connections, %d bans", store.name, len(kept), sum(len(s.unacked) for s in kept),
+                 sum(len(r) for r in loaded.retained.values()), len(loaded.carried), len(loaded.bans))
 
     # -- frames in, batches out ---------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
+from plexmq.router.bans import Banning
 from plexmq.router.deadlines import Deadlines
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
@@ -50,6 +51,7 @@ class Lifecycle:
     listings: dict[int, ClientListing]
     routes: RouteTable
     traces: Traces
+    bans: Banning
     routed: dict[bytes, list[int]]
     batches: dict[bytes, wire.ToWorker]
     links: Links
@@ -87,6 +89,7 @@ class Lifecycle:
         link.direct = hello.direct
         self.routes.hello(worker)
         self.traces.hello(worker, self.out)
+        self.bans.hello(worker, self.out)
         self.routed.pop(worker, None)  # the counts of the last join: the worker sends again what they confirmed
         live = set(hello.live)
         sessions = self._sessions_on(worker)
@@ -159,9 +162,10 @@ class Lifecycle:
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
-        for its ROUTES_ACK or TRACES_ACK, and the counts of its old join are void."""
+        for its ROUTES_ACK, TRACES_ACK or BANS_ACK, and the counts of its old join are void."""
         self.routes.forget(worker)
         self.traces.forget(worker)
+        self.bans.forget(worker)
         self.routed.pop(worker, None)
 
     def _on_bye(self, worker: bytes, header: bytes, payload: bytes) -> None:

@@ -173,6 +173,7 @@ def serve(config: dict) -> None:
                 router.out(worker).beat()
             stats.refresh(time.time())
             router.traces.sweep(router, now)
+            router.bans.sweep(router, time.time())
             if sys_interval and now >= next_sys:
                 next_sys = now + sys_interval
                 for tenant, topic, payload in stats.sys_messages(time.time()):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -198,6 +200,28 @@ def browser() -> Iterator:
     from tests.console_browser import chromium
 
     yield from chromium()
+
+
+@pytest.fixture
+def attacker() -> Iterator[tuple[str, Callable[[bytes], None]]]:
+    """Another site on loopback (another port: another origin) for the console's forged-request tests
+    (tests/console_browser.py `attack_page`): its URL and a setter of its page."""
+    page = [b""]
+
+    class Site(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802  http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page[0])
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Site)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", lambda html: page.__setitem__(0, html)
+    server.shutdown()
 
 
 @pytest.fixture(scope="session")

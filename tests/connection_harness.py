@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 from plexmq import wire
 from plexmq.acceptor import config as broker_config
+from plexmq.bans import BanSet
 from plexmq.mqtt import PROTOCOLS, v5
 from plexmq.mqtt import v4 as p
 from plexmq.workers.connection import Connection
@@ -258,6 +259,7 @@ class HarnessWorker(Worker):
         self.topics = TopicSample()
         self.sample_in = SAMPLE
         self.watching = {}
+        self.bans = BanSet()
         self.wheel = TimerWheel(self.loop.time())
         self.link = FakeLink(loop)
         self.direct = ""

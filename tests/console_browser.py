@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 
+import orjson
 import pytest
 
 from tests.conftest import wait_for
@@ -46,3 +47,21 @@ def text(browser, element_id: str) -> str:  # noqa: ANN001
         return browser.find_element(By.ID, element_id).text
     except (NoSuchElementException, StaleElementReferenceException):
         return ""
+
+
+def attack_page(console: str, path: str, body: dict[str, str]) -> bytes:
+    """A page of another origin that posts `body` (JSON) to `path` of `console` as soon as it loads,
+    first as a credentialed fetch, then as a form in its place (the text/plain JSON trick). The
+    attacker's site: tests/conftest.py `attacker`."""
+    sent = orjson.dumps(body).decode()
+    name, value = sent[:-1] + ', "x": "', '"}'  # the form sends NAME=VALUE: together, the JSON body
+    return f"""<!doctype html><html><body>
+<form id="forged" method="post" action="{console}{path}" enctype="text/plain">
+<input name='{name}' value='{value}'></form>
+<p id="fetched">pending</p>
+<script>
+const sent = () => {{ document.getElementById("fetched").textContent = "sent";
+  setTimeout(() => document.getElementById("forged").submit(), 300); }};  // then the form, in the page's place
+fetch("{console}{path}", {{method: "POST", credentials: "include", mode: "no-cors",
+  headers: {{"Content-Type": "text/plain"}}, body: '{sent}'}}).then(sent, sent);
+</script></body></html>""".encode()

@@ -1,6 +1,7 @@
 """The router's stores on their own: an older SQLite schema is upgraded in place and nothing it held is
-lost; every backend (SQLite, PostgreSQL: a private server, a fresh database per test) keeps what the
-journal writes through the same cases; PostgreSQL's fence, schema version and failures."""
+lost (a version 7 store gains the bans); every backend (SQLite, PostgreSQL: a private server, a fresh
+database per test) keeps what the journal writes through the same cases; PostgreSQL's fence, schema
+version and failures."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from plexmq.bans import ADDRESS, BROKER, CLIENT_ID, make
 from plexmq.bench.postgres import PostgreSQL
 from plexmq.bench.postgres import installed as postgres_installed
 from plexmq.router.message import Message
@@ -57,7 +59,7 @@ def test_a_version_5_store_is_upgraded_with_every_row_in_the_default_tenant(tmp_
     db.close()
     store = SqliteStore(str(data), "normal")
     rows = {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
-    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (7,)
+    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (8,)
     assert {table: [row[0] for row in found] for table, found in rows.items() if table != "messages"} == \
         {table: [""] for table in _TABLES if table != "messages"}
     assert rows["messages"] == [(7, "", "dev", 3, b"a/b", b"queued", 1, 0, 0, b"", 0)]
@@ -93,9 +95,23 @@ def test_a_version_6_store_gains_the_live_wills_table_and_keeps_every_row(tmp_pa
     rows = {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
     store.close()
     store = SqliteStore(str(data), "normal")
-    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (7,)
+    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,) == (8,)
     assert {table: store.db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES} == rows
     assert all(rows.values()) and store.db.execute("SELECT * FROM live_wills").fetchall() == []
+    store.close()
+
+
+def test_a_version_7_store_gains_the_bans_table_and_keeps_every_row(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    store = SqliteStore(str(data), "normal")
+    Journal(store).retained_set("acme", "a/r", Message(b"a/r", b"kept", 1, True))
+    store.commit()
+    store.db.executescript("DROP TABLE bans; UPDATE meta SET value = 7 WHERE key = 'schema';")  # as version 7 made it
+    store.close()
+    store = SqliteStore(str(data), "normal")
+    assert store.db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,)
+    loaded = store.load()
+    assert loaded.bans == [] and loaded.retained["acme"]["a/r"].payload == b"kept"
     store.close()
 
 
@@ -151,6 +167,11 @@ def test_what_is_committed_comes_back_after_a_reopen(backend: Opener) -> None:
     j.retained_set("", "r/2", Message(b"r/2", b"", 0, True))
     j.retained_set("acme", "r/1", Message(b"r/1", b"theirs", 0, True))
     j.retained_set("", "$SYS/broker/uptime", Message(b"$SYS/broker/uptime", b"1", 0, True))  # never kept
+    kept, lifted = make(BROKER, ADDRESS, "10.0.0.0/8", "scan", 3600, "ops", 5.0), make("acme", CLIENT_ID, "dev", now=6.0)
+    j.ban_saved(lifted)
+    j.ban_saved(make(BROKER, ADDRESS, "10.0.0.0/8", "first", now=4.0))
+    j.ban_saved(kept)  # made again: replaces the first
+    j.ban_dropped(lifted.key)
     store.commit()
     store.close()
 
@@ -166,6 +187,7 @@ def test_what_is_committed_comes_back_after_a_reopen(backend: Opener) -> None:
     assert {tenant: {topic: m.payload for topic, m in kept.items()} for tenant, kept in loaded.retained.items()} == \
         {"": {"r/1": b"kept"}, "acme": {"r/1": b"theirs"}}
     assert loaded.next_seq == j.seq + 1  # stored messages go on past the last one
+    assert loaded.bans == [kept]
 
     j = Journal(store)
     j.seq = loaded.next_seq
@@ -205,14 +227,17 @@ def test_pg_a_store_of_a_newer_plexmq_is_refused(pg_dsn: str) -> None:
         PgStore(dsn)
 
 
-def test_pg_a_version_6_store_gains_the_live_wills_table(pg_dsn: str) -> None:
+@pytest.mark.parametrize("version, tables", [(6, ("live_wills", "bans")), (7, ("bans",))])
+def test_pg_an_older_store_gains_the_tables_it_lacks(pg_dsn: str, version: int, tables: tuple[str, ...]) -> None:
     dsn = pg_dsn
     PgStore(dsn).close()
     with psycopg.connect(dsn, autocommit=True) as db:
-        db.execute("DROP TABLE live_wills")
-        db.execute("UPDATE meta SET value = 6 WHERE key = 'schema'")
+        for table in tables:
+            db.execute(f"DROP TABLE {table}")
+        db.execute("UPDATE meta SET value = %s WHERE key = 'schema'", (version,))
     store = PgStore(dsn)
-    assert store.load().carried == []
+    loaded = store.load()
+    assert loaded.carried == [] and loaded.bans == []
     store.close()
     with psycopg.connect(dsn) as db:
         assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == (SCHEMA_VERSION,)

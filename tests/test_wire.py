@@ -70,6 +70,7 @@ CASES = [
     Case("traces ack", wire.TRACES_ACK, wire.TracesAck(4), b"\x04\x00\x00\x00"),
     Case("traced", wire.TRACED, wire.Traced(3, "t/a", 1, True, 2048, "c1", 1700000000.5),
          b'[3,"t/a",1,true,2048,"c1",1700000000.5]'),
+    Case("bans ack", wire.BANS_ACK, wire.BansAck(4, 2), b"[4,2]"),
     Case("session present", wire.SESSION, wire.Session(3, True, [["a/+", 1]]), b'[3,true,[["a/+",1]],""]'),
     Case("session refused", wire.SESSION, wire.Session(3, False, [], "max_connections"), b'[3,false,[],"max_connections"]'),
     Case("suback", wire.SUBACK, wire.Suback(3, 10, [1, 0x87], [["a/+", 1], ["b", -1]]),
@@ -87,6 +88,9 @@ CASES = [
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
     Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
     Case("directory", wire.DIRECTORY, wire.Directory({"n2/w0": "tcp://10.0.0.3:7000"}), b'{"n2/w0":"tcp://10.0.0.3:7000"}'),
+    Case("bans", wire.BANS, wire.Bans(3, False, [["*", "address", "10.0.0.0/8", "scan", 0.0, "ops", 1700000000.5]],
+                                      [["", "client_id", "c1"]]),
+         b'[3,false,[["*","address","10.0.0.0/8","scan",0.0,"ops",1700000000.5]],[["","client_id","c1"]]]'),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
     Case("refused", wire.REFUSED, wire.Refused(1), b"\x01\x00\x00\x00"),
     Case("standby", wire.STANDBY, wire.Standby("b", "tcp://10.0.0.1:7883"), b'["b","tcp://10.0.0.1:7883"]'),
@@ -94,10 +98,10 @@ CASES = [
 
 TO_ROUTER = (wire.HELLO, wire.CONNECT, wire.SUBSCRIBE, wire.UNSUBSCRIBE, wire.PUB, wire.ACK, wire.REL, wire.GONE,
              wire.PUB0, wire.STATS, wire.CLIENTS, wire.SESSION_EXPIRY, wire.PUB0_V5, wire.ROUTES_ACK, wire.BYE,
-             wire.KICKED, wire.TRACES_ACK, wire.TRACED)
+             wire.KICKED, wire.TRACES_ACK, wire.TRACED, wire.BANS_ACK)
 TO_WORKER = (wire.SESSION, wire.SUBACK, wire.UNSUBACK, wire.ROUTED, wire.DELIVER, wire.RESEND_REL, wire.KICK,
              wire.DELIVER_RAW, wire.LIST_CLIENTS, wire.CLOSE, wire.DELIVER_RAW_V5, wire.ROUTES, wire.REJOIN, wire.BEAT,
-             wire.REFUSED, wire.STANDBY, wire.TRACES, wire.DIRECTORY)
+             wire.REFUSED, wire.STANDBY, wire.TRACES, wire.DIRECTORY, wire.BANS)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.desc for c in CASES])
@@ -137,6 +141,7 @@ def test_the_workers_senders_write_their_records() -> None:
         (RouterLink.routes_ack, (4,), wire.ROUTES_ACK, wire.RoutesAck(4), b""),
         (RouterLink.kicked, (3,), wire.KICKED, wire.Kicked(3), b""),
         (RouterLink.traces_ack, (2,), wire.TRACES_ACK, wire.TracesAck(2), b""),
+        (RouterLink.bans_ack, (2, 1), wire.BANS_ACK, wire.BansAck(2, 1), b""),
         (RouterLink.traced, (3, b"t/a", 1, False, b"x" * 2000, "c1", 5.0), wire.TRACED,
          wire.Traced(3, "t/a", 1, False, 2000, "c1", 5.0), b"x" * wire.TRACED_PAYLOAD),
     ]
@@ -158,6 +163,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.close(3)
     out.rejoin(5)
     out.traces(2, [[3, "", "t/#"]])
+    out.bans(wire.Bans(4, True, [], []))
     out.beat()
     out.refused()
     assert records_of(out) == [
@@ -170,6 +176,7 @@ def test_the_routers_senders_write_their_records() -> None:
         (wire.CLOSE, wire.Close(3).encode(), b""),
         (wire.REJOIN, wire.Rejoin(5).encode(), b""),
         (wire.TRACES, wire.Traces(2, [[3, "", "t/#"]]).encode(), b""),
+        (wire.BANS, wire.Bans(4, True, [], []).encode(), b""),
         (wire.BEAT, b"", b""),
         (wire.REFUSED, wire.Refused(wire.PROTOCOL).encode(), b""),
     ]

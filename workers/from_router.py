@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 from plexmq import wire
+from plexmq.bans import Ban, BanSet
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.process import LINK_REFUSED
 from plexmq.workers import trace_watch
 from plexmq.workers.auth.logins import SERVER_UNAVAILABLE
-from plexmq.workers.handlers.connect import refuse
-from plexmq.workers.states import CLOSED, CONNECTED
+from plexmq.workers.handlers.connect import refuse, refuse_banned
+from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 
 if TYPE_CHECKING:
     from plexmq.workers.worker import Worker
@@ -113,6 +115,40 @@ def traces(worker: Worker, header: bytes, payload: bytes) -> None:
         gen, entries = wire.Traces.decode(header)
         worker.watching = trace_watch.watching(entries, worker.watching, worker.loop.time())
         worker.link.traces_ack(gen)
+
+
+def bans(worker: Worker, header: bytes, payload: bytes) -> None:
+    """BANS: the banned clients (plexmq/bans.py), the whole set or a change; the connected clients that
+    a ban it adds names are closed (a 5.0 client hears DISCONNECT 0x98), those still waiting for their
+    CONNACK refused (until its first BANS the worker lets every CONNECT wait for the router: connect.py
+    `accept`), and the router told how many. One of an earlier join is stale (the router says the whole
+    set to a worker that joins)."""
+    if not worker.link.this_join:
+        return
+    gen, whole, added, removed = wire.Bans.decode(header)
+    new = BanSet(Ban(*fields) for fields in added)
+    held = worker.bans
+    if whole or held is None:
+        worker.bans = new
+    else:
+        for tenant, kind, value in removed:
+            held.remove((tenant, kind, value))
+        for made in new:
+            held.add(made)
+    closed = 0
+    if new:
+        now = time.time()
+        for conn in list(worker.conns.values()):
+            if conn.state == CONNECTED or conn.state == CONNECTING:
+                found = new.match(conn.tenant, conn.client_id, (conn.username, conn.local_name), conn.peer, now)
+                if found is None:
+                    continue
+                if conn.state == CONNECTING:  # still waiting for the router's answer (no CONNACK yet)
+                    refuse_banned(conn, found)
+                else:
+                    conn.close(f"banned: {found.reason}" if found.reason else "banned", code=reasons.ADMINISTRATIVE_ACTION)
+                closed += 1
+    worker.link.bans_ack(gen, closed)
 
 
 def session(worker: Worker, header: bytes, payload: bytes) -> None:
@@ -253,4 +289,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.STANDBY: standby,
     wire.TRACES: traces,
     wire.DIRECTORY: directory,
+    wire.BANS: bans,
 }

@@ -199,6 +199,9 @@ class RouterLink:
     def traces_ack(self, gen: int) -> None:
         self.batch.add(wire.TRACES_ACK, wire.TracesAck(gen).encode())
 
+    def bans_ack(self, gen: int, closed: int) -> None:
+        self.batch.add(wire.BANS_ACK, wire.BansAck(gen, closed).encode())
+
     def traced(self, trace: int, topic: bytes, qos: int, retain: bool, payload: bytes, client: str, at: float) -> None:
         """A copy of a PUBLISH for trace `trace`, its payload cut to wire.TRACED_PAYLOAD bytes."""
         self.batch.add(wire.TRACED, wire.Traced(trace, topic.decode(), qos, retain, len(payload), client, at).encode(),

@@ -26,6 +26,7 @@ import uvloop
 
 from plexmq import wire
 from plexmq.archive_format import archived_publish, sender
+from plexmq.bans import BanSet
 from plexmq.files import Access
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import properties as props
@@ -97,6 +98,9 @@ class Worker:
         self.topics = TopicSample()  # the busiest topics, sampled (workers/topic_sample.py)
         self.sample_in = SAMPLE  # PUBLISHes until the next sample
         self.watching: trace_watch.Watching = {}  # the console's live traces, by tenant (workers/trace_watch.py)
+        # the banned clients, as the router says them (BANS): None until it first has, kept across joins
+        # until it says them again
+        self.bans: BanSet | None = None
         self.identity_as_username = False
         self.tenant_field = ""  # tenant_certificate_field, as getpeercert() names it ("": none)
         # per listener byte (handoff.py): its TLS context, whether it speaks WebSocket, its tenant ("": none)

@@ -1,6 +1,7 @@
-"""The Prometheus endpoint (`/metrics`), a health check (`/health`), and two admin actions: the
+"""The Prometheus endpoint (`/metrics`), a health check (`/health`), and the admin requests: the
 connected clients (`GET /clients?filter=TEXT&offset=N&limit=N`, JSON) and closing one (`POST
-/clients/disconnect`, body `{"client_id": ID, "tenant": NAME}`), served by the router. The first two are open to
+/clients/disconnect`, body `{"client_id": ID, "tenant": NAME}`); the bans (`GET /bans`, `POST /bans/add`,
+`POST /bans/remove`: router/bans.py), served by the router. The first two are open to
 read; the admin ones pass `admin.Gate` (token, Host, Origin, JSON) and are logged.
 
 prometheus-client's WSGI app served by `router/ops/httpd.py` (bounded threads, connections and time):
@@ -19,7 +20,7 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
 from plexmq.acceptor.bridges.metrics import BridgeMetrics
-from plexmq.router import listing
+from plexmq.router import bans, listing
 from plexmq.router.asks import Asks
 from plexmq.router.ops import admin
 from plexmq.router.ops.admin import Gate
@@ -83,8 +84,14 @@ def serve_metrics(stats: Stats, turns: TurnMetrics, asks: Asks, host: str,
         start_response(status, headers)
         return [body]
 
-    ADMIN = {"/clients": ("GET", partial(listing.answer_listing, asks)),
-             "/clients/disconnect": ("POST", partial(listing.answer_disconnect, asks))}
+    def ban(environ: dict) -> listing.Answer:
+        return bans.answer_ban(asks, environ, f"admin API from {environ.get('REMOTE_ADDR')}")
+
+    ADMIN: dict[str, tuple[str, Callable[[dict], listing.Answer]]] = {
+        "/clients": ("GET", partial(listing.answer_listing, asks)),
+        "/clients/disconnect": ("POST", partial(listing.answer_disconnect, asks)),
+        "/bans": ("GET", partial(bans.answer_bans, asks)), "/bans/add": ("POST", ban),
+        "/bans/remove": ("POST", partial(bans.answer_unban, asks))}
 
     try:
         server = Endpoint((host, port), app)

@@ -1,7 +1,7 @@
 """The router's durable store: persistent sessions, their subscriptions and messages, retained messages,
-delayed wills, and on a shared store the wills of live connections (`Carried`). What every backend
-shares lives here: the interface the router uses, the loader that builds a restarted router's state
-from the rows, and the choice of backend (`open_store`).
+delayed wills, the banned clients (plexmq/bans.py), and on a shared store the wills of live connections
+(`Carried`). What every backend shares lives here: the interface the router uses, the loader that
+builds a restarted router's state from the rows, and the choice of backend (`open_store`).
 
 Why it is shaped this way: the router records each change as it happens (router/store/journal.py: a named
 operation appends `(OP, args)` to `Store.ops`) and `commit` writes one turn's changes in one
@@ -22,11 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from plexmq.bans import Ban
 from plexmq.router.message import Message
 from plexmq.router.outbox import Pending, restore
 from plexmq.router.sessions import Session, Will
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 Fence = tuple[str, tuple]  # a statement every PostgreSQL commit runs first (the router lease's epoch)
 
@@ -61,6 +62,7 @@ class Loaded:
     retained: dict[str, dict[str, Message]] = field(default_factory=dict)
     next_seq: int = 1
     carried: list[Carried] = field(default_factory=list)
+    bans: list[Ban] = field(default_factory=list)  # expired ones too: the router lifts them (router/bans.py)
 
 
 class Store:
@@ -126,6 +128,7 @@ class Store:
                     "FROM live_wills"):
                 will = Will(topic, payload, qos, bool(retain), props, expiry, delay)
                 loaded.carried.append(Carried(tenant, client_id, worker.encode(), conn_id, will))
+            loaded.bans = [Ban(*row) for row in rows("SELECT tenant, kind, value, reason, expires, made_by, created FROM bans")]
             loaded.next_seq = (list(rows("SELECT max(seq) FROM messages"))[0][0] or 0) + 1
         except self.errors as exc:
             raise self.failed(exc) from None

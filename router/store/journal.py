@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from plexmq.router.outbox import RELEASING, SENT
 
 if TYPE_CHECKING:
+    from plexmq.bans import Ban, Key
     from plexmq.router.message import Message
     from plexmq.router.outbox import Pending
     from plexmq.router.sessions import Session, Will
@@ -44,7 +45,9 @@ WILL_SAVE = 16  # tenant, client_id, due, topic, payload, qos, retain, props, ex
 WILL_DELETE = 17  # tenant, client_id
 LIVE_WILL_SAVE = 18  # tenant, client_id, worker, conn_id, topic, payload, qos, retain, props, expiry, delay
 LIVE_WILL_DELETE = 19  # tenant, client_id
-OPS = tuple(range(SESSION_SAVE, LIVE_WILL_DELETE + 1))  # every backend maps each of them
+BAN_SAVE = 20  # tenant, kind, value, reason, expires, made_by, created (plexmq/bans.py: Ban)
+BAN_DELETE = 21  # tenant, kind, value
+OPS = tuple(range(SESSION_SAVE, BAN_DELETE + 1))  # every backend maps each of them
 
 _SESSION_DELETES = (SESSION_DELETE, SUBSCRIPTIONS_DELETE, MESSAGES_DELETE, INCOMING_DELETE, WILL_DELETE)
 
@@ -166,3 +169,15 @@ class Journal:
         """A retained message of `tenant` expired."""
         if self._ops is not None:
             self._ops.append((RETAINED_DELETE, (tenant, topic)))
+
+    # -- banned clients (router/bans.py) ---------------------------------------------------------------
+
+    def ban_saved(self, ban: Ban) -> None:
+        """A ban made, or made again (its reason, expiry and maker replaced)."""
+        if self._ops is not None:
+            self._ops.append((BAN_SAVE, tuple(ban)))
+
+    def ban_dropped(self, key: Key) -> None:
+        """A ban lifted, or expired."""
+        if self._ops is not None:
+            self._ops.append((BAN_DELETE, key))

@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS live_wills (
     payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BYTEA NOT NULL, expiry BIGINT NOT NULL,
     delay BIGINT NOT NULL, PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS bans (
+    tenant TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, reason TEXT NOT NULL, expires DOUBLE PRECISION NOT NULL,
+    made_by TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, kind, value)
+);
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
@@ -100,6 +104,10 @@ _SQL: dict[int, str] = {
                        "topic = EXCLUDED.topic, payload = EXCLUDED.payload, qos = EXCLUDED.qos, retain = EXCLUDED.retain, "
                        "props = EXCLUDED.props, expiry = EXCLUDED.expiry, delay = EXCLUDED.delay",
     op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = %s AND client_id = %s",
+    op.BAN_SAVE: "INSERT INTO bans (tenant, kind, value, reason, expires, made_by, created) "
+                 "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, kind, value) DO UPDATE SET "
+                 "reason = EXCLUDED.reason, expires = EXCLUDED.expires, made_by = EXCLUDED.made_by, created = EXCLUDED.created",
+    op.BAN_DELETE: "DELETE FROM bans WHERE tenant = %s AND kind = %s AND value = %s",
 }
 
 
@@ -173,9 +181,9 @@ class PgStore(Store):
                 self.db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 self.db.execute(_TABLES)
                 self.db.execute("INSERT INTO meta VALUES ('schema', %s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,))
-                # a version 6 store (before the wills of live connections) has all but live_wills,
-                # which _TABLES has just made
-                self.db.execute("UPDATE meta SET value = 7 WHERE key = 'schema' AND value = 6")
+                # a version 6 store (before the wills of live connections) has all but live_wills and
+                # bans, a version 7 store all but bans, which _TABLES has just made
+                self.db.execute("UPDATE meta SET value = 8 WHERE key = 'schema' AND value IN (6, 7)")
         except psycopg.Error as exc:
             raise self.failed(exc) from None
         self.verify()

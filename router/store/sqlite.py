@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS live_wills (
     payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL,
     delay INTEGER NOT NULL, PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS bans (
+    tenant TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, reason TEXT NOT NULL, expires REAL NOT NULL,
+    made_by TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (tenant, kind, value)
+);
 """
 
 _TO_VERSION_3 = """
@@ -109,6 +113,7 @@ _MIGRATIONS = {  # a version -> the script that takes a store from it to the nex
     5: _to_version_6(),  # tenants: every row names its tenant
     # the wills of live connections, which only a shared store writes (router/store/journal.py): the table only
     6: f"BEGIN;\n{_create('live_wills')}\nUPDATE meta SET value = 7 WHERE key = 'schema';\nCOMMIT;",
+    7: f"BEGIN;\n{_create('bans')}\nUPDATE meta SET value = 8 WHERE key = 'schema';\nCOMMIT;",  # the banned clients
 }
 
 _SQL = {  # router/store/journal.py's OPs
@@ -134,6 +139,9 @@ _SQL = {  # router/store/journal.py's OPs
     op.LIVE_WILL_SAVE: "INSERT OR REPLACE INTO live_wills (tenant, client_id, worker, conn_id, topic, payload, qos, retain, "
                        "props, expiry, delay) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = ? AND client_id = ?",
+    op.BAN_SAVE: "INSERT OR REPLACE INTO bans (tenant, kind, value, reason, expires, made_by, created) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
+    op.BAN_DELETE: "DELETE FROM bans WHERE tenant = ? AND kind = ? AND value = ?",
 }
 
 

@@ -15,10 +15,12 @@ import asyncio
 import hmac
 import logging
 import math
+import time
 import uuid
 from functools import partial
 from typing import TYPE_CHECKING
 
+from plexmq.bans import Ban, BanSet
 from plexmq.mqtt import properties as props
 from plexmq.mqtt import reasons, v4, v5
 from plexmq.mqtt.connect import Connect, RefusedConnect, decode_connect
@@ -313,6 +315,23 @@ def proves_its_tenant(conn: Connection, identity: str | None) -> bool:
     return False
 
 
+def _banned(conn: Connection, bans: BanSet) -> bool:
+    """Whether one of `bans` (plexmq/bans.py: the router's, as this worker holds them) names the client,
+    by its id, its username (as it logged in, or as its tenant knows it) or its address: then refused."""
+    ban = bans.match(conn.tenant, conn.client_id, (conn.username, conn.local_name), conn.peer, time.time())
+    if ban is None:
+        return False
+    refuse_banned(conn, ban)
+    return True
+
+
+def refuse_banned(conn: Connection, ban: Ban) -> None:
+    """CONNACK for a banned client: 5.0 0x8A Banned with the ban's reason, 3.1.1 and 3.1 0x05 (not
+    authorized), as mosquitto and EMQX answer."""
+    refuse(conn, NOT_AUTHORIZED if conn.v5 is None else reasons.BANNED, f"banned: {ban.reason}" if ban.reason else "banned",
+           logged=f"banned ({ban.kind} {ban.value!r}{': ' + ban.reason if ban.reason else ''})")
+
+
 def accept(conn: Connection, connect: Connect) -> None:
     """Credentials accepted (`conn.username` is who logged in): check the will against the ACL (a `$`
     will topic too: `acl.may_publish`), then claim the session. A 5.0 session outlives its connection
@@ -321,6 +340,9 @@ def accept(conn: Connection, connect: Connect) -> None:
     worker = conn.worker
     if conn.v5 is not None and conn.v5.max_packet and conn.connack5(False) is None:  # before the session is claimed
         return conn.close(f"no CONNACK fits its maximum packet size ({conn.v5.max_packet} bytes)")
+    bans = worker.bans
+    if bans and _banned(conn, bans):
+        return
     checker = worker.rules(conn)
     if connect.will is not None and not may_publish(checker, connect.will.topic):
         return refuse(conn, NOT_AUTHORIZED, f"will topic {connect.will.topic!r} not allowed")
@@ -333,10 +355,12 @@ def accept(conn: Connection, connect: Connect) -> None:
     conn.state = CONNECTING
     conn.will = connect.will
     limits = worker.settings.tenants.declared.get(conn.tenant) if conn.tenant else None
-    if connect.clean_session and not conn.persistent and (limits is None or not limits.limits_connects):
+    if connect.clean_session and not conn.persistent and (limits is None or not limits.limits_connects) \
+            and worker.bans is not None:
         # a new session that ends with the connection: nothing to wait for from the router, which
         # claims the client id (takes an earlier connection over) before any later record of ours;
-        # unless the router judges its tenant's CONNECTs (router/tenants.py): then it answers
+        # unless the router judges its tenant's CONNECTs (router/tenants.py), or has not yet told this
+        # worker the bans (the router's BANS comes before its answer): then it answers
         conn.register(connack_sent=True, fresh=True)
         conn.session_ready(False, [])
     else:
