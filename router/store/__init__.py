@@ -1,5 +1,7 @@
 """The router's durable store: persistent sessions, their subscriptions and messages, retained messages,
-delayed wills, and on a shared store the wills of live connections (`Carried`). What every backend
+delayed wills, on a shared store the wills of live connections (`Carried`), and the admins' audit log
+(router/ops/audit.py: its table needs no migration, as _TABLES makes it in any store, and an older plexmq
+leaves it alone). What every backend
 shares lives here: the interface the router uses, the loader that builds a restarted router's state
 from the rows, and the choice of backend (`open_store`).
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from plexmq.router.message import Message
+from plexmq.router.ops import audit
 from plexmq.router.outbox import Pending, restore
 from plexmq.router.sessions import Session, Will
 
@@ -61,6 +64,7 @@ class Loaded:
     retained: dict[str, dict[str, Message]] = field(default_factory=dict)
     next_seq: int = 1
     carried: list[Carried] = field(default_factory=list)
+    audit: list[tuple] = field(default_factory=list)  # the audit log's rows, oldest first (router/ops/audit.py)
 
 
 class Store:
@@ -127,6 +131,8 @@ class Store:
                 will = Will(topic, payload, qos, bool(retain), props, expiry, delay)
                 loaded.carried.append(Carried(tenant, client_id, worker.encode(), conn_id, will))
             loaded.next_seq = (list(rows("SELECT max(seq) FROM messages"))[0][0] or 0) + 1
+            loaded.audit = list(rows(f"SELECT seq, at, admin, address, tenant, action, target, outcome FROM audit "
+                                     f"ORDER BY seq DESC LIMIT {audit.KEEP}"))[::-1]
         except self.errors as exc:
             raise self.failed(exc) from None
         return loaded

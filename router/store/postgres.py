@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS live_wills (
     payload BYTEA NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BYTEA NOT NULL, expiry BIGINT NOT NULL,
     delay BIGINT NOT NULL, PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS audit (
+    seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, admin TEXT NOT NULL, address TEXT NOT NULL,
+    tenant TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, outcome TEXT NOT NULL
+);
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
@@ -100,6 +104,11 @@ _SQL: dict[int, str] = {
                        "topic = EXCLUDED.topic, payload = EXCLUDED.payload, qos = EXCLUDED.qos, retain = EXCLUDED.retain, "
                        "props = EXCLUDED.props, expiry = EXCLUDED.expiry, delay = EXCLUDED.delay",
     op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = %s AND client_id = %s",
+    op.AUDIT_SAVE: "INSERT INTO audit (seq, at, admin, address, tenant, action, target, outcome) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (seq) DO UPDATE SET at = EXCLUDED.at, "
+                   "admin = EXCLUDED.admin, address = EXCLUDED.address, tenant = EXCLUDED.tenant, "
+                   "action = EXCLUDED.action, target = EXCLUDED.target, outcome = EXCLUDED.outcome",
+    op.AUDIT_TRIM: "DELETE FROM audit WHERE seq <= %s OR at < %s",
 }
 
 

@@ -52,6 +52,10 @@ CREATE TABLE IF NOT EXISTS live_wills (
     payload BLOB NOT NULL, qos INTEGER NOT NULL, retain INTEGER NOT NULL, props BLOB NOT NULL, expiry INTEGER NOT NULL,
     delay INTEGER NOT NULL, PRIMARY KEY (tenant, client_id)
 );
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, admin TEXT NOT NULL, address TEXT NOT NULL, tenant TEXT NOT NULL,
+    action TEXT NOT NULL, target TEXT NOT NULL, outcome TEXT NOT NULL
+);
 """
 
 _TO_VERSION_3 = """
@@ -134,6 +138,9 @@ _SQL = {  # router/store/journal.py's OPs
     op.LIVE_WILL_SAVE: "INSERT OR REPLACE INTO live_wills (tenant, client_id, worker, conn_id, topic, payload, qos, retain, "
                        "props, expiry, delay) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     op.LIVE_WILL_DELETE: "DELETE FROM live_wills WHERE tenant = ? AND client_id = ?",
+    op.AUDIT_SAVE: "INSERT OR REPLACE INTO audit (seq, at, admin, address, tenant, action, target, outcome) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    op.AUDIT_TRIM: "DELETE FROM audit WHERE seq <= ? OR at < ?",
 }
 
 

@@ -3,6 +3,7 @@
 // updates the figures, the charts, the totals, the alarms and, for a broker admin, the store, the lease
 // and the workers' and nodes' tables (a tenant admin's events carry the tenant's own figures and alarms only).
 "use strict";
+const csrf = document.querySelector('meta[name="csrf"]').content;
 const COUNTED = ["received", "sent", "dropped", "bytes_in", "bytes_out"];
 const charts = {};
 let span = 300;
@@ -33,8 +34,25 @@ function alarms(list) {
   const raised = list.filter(a => a.cleared === null).length;
   text("alarm-count", raised ? raised + " raised" : "");
   document.getElementById("no-alarms").hidden = list.length > 0;
-  rows("alarms", list.map(a => [[clock(a.raised)], [a.what, "what"], [a.details], [a.cleared === null ? "raised" : clock(a.cleared)]]),
+  rows("alarms", list.map(a => [[clock(a.raised)], [a.what, "what"], [a.details], [a.cleared === null ? "raised" : clock(a.cleared)],
+                                [a.acknowledged === null ? "" : `by ${a.acknowledged_by}, ${clock(a.acknowledged)}`, "acknowledged"]]),
        list.map(a => a.cleared === null ? "raised" : "cleared"));
+  // a raised alarm nobody has acknowledged gets the button (a read-only admin's page hides it: .act)
+  document.querySelectorAll("#alarms tr").forEach((tr, i) => {
+    const a = list[i];
+    if (a.cleared !== null || a.acknowledged !== null) return;
+    const button = document.createElement("button");
+    button.textContent = "Acknowledge";
+    button.className = "act acknowledge";
+    button.onclick = () => acknowledge(a);
+    tr.lastChild.append(button);
+  });
+}
+async function acknowledge(a) {
+  const answer = await fetch("/api/alarms/acknowledge", {
+    method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+    body: JSON.stringify({name: a.name, subject: a.subject, raised: a.raised})});
+  text("acknowledge-said", (await answer.text()).trim());
 }
 function broker(f) {
   document.getElementById("broker-facts").hidden = false;
