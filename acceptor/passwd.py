@@ -1,7 +1,8 @@
 """The `plexmq passwd` command: add, change or delete a user of a password file.
 
 `plexmq passwd FILE USER` asks for the password twice on the terminal (or reads one line from stdin
-with `--password-stdin`) and creates the file when it is missing; `-D` deletes the user. The file
+with `--password-stdin`) and creates the file when it is missing; `-D` deletes the user; `--role
+read-only` makes a web console admin who looks but cannot act (`--role admin` undoes it). The file
 is rewritten in one step with mode 0600. Every error is one line on stderr and exit status 2.
 """
 
@@ -30,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-D", "--delete", action="store_true", help="delete USER instead")
     parser.add_argument("--password-stdin", action="store_true",
                         help="read the password from the first line of stdin instead of asking")
+    parser.add_argument("--role", choices=passwords.ROLES,
+                        help="a web console admin's role: read-only looks but cannot act (default: the line's, "
+                             "admin for a new user)")
     parser.add_argument("file", metavar="FILE", help="the password file (created when missing, mode 0600)")
     parser.add_argument("user", metavar="USER", help="the user name")
     return parser
@@ -64,7 +68,7 @@ def _run(ns: argparse.Namespace) -> None:
     error = passwords.username_error(ns.user)
     if error:
         raise _Usage(error)
-    passwords.set_password(ns.file, ns.user, _password(ns.password_stdin))
+    passwords.set_password(ns.file, ns.user, _password(ns.password_stdin), role=ns.role)
 
 
 def _fail(message: str) -> int:

@@ -8,6 +8,8 @@ One broker (`--workers`, a console with one admin) under a steady load from the 
   overview tab does: one event a second);
 - `clients`: the same, each also asking for the clients page's listing every second (more than a person
   clicking Search does: every ask goes to every worker);
+- `history`: the same, each also loading the overview's history every second (GET /api/history, the
+  last hour and day of every series, router/ops/history.py: what an overview does once, at its load);
 - `trace`: one live trace on the load's topics (router/trace.py): every traced message then passes the
   router, so this is the price of watching a busy topic, not of an open page.
 The difference to `none` in the same round is the console's cost; rounds alternate so that drift in
@@ -37,7 +39,8 @@ from plexmq.bench.monitor import process_name
 from plexmq.workers.auth.passwords import set_password
 
 ADMIN, PASSWORD = "bench", "console cost bench"
-STATES = ("none", "overview", "clients", "trace")
+STATES = ("none", "overview", "clients", "history", "trace")
+POLLED = {"clients": "/api/clients?limit=200", "history": "/api/history"}  # a state -> what its pages ask each second
 SETTLE = 3.0  # seconds from mqload's start to the window: its connects and subscribe are done
 
 
@@ -53,17 +56,17 @@ class Login:
 
 
 class Page(Login):
-    """One logged-in console tab: an event stream read on a thread, optionally the clients listing
-    polled every second, until `stop`."""
+    """One logged-in console tab: an event stream read on a thread, optionally `poll` (a path: the
+    clients listing, the history) asked every second, until `stop`."""
 
-    def __init__(self, port: int, poll_clients: bool) -> None:
+    def __init__(self, port: int, poll: str | None) -> None:
         super().__init__(port)
         self.events = 0
         self.listings = 0
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._read_events, daemon=True)]
-        if poll_clients:
-            self._threads.append(threading.Thread(target=self._poll_clients, daemon=True))
+        if poll is not None:
+            self._threads.append(threading.Thread(target=self._poll, args=(poll,), daemon=True))
         for thread in self._threads:
             thread.start()
 
@@ -78,9 +81,9 @@ class Page(Login):
             self.events += line.startswith(b"data: ")
         conn.close()
 
-    def _poll_clients(self) -> None:
+    def _poll(self, path: str) -> None:
         while not self._stop.wait(1.0):
-            status, _ = request(self.port, "GET", "/api/clients?limit=200", self.headers())
+            status, _ = request(self.port, "GET", path, self.headers())
             self.listings += status == 200
 
     def stop(self) -> None:
@@ -156,7 +159,7 @@ def measure(broker: brokers.RunningBroker, console: int, state: str, args: argpa
     load = subprocess.Popen([args.mqload, "fanin", "-p", str(broker.port), "-P", str(args.publishers), "-S", "1",
                              "-q", "0", "-r", f"{args.rate:g}", "-d", f"{args.duration + SETTLE + 1:g}", "-i", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pages = [Page(console, state == "clients") for _ in range(args.consoles if state in ("overview", "clients") else 0)]
+    pages = [Page(console, POLLED.get(state)) for _ in range(args.consoles if state in ("overview", *POLLED) else 0)]
     stop_trace = start_trace(console, Login(console), "bench/#") if state == "trace" else None
     try:
         time.sleep(SETTLE)
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-P", "--publishers", type=int, default=100)
     parser.add_argument("-r", "--rate", type=float, default=100.0, help="msgs/s per publisher")
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="seconds each window lasts")
-    parser.add_argument("--consoles", type=int, default=1, help="open consoles in the overview and clients states")
+    parser.add_argument("--consoles", type=int, default=1, help="open consoles in the overview, clients and history states")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--states", default=",".join(STATES))
     mqload.binary_option(parser)

@@ -27,6 +27,7 @@ from plexmq import wire
 from plexmq.bans import BROKER, KINDS, BadBan, Ban, BanSet, Key, canonical, make
 from plexmq.router.asks import Ask, Asks, ask
 from plexmq.router.console.http import json_body
+from plexmq.router.ops import audit
 from plexmq.units import parse_duration
 
 if TYPE_CHECKING:
@@ -236,10 +237,12 @@ def _asked(environ: dict, only: str | None) -> tuple[dict, Key]:
     return body, (tenant, kind, canonical(kind, value))
 
 
-def answer_ban(asks: Asks, environ: dict, by: str, only: str | None = None) -> Answer:
+def answer_ban(asks: Asks, environ: dict, by: str, only: str | None = None, admin: str = audit.ADMIN_API) -> Answer:
     """POST /bans/add, body {"kind": KIND, "value": V, "tenant": NAME, "reason": TEXT, "duration": "1h"}
     (tenant optional: * every tenant; reason and duration optional: none, for ever): 200 once every
-    worker holds it, saying how many connected clients it closed. `by`: who asks, kept with the ban."""
+    worker holds it, saying how many connected clients it closed. `by`: who asks, kept with the ban;
+    `admin`: who asks, for the audit log (the admin API's token, or a console admin)."""
+    address = environ.get("REMOTE_ADDR", "")
     try:
         body, (tenant, kind, value) = _asked(environ, only)
         reason, duration = body.get("reason", ""), body.get("duration", "")
@@ -251,23 +254,29 @@ def answer_ban(asks: Asks, environ: dict, by: str, only: str | None = None) -> A
             raise BadBan(str(exc)) from None
         made = make(tenant, kind, value, reason, seconds, by)
     except BadBan as exc:
+        audit.record(asks, admin, address, audit.BAN, only or "", "", f"refused: {exc}")
         return "400 Bad Request", "text/plain", f"{exc}\n".encode(), f"refused: {exc}"
     change, complete = ban(asks, made)
     said = f"{'banned again' if change.found else 'banned'} {kind} {value!r} in {_where(tenant)}" + \
         (f" until {_when(made.expires)}" if made.expires else "") + f"; {change.closed} connected clients closed"
+    audit.record(asks, admin, address, audit.BAN, tenant, f"{kind} {value}", said)
     return "200 OK", "text/plain", f"{said}{'' if complete else LATE}\n".encode(), said
 
 
-def answer_unban(asks: Asks, environ: dict, only: str | None = None) -> Answer:
+def answer_unban(asks: Asks, environ: dict, only: str | None = None, admin: str = audit.ADMIN_API) -> Answer:
     """POST /bans/remove, body {"kind": KIND, "value": V, "tenant": NAME} (tenant optional: * every
-    tenant): 200 once every worker has lifted it, 404 when there was no such ban."""
+    tenant): 200 once every worker has lifted it, 404 when there was no such ban; `admin` as `answer_ban`."""
+    address = environ.get("REMOTE_ADDR", "")
     try:
         _body, key = _asked(environ, only)
     except BadBan as exc:
+        audit.record(asks, admin, address, audit.UNBAN, only or "", "", f"refused: {exc}")
         return "400 Bad Request", "text/plain", f"{exc}\n".encode(), f"refused: {exc}"
     change, complete = unban(asks, key)
     tenant, kind, value = key
     what = f"{kind} {value!r} in {_where(tenant)}"
+    said = f"no ban of {what}" if change.found is None else f"lifted the ban of {what}"
+    audit.record(asks, admin, address, audit.UNBAN, tenant, f"{kind} {value}", said)
     if change.found is None:
-        return "404 Not Found", "text/plain", f"no ban of {what}\n".encode(), f"no ban of {what}"
-    return "200 OK", "text/plain", f"lifted the ban of {what}{'' if complete else LATE}\n".encode(), f"lifted the ban of {what}"
+        return "404 Not Found", "text/plain", f"{said}\n".encode(), said
+    return "200 OK", "text/plain", f"{said}{'' if complete else LATE}\n".encode(), said

@@ -23,6 +23,7 @@ from plexmq.router.lifecycle import Lifecycle
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientListing
 from plexmq.router.message import Message
+from plexmq.router.ops.audit import Audit
 from plexmq.router.outbox import Outbox, Pending, Share
 from plexmq.router.routes import RouteTable
 from plexmq.router.sessions import Session
@@ -113,6 +114,7 @@ class Router(Lifecycle, Subscribing):
         self.listings: dict[int, ClientListing] = {}  # `plexmq clients` requests waiting for workers
         self.traces = Traces()  # the console's live traces (router/trace.py)
         self.bans = Banning(self.journal)  # the banned clients, which every worker checks (router/bans.py)
+        self.audit = Audit()  # the admins' actions (router/ops/audit.py)
         self.sys_figures = None  # a tenant's $SYS figures for its new subscribers (router/main.py: `Stats.figures`)
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
@@ -199,6 +201,7 @@ class Router(Lifecycle, Subscribing):
             self.tenant(name).retained.load(retained)
         self.journal.seq = loaded.next_seq
         self.bans.restore(loaded.bans)
+        self.audit.loaded(loaded.audit)
         kept = [s for by_id in loaded.sessions.values() for s in by_id.values()]
         log.info("store %s: %d persistent sessions, %d queued or unacknowledged messages, %d retained, "
                  "%d wills of live connections, %d bans", store.name, len(kept), sum(len(s.unacked) for s in kept),

@@ -16,6 +16,7 @@ import orjson
 from plexmq import wire
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router.asks import Ask, Asks, ask
+from plexmq.router.ops import audit
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
@@ -99,9 +100,10 @@ def answer_listing(asks: Asks, environ: dict, only: str | None = None) -> Answer
     return "200 OK", "application/json", orjson.dumps(body), f"listed {listing.matched} clients"
 
 
-def answer_disconnect(asks: Asks, environ: dict, only: str | None = None) -> Answer:
+def answer_disconnect(asks: Asks, environ: dict, only: str | None = None, admin: str = audit.ADMIN_API) -> Answer:
     """POST /clients/disconnect, body {"client_id": ID, "tenant": NAME} (tenant optional, default ""): 200
-    when it was connected (now closed), 404 when not. `only`: a client of this tenant, whatever is asked."""
+    when it was connected (now closed), 404 when not. `only`: a client of this tenant, whatever is asked;
+    `admin`: who asked, for the audit log (the admin API's token, or a console admin)."""
     try:
         body = orjson.loads(environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0)))
         client_id, tenant = body["client_id"], body.get("tenant", "")
@@ -112,6 +114,8 @@ def answer_disconnect(asks: Asks, environ: dict, only: str | None = None) -> Ans
     request = ClientDisconnect(client_id, tenant if only is None else only)
     ask(asks, request)
     who = f"{client_id} of tenant {request.tenant}" if request.tenant else client_id  # the one acted on
+    audit.record(asks, admin, environ.get("REMOTE_ADDR", ""), audit.DISCONNECT, request.tenant, client_id,
+                 "disconnected" if request.found else "not connected")
     if request.found:
         return "200 OK", "text/plain", f"disconnected {who}\n".encode(), f"disconnected {who!r}"
     return "404 Not Found", "text/plain", f"{who} is not connected\n".encode(), f"{who!r} is not connected"

@@ -127,9 +127,9 @@ def test_the_overview_streams_the_figures_as_json_events(start_broker: Callable[
         conn.close()
     first, second, third = events
     assert first["at"] < second["at"] < third["at"]
-    assert first["rates"] == {"received": None, "sent": None, "dropped": None}
+    assert first["rates"] == dict.fromkeys(("received", "sent", "dropped", "bytes_in", "bytes_out"))
     assert all(isinstance(rate, float) for rate in third["rates"].values())
-    assert third["connections"] >= 1 and set(third["totals"]) == {"received", "sent", "dropped"}
+    assert third["connections"] >= 1 and set(third["totals"]) == {"received", "sent", "dropped", "bytes_in", "bytes_out"}
     assert len(third["workers"]) == 2 and {w["state"] for w in third["workers"].values()} == {"up"}
     assert third["version"] and third["uptime"] >= 0
     client.close()

@@ -285,3 +285,19 @@ def test_a_mosquitto_password_file_loads(tmp_path: Path) -> None:
     users = PasswordFile.load(str(path))
     assert users.check("alice", "a-secret") and users.check("bob", "b-secret")
     assert not users.check("alice", "b-secret")
+
+
+def test_a_read_only_role_ends_a_line_is_kept_by_a_new_password_and_an_unknown_one_is_refused(tmp_path: Path) -> None:
+    """A web console admin's role (router/console/auth.py): ` role=read-only` at the end of the line."""
+    path = str(tmp_path / "admins")
+    pw.set_password(path, "viewer", "one", n=CHEAP, role="read-only")
+    pw.set_password(path, "ops", "two", n=CHEAP)
+    pw.set_password(path, "viewer", "three", n=CHEAP)  # a new password: the role stays
+    loaded = PasswordFile.load(path)
+    assert (loaded.role("viewer"), loaded.role("ops"), loaded.role("nobody")) == ("read-only", "admin", "admin")
+    assert loaded.check("viewer", "three") and not loaded.check("viewer", "one")
+    pw.set_password(path, "viewer", "three", n=CHEAP, role="admin")
+    assert PasswordFile.load(path).role("viewer") == "admin" and " role=" not in Path(path).read_text()
+    Path(path).write_text(Path(path).read_text().replace("\n", " role=root\n", 1))
+    with pytest.raises(PasswordFileError, match=r"admins:1: unknown role 'root'"):
+        PasswordFile.load(path)

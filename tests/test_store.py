@@ -16,6 +16,7 @@ from plexmq.bans import ADDRESS, BROKER, CLIENT_ID, make
 from plexmq.bench.postgres import PostgreSQL
 from plexmq.bench.postgres import installed as postgres_installed
 from plexmq.router.message import Message
+from plexmq.router.ops import audit
 from plexmq.router.outbox import QUEUED, RELEASING, SENT, Pending
 from plexmq.router.sessions import NEVER, Session, Will
 from plexmq.router.store import SCHEMA_VERSION, StoreError, journal, postgres, sqlite
@@ -214,6 +215,22 @@ def test_a_commit_writes_all_of_a_turn_or_nothing(backend: Opener) -> None:
         store.commit()
     store.db.close()  # as the router's end: nothing more is written
     assert backend().load().sessions == {}
+
+
+def test_the_audit_log_is_kept_bounded_and_comes_back_after_a_reopen(backend: Opener) -> None:
+    """The admins' actions (router/ops/audit.py): each save trims the entries past the last KEEP and those
+    older than AGE; a reopened store gives the rest back, oldest first."""
+    store = backend()
+    j = Journal(store)
+    now = 1_000_000.0
+    for seq in range(1, 8):
+        at = now - audit.AGE - 1 if seq == 1 else now + seq  # the first is too old by the time the others come
+        j.audited((seq, at, "ops", "127.0.0.1", "", audit.DISCONNECT, f"c{seq}", "disconnected"), seq - 5, at - audit.AGE)
+    store.commit()
+    store.close()
+    store = backend()
+    assert [(row[0], row[6]) for row in store.load().audit] == [(3, "c3"), (4, "c4"), (5, "c5"), (6, "c6"), (7, "c7")]
+    store.close()
 
 
 # -- PostgreSQL only ------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
 from plexmq.router.asks import Asks
-from plexmq.router.console import bans, bridges, clients, retained, sessions, trace
+from plexmq.router.console import alarms, audit, bans, bridges, clients, history, retained, sessions, trace
 from plexmq.router.console.auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console.events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console.http import Page, Reply, Routes, form, text
@@ -43,7 +43,8 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (clients, sessions, retained, trace, bans, bridges)  # each with PAGES and ROUTES, in the navigation's order
+# each with PAGES and ROUTES, in the navigation's order
+FEATURES = (history, alarms, clients, sessions, retained, trace, bans, bridges, audit)
 SESSION = "plexmq.session"  # environ key: the session that opened an event stream
 REFUSALS_LOGGED = 10  # requests refused for their Host or Origin logged per REFUSALS_WINDOW; the rest counted
 REFUSALS_WINDOW = 60.0  # seconds
@@ -127,12 +128,15 @@ class Console:
         links = " ".join(f'<a href="{path}"{" class=here" if path == page[0] else ""}>{name}</a>'
                          for path, name, _ in self.pages if name)
         who = session.user if session.tenant is None else f"{session.user} (tenant {session.tenant})"
-        nav = (f'<nav><b>plexmq</b> {links} <span class="who">{html.escape(who)} <form method="post" action="/logout">'
+        who += " (read-only)" if session.read_only else ""
+        marked = " class=read-only" if session.read_only else ""
+        nav = (f'<nav{marked}><b>plexmq</b> {links} <span class="who">{html.escape(who)} <form method="post" action="/logout">'
                f'<input type="hidden" name="csrf" value="{session.csrf}"><button>Log out</button></form></span></nav>')
         return asset(page[2]).replace(b"{{nav}}", nav.encode()).replace(b"{{csrf}}", session.csrf.encode())
 
     def act(self, environ: dict, session: Session, path: str) -> Reply:
-        """A POST: only with the session's CSRF token; logged with who asked."""
+        """A POST: only with the session's CSRF token, and (a logout aside) never a read-only admin's;
+        logged with who asked."""
         fields: dict[str, list[str]] = {}
         if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
             fields = form(environ)
@@ -144,6 +148,9 @@ class Console:
         if path == "/logout":
             self.admins.logout(environ.get("HTTP_COOKIE", ""))
             return "303 See Other", [("Location", "/login"), ("Set-Cookie", _cookie("", 0, self.secure))], b""
+        if session.read_only:  # every other POST acts (a trace's read takes what it reads)
+            log.warning("console: POST %s by %r from %s refused: read-only", path, session.user, environ.get("REMOTE_ADDR"))
+            return text("403 Forbidden", f"{session.user} is read-only: looking only")
         handler = self.routes.get(("POST", path))
         return text("404 Not Found", "no such action") if handler is None else handler(self, environ, session)
 

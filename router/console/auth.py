@@ -1,6 +1,7 @@
 """Who may use the web console: its admins (a file of `user:hash` lines, the password file's format,
 checked by workers/auth/passwords.py; the broker's `console_admins` see every tenant, a tenant's
-`tenants.NAME.console_admins` log in with the tenant's name and see that tenant only), their
+`tenants.NAME.console_admins` log in with the tenant's name and see that tenant only; a line that ends
+with ` role=read-only` is an admin who sees every page but whose every action is refused), their
 sessions (a random cookie, forgotten after IDLE or past SESSIONS_EACH of one admin), each session's
 CSRF token, and bounds on failed logins per address (an IPv6 one by its /64) and per admin name from
 every address together (a password cannot be guessed at HTTP speed, nor by a guesser that changes its
@@ -49,6 +50,7 @@ class Session:
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     seen: float = field(default_factory=time.monotonic)
     token: str = ""  # its cookie's value
+    read_only: bool = False  # role=read-only in the admins file: may look, not act (router/console/app.py `act`)
 
 
 class Admins:
@@ -76,6 +78,8 @@ class Admins:
             ended = [session for session in self._sessions.values() if not self._listed(session)]
             for session in ended:
                 del self._sessions[session.token]
+            for session in self._sessions.values():  # a role changed applies at once
+                session.read_only = _read_only(self._file_of(session.tenant), session.user)
         whose = sorted({repr(s.user) + (f" of tenant {s.tenant!r}" if s.tenant else "") for s in ended})
         log.info("console: admins reloaded%s", f"; logged out, no longer admins: {', '.join(whose)}" if whose else "")
 
@@ -117,7 +121,7 @@ class Admins:
             mine = sorted((s.seen, t) for t, s in self._sessions.items() if (s.user, s.tenant) == (user, tenant or None))
             for _seen, old in mine[:max(len(mine) + 1 - SESSIONS_EACH, 0)]:
                 del self._sessions[old]
-            self._sessions[token] = Session(user, tenant or None, token=token)
+            self._sessions[token] = Session(user, tenant or None, token=token, read_only=_read_only(file, user))
         log.info("console login by %s from %s", who, address)
         return token
 
@@ -211,6 +215,10 @@ def files(config: dict) -> tuple[str, dict[str, str]]:
     tenant's admins cannot log in, as its clients cannot)."""
     return config["console_admins"], {name: table["console_admins"] for name, table in config["tenants"].items()
                                       if table["enabled"] and table["console_admins"]}
+
+
+def _read_only(file: PasswordFile | None, user: str) -> bool:
+    return file is not None and file.role(user) == "read-only"
 
 
 def _reloaded(path: str) -> PasswordFile | None:

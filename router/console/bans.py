@@ -27,14 +27,14 @@ def listing(console: Console, environ: dict, session: Session) -> Reply:
 def add(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/bans/add, the body of the admin API's /bans/add; the ban names who made it."""
     by = f"console: {session.user}" + ("" if session.tenant is None else f" (tenant {session.tenant})")
-    status, kind, body, outcome = bans.answer_ban(console.asks, environ, by, session.tenant)
+    status, kind, body, outcome = bans.answer_ban(console.asks, environ, by, session.tenant, session.user)
     log.info("console: %r from %s: %s", session.user, environ.get("REMOTE_ADDR"), outcome)
     return status, [("Content-Type", kind)], body
 
 
 def remove(console: Console, environ: dict, session: Session) -> Reply:
     """POST /api/bans/remove, the body of the admin API's /bans/remove."""
-    status, kind, body, outcome = bans.answer_unban(console.asks, environ, session.tenant)
+    status, kind, body, outcome = bans.answer_unban(console.asks, environ, session.tenant, session.user)
     log.info("console: %r from %s: %s", session.user, environ.get("REMOTE_ADDR"), outcome)
     return status, [("Content-Type", kind)], body
 

@@ -78,7 +78,7 @@ def client(console: Console, environ: dict, session: Session) -> Reply:
 
 
 def disconnect(console: Console, environ: dict, session: Session) -> Reply:
-    status, kind, body, outcome = listing.answer_disconnect(console.asks, environ, session.tenant)
+    status, kind, body, outcome = listing.answer_disconnect(console.asks, environ, session.tenant, session.user)
     log.info("console: %r from %s: %s", session.user, environ.get("REMOTE_ADDR"), outcome)
     return status, [("Content-Type", kind)], body
 

@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from plexmq import version
+from plexmq.router.ops.history import rate
 from plexmq.router.ops.httpd import Endpoint
-from plexmq.router.ops.stats import Stats
+from plexmq.router.ops.stats import COUNTED, Stats
 from plexmq.router.store import Store
 
 STREAMS = 8  # open at once
@@ -76,9 +77,9 @@ def figures(stats: Stats, now: dict, before: dict | None, store: dict[str, str])
     (None at first)."""
     reporting = stats.reporting()
     return {
-        **_moving(now, before, lambda snap: (snap["clients"], snap["received"], snap["sent"],
-                                             snap["dropped"] + snap["routed_dropped"])),
-        "workers": {label: {"node": w.get("node") or "", "clients": w["clients"],
+        **_moving(now, before, now["clients"], stats.counted),
+        "held": {name: now[name] for name in ("subscriptions", "topics", "retained")},
+        "workers": {label: {"node": w.get("node") or "", "clients": w["clients"], "cpu": w["cpu"], "rss": w["rss"],
                             "state": "up" if reporting.get(label) else "late"} for label, w in now["workers"].items()},
         "nodes": now["nodes"],
         "store": store,
@@ -92,28 +93,27 @@ def figures(stats: Stats, now: dict, before: dict | None, store: dict[str, str])
 def tenant_figures(stats: Stats, now: dict, before: dict | None, tenant: str) -> dict:
     """What a tenant admin's overview shows: the tenant's own figures (None each where the broker keeps
     none per tenant: metrics_tenants = false) and alarms, nothing of the broker's workers, nodes or store."""
-    def numbers(snap: dict) -> tuple[int | None, ...]:
-        if not stats.per_tenant:
-            return None, None, None, None
+    def numbers(snap: dict) -> dict[str, int | None]:
         mine = snap["tenants"].get(tenant, {})
-        return tuple(mine.get(key, 0) for key in ("connections", "received", "sent", "dropped"))
+        return {key: mine.get(key, 0) if stats.per_tenant else None for key in COUNTED}
 
-    return {**_moving(now, before, numbers), "tenant": tenant, "alarms": now["alarms"].get(tenant, []),
+    mine = now["tenants"].get(tenant, {})
+    held = {name: mine.get(name, 0) if stats.per_tenant else None for name in ("subscriptions", "retained")}
+    return {**_moving(now, before, mine.get("connections", 0) if stats.per_tenant else None, numbers),
+            "tenant": tenant, "held": {**held, "topics": None}, "alarms": now["alarms"].get(tenant, []),
             "uptime": int(now["at"] - stats.started), "version": version()}
 
 
-def _moving(now: dict, before: dict | None, read: Callable[[dict], tuple[int | None, ...]]) -> dict:
-    """The connections, the totals received, sent and dropped (`read` of a snapshot, in that order) and
-    their rates per second against the snapshot before."""
-    connections, *counts = read(now)
-    totals = dict(zip(("received", "sent", "dropped"), counts))
+def _moving(now: dict, before: dict | None, connections: int | None,
+            read: Callable[[dict], dict[str, int | None]]) -> dict:
+    """The connections, the totals of COUNTED (`read` of a snapshot) and their rates per second against
+    the snapshot before."""
+    totals = read(now)
     rates: dict[str, float | None] = dict.fromkeys(totals)
-    if before is not None and now["at"] > before["at"]:
-        elapsed = now["at"] - before["at"]
-        earlier = dict(zip(totals, read(before)[1:]))
+    if before is not None:
+        earlier = read(before)
         for name, count in totals.items():
-            prior = earlier[name]
-            rates[name] = None if count is None or prior is None else max(0.0, (count - prior) / elapsed)
+            rates[name] = rate(count, earlier[name], now["at"] - before["at"])
     return {"at": now["at"], "connections": connections, "totals": totals, "rates": rates}
 
 

@@ -24,6 +24,7 @@ from plexmq.mqtt.topics import matches, shared, valid_filter
 from plexmq.router.asks import Ask, ask
 from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, scope, text
 from plexmq.router.message import Message
+from plexmq.router.ops import audit
 
 if TYPE_CHECKING:
     from plexmq.router.console.app import Console
@@ -171,6 +172,8 @@ def delete(console: Console, environ: dict, session: Session) -> Reply:
     gone = RetainedDelete(scope(session, tenant) or "", topic)
     ask(console.asks, gone)
     where = f"{topic!r} of tenant {gone.tenant}" if gone.tenant else repr(topic)
+    audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.RETAINED_DELETE, gone.tenant, topic,
+                 "deleted" if gone.found else "none there")
     if not gone.found:
         return text("404 Not Found", f"no retained message on {where}")
     log.info("console: %r from %s: deleted the retained message on %s", session.user, environ.get("REMOTE_ADDR"), where)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from plexmq.router.asks import Ask, ask
 from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, text
+from plexmq.router.ops import audit
 
 if TYPE_CHECKING:
     from plexmq.router.console.app import Console
@@ -228,6 +229,8 @@ def remove(console: Console, environ: dict, session: Session) -> Reply:
         return text("503 Service Unavailable", "the router did not answer in time")
     who = f"{client_id} of tenant {request.tenant}" if request.tenant else client_id
     log.info("console: %r from %s: session %r: %s", session.user, environ.get("REMOTE_ADDR"), who, request.outcome)
+    audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.SESSION_REMOVE, request.tenant,
+                 client_id, request.outcome)
     if request.outcome == "removed":
         return text("200 OK", f"removed the session of {who}")
     if request.outcome == "connected":

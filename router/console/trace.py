@@ -24,6 +24,7 @@ from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router import trace
 from plexmq.router.asks import ask
 from plexmq.router.console.http import Page, Reply, Routes, json, json_body, text
+from plexmq.router.ops import audit
 
 if TYPE_CHECKING:
     from plexmq.router.console.app import Console
@@ -60,9 +61,13 @@ def start(console: Console, environ: dict, session: Session) -> Reply:
         said = question.refusal or "the router did not answer: try again"
         log.info("console: %r from %s: trace of %r in tenant %r refused: %s", session.user, environ.get("REMOTE_ADDR"),
                  topic_filter, question.tenant, said)
+        audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.TRACE_START, question.tenant,
+                     topic_filter, f"refused: {said}")
         return text(question.status or "503 Service Unavailable", said)
     log.info("console: %r from %s started trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
              question.trace.id, topic_filter, question.tenant)
+    audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.TRACE_START, question.tenant,
+                 topic_filter, f"started trace {question.trace.id}")
     # applied False: a worker had not acknowledged the set of traces in time; the trace runs, and may miss
     # what that worker's clients publish until it does
     return json({**_described(question.trace, time.monotonic()), "applied": applied})
@@ -93,6 +98,8 @@ def stop(console: Console, environ: dict, session: Session) -> Reply:
         return text("404 Not Found", f"no trace {number}: it has ended")
     log.info("console: %r from %s stopped trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
              number, question.found.filter, question.found.tenant.name)
+    audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.TRACE_STOP, question.found.tenant.name,
+                 question.found.filter, f"stopped trace {number}")
     return json(_described(question.found, time.monotonic()))
 
 

@@ -9,6 +9,9 @@ Failed logins are the workers' (MQTT) and the web console's, which its HTTP thre
 Counters come from the workers' reports, which start again from zero when a worker restarts: each rule
 takes a worker's rise against its own last report from the same process (`pid`), never the totals.
 
+An admin acknowledges a raised alarm from the console (`acknowledge`: who and when are shown with it):
+it stays raised, and listed, until its condition ends, as any other.
+
 An alarm is the broker's (`tenant` None: what a broker admin sees, its details naming the tenants) or
 one tenant's (what that tenant's admins see); the tenants' own are kept only with `metrics_tenants`,
 which is what counts per tenant.
@@ -43,6 +46,8 @@ class Alarm:
     raised: float  # Unix time
     cleared: float | None = None
     last: float = 0.0  # Unix time its condition last held
+    acknowledged_by: str | None = None  # the console admin who acknowledged it (it stays raised until it clears)
+    acknowledged: float | None = None  # Unix time
 
 
 class Alarms:
@@ -97,6 +102,16 @@ class Alarms:
         for scope, kept in self.cleared.items():
             shown.setdefault(scope, []).extend(reversed(kept))
         return shown
+
+    def acknowledge(self, name: str, subject: str, tenant: str | None, raised: float, by: str, now: float) -> Alarm | None:
+        """An admin has seen the raised alarm (`name`, `subject`) of `tenant` raised at `raised` (not
+        another raised since with the same name); the loop's thread only (router/console/alarms.py asks
+        it). The alarm, or None when no such one is raised now (it cleared)."""
+        alarm = self.raised.get((name, subject, tenant))
+        if alarm is None or alarm.raised != raised:
+            return None
+        alarm.acknowledged_by, alarm.acknowledged = by, now
+        return alarm
 
     def console_login_failed(self, tenant: str | None, address: str) -> None:
         """A failed login to the web console from `address`, naming a tenant with admins (None: the

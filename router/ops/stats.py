@@ -27,6 +27,7 @@ from plexmq import version
 from plexmq.acceptor.bridges import local_client_id, status
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router.ops import alarms
+from plexmq.router.ops.history import History
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
@@ -42,6 +43,7 @@ TENANT_SYS = {"clients/connected": "connections", "clients/disconnected": "offli
               "publish/messages/dropped": "dropped", "subscriptions/count": "subscriptions",
               "retained messages/count": "retained"}
 BRIDGE_SYS = ("state", "queued", "sent", "received", "dropped")  # $SYS/broker/bridges/NAME/... (acceptor/bridges)
+COUNTED = ("received", "sent", "dropped", "bytes_in", "bytes_out")  # the overview's counters, shown per second
 LOAD_WINDOWS = (1, 5, 15)  # minutes, as mosquitto's load/.../1min, 5min, 15min
 # CONNECT protocol level -> the MQTT version it names: how $SYS, /metrics and `plexmq clients` say it
 class Stats:
@@ -62,6 +64,7 @@ class Stats:
         self._last: tuple[float, int, int] | None = None
         self.alarms = alarms.Alarms()  # raised and cleared at each refresh, shown in the snapshot's "alarms"
         self.refreshed = threading.Condition()  # notified after each refresh: the console's streams wait on it
+        self.history = History()  # the overview's series, the last hour and day (router/ops/history.py)
 
     def refresh(self, now: float) -> None:
         """Take every number once (main thread), and the load averages with them."""
@@ -80,6 +83,7 @@ class Stats:
             "sent": router.delivered + totals["local_sent"],
             "routed_dropped": router.outbox.dropped,
             "unknown": router.unknown,
+            "topics": len(router.routes.places),  # (tenant, filter) subscribed anywhere: the route table's
             **{name: sum(h[name] for h in held.values()) for name in HELD},
             **totals,
             "tenants": self._tenants(workers, held) if self.per_tenant else {},
@@ -88,9 +92,22 @@ class Stats:
         }
         snapshot["alarms"] = self.alarms.check(snapshot)
         self.snapshot = snapshot
+        self._remember(snapshot)
         self._update_loads(now, snapshot["received"], snapshot["sent"])
         with self.refreshed:
             self.refreshed.notify_all()
+
+    def _remember(self, snap: dict[str, Any]) -> None:
+        """The snapshot's figures into the overview's history."""
+        self.history.add(snap["at"], snap["clients"], self.counted(snap), snap["workers"])
+
+    def counted(self, snap: dict[str, Any]) -> dict[str, int | None]:
+        """The broker's COUNTED totals in a snapshot: its bytes are its tenants' summed (the workers count
+        them per tenant only: None without metrics_tenants)."""
+        tenants = snap["tenants"].values()
+        return {"received": snap["received"], "sent": snap["sent"], "dropped": snap["dropped"] + snap["routed_dropped"],
+                "bytes_in": sum(t["bytes_in"] for t in tenants) if self.per_tenant else None,
+                "bytes_out": sum(t["bytes_out"] for t in tenants) if self.per_tenant else None}
 
     def _tenants(self, workers: dict[str, dict], held: dict[str, dict[str, int]]) -> dict[str, dict]:
         """Each tenant in use (the router holds it or a worker reported it), by name: what the router

@@ -1,7 +1,9 @@
 """The router's durable store: persistent sessions, their subscriptions and messages, retained messages,
-delayed wills, the banned clients (plexmq/bans.py), and on a shared store the wills of live connections
-(`Carried`). What every backend shares lives here: the interface the router uses, the loader that
-builds a restarted router's state from the rows, and the choice of backend (`open_store`).
+delayed wills, the banned clients (plexmq/bans.py), on a shared store the wills of live connections
+(`Carried`), and the admins' audit log (router/ops/audit.py: its table needs no migration, as _TABLES
+makes it in any store, and an older plexmq leaves it alone). What every backend shares lives here: the
+interface the router uses, the loader that builds a restarted router's state from the rows, and the
+choice of backend (`open_store`).
 
 Why it is shaped this way: the router records each change as it happens (router/store/journal.py: a named
 operation appends `(OP, args)` to `Store.ops`) and `commit` writes one turn's changes in one
@@ -24,6 +26,7 @@ from typing import NamedTuple
 
 from plexmq.bans import Ban
 from plexmq.router.message import Message
+from plexmq.router.ops import audit
 from plexmq.router.outbox import Pending, restore
 from plexmq.router.sessions import Session, Will
 
@@ -63,6 +66,7 @@ class Loaded:
     next_seq: int = 1
     carried: list[Carried] = field(default_factory=list)
     bans: list[Ban] = field(default_factory=list)  # expired ones too: the router lifts them (router/bans.py)
+    audit: list[tuple] = field(default_factory=list)  # the audit log's rows, oldest first (router/ops/audit.py)
 
 
 class Store:
@@ -130,6 +134,8 @@ class Store:
                 loaded.carried.append(Carried(tenant, client_id, worker.encode(), conn_id, will))
             loaded.bans = [Ban(*row) for row in rows("SELECT tenant, kind, value, reason, expires, made_by, created FROM bans")]
             loaded.next_seq = (list(rows("SELECT max(seq) FROM messages"))[0][0] or 0) + 1
+            loaded.audit = list(rows(f"SELECT seq, at, admin, address, tenant, action, target, outcome FROM audit "
+                                     f"ORDER BY seq DESC LIMIT {audit.KEEP}"))[::-1]
         except self.errors as exc:
             raise self.failed(exc) from None
         return loaded

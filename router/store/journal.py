@@ -4,7 +4,8 @@ are kept at all, and what each one is (an OP and its args; each store backend kn
 Only persistent sessions are written (a clean session's state ends with its connection), and retained
 messages other than `$SYS` (fresh after a restart); on a shared store (PostgreSQL, which a standby
 router takes over: issue 24) also every live connection's will, clean sessions' too (`live_will_saved`).
-Every row names its tenant (router/tenants.py).
+Every row names its tenant (router/tenants.py). Beside them, the audit log of the admins' actions
+(`audited`, router/ops/audit.py), whichever session they touch.
 Each operation appends `(OP, args)` to the store's list for this turn (`Store.ops`), which
 `Store.commit` writes in one transaction, in order, at the end of the turn (router/main.py: before the
 turn's acknowledgements). A backend (SQLite, PostgreSQL) needs only this interface.
@@ -47,7 +48,9 @@ LIVE_WILL_SAVE = 18  # tenant, client_id, worker, conn_id, topic, payload, qos, 
 LIVE_WILL_DELETE = 19  # tenant, client_id
 BAN_SAVE = 20  # tenant, kind, value, reason, expires, made_by, created (plexmq/bans.py: Ban)
 BAN_DELETE = 21  # tenant, kind, value
-OPS = tuple(range(SESSION_SAVE, BAN_DELETE + 1))  # every backend maps each of them
+AUDIT_SAVE = 22  # seq, at, admin, address, tenant, action, target, outcome (router/ops/audit.py `Entry`)
+AUDIT_TRIM = 23  # seq, at: the entries up to that seq, and those older than that time, go
+OPS = tuple(range(SESSION_SAVE, AUDIT_TRIM + 1))  # every backend maps each of them
 
 _SESSION_DELETES = (SESSION_DELETE, SUBSCRIPTIONS_DELETE, MESSAGES_DELETE, INCOMING_DELETE, WILL_DELETE)
 
@@ -153,6 +156,15 @@ class Journal:
         """No id waits for a release any more (a connection registered again)."""
         if self._ops is not None and session.persistent:
             self._ops.append((INCOMING_DELETE, (session.tenant, session.client_id)))
+
+    # -- the audit log (router/ops/audit.py) --------------------------------------------------------
+
+    def audited(self, entry: tuple, up_to: int, before: float) -> None:
+        """An admin's action; the entries up to seq `up_to` and those older than `before` go (the store
+        keeps a bounded log)."""
+        if self._ops is not None:
+            self._ops.append((AUDIT_SAVE, entry))
+            self._ops.append((AUDIT_TRIM, (up_to, before)))
 
     # -- retained messages --------------------------------------------------------------------------
 

@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS bans (
     tenant TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, reason TEXT NOT NULL, expires DOUBLE PRECISION NOT NULL,
     made_by TEXT NOT NULL, created DOUBLE PRECISION NOT NULL, PRIMARY KEY (tenant, kind, value)
 );
+CREATE TABLE IF NOT EXISTS audit (
+    seq BIGINT PRIMARY KEY, at DOUBLE PRECISION NOT NULL, admin TEXT NOT NULL, address TEXT NOT NULL,
+    tenant TEXT NOT NULL, action TEXT NOT NULL, target TEXT NOT NULL, outcome TEXT NOT NULL
+);
 """
 _SCHEMA_LOCK = 0x706C65786D71  # "plexmq": routers that open the same new database make its tables one at a time
 
@@ -108,6 +112,11 @@ _SQL: dict[int, str] = {
                  "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (tenant, kind, value) DO UPDATE SET "
                  "reason = EXCLUDED.reason, expires = EXCLUDED.expires, made_by = EXCLUDED.made_by, created = EXCLUDED.created",
     op.BAN_DELETE: "DELETE FROM bans WHERE tenant = %s AND kind = %s AND value = %s",
+    op.AUDIT_SAVE: "INSERT INTO audit (seq, at, admin, address, tenant, action, target, outcome) "
+                   "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (seq) DO UPDATE SET at = EXCLUDED.at, "
+                   "admin = EXCLUDED.admin, address = EXCLUDED.address, tenant = EXCLUDED.tenant, "
+                   "action = EXCLUDED.action, target = EXCLUDED.target, outcome = EXCLUDED.outcome",
+    op.AUDIT_TRIM: "DELETE FROM audit WHERE seq <= %s OR at < %s",
 }
 
 

@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS bans (
     tenant TEXT NOT NULL, kind TEXT NOT NULL, value TEXT NOT NULL, reason TEXT NOT NULL, expires REAL NOT NULL,
     made_by TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (tenant, kind, value)
 );
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY, at REAL NOT NULL, admin TEXT NOT NULL, address TEXT NOT NULL, tenant TEXT NOT NULL,
+    action TEXT NOT NULL, target TEXT NOT NULL, outcome TEXT NOT NULL
+);
 """
 
 _TO_VERSION_3 = """
@@ -142,6 +146,9 @@ _SQL = {  # router/store/journal.py's OPs
     op.BAN_SAVE: "INSERT OR REPLACE INTO bans (tenant, kind, value, reason, expires, made_by, created) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)",
     op.BAN_DELETE: "DELETE FROM bans WHERE tenant = ? AND kind = ? AND value = ?",
+    op.AUDIT_SAVE: "INSERT OR REPLACE INTO audit (seq, at, admin, address, tenant, action, target, outcome) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    op.AUDIT_TRIM: "DELETE FROM audit WHERE seq <= ? OR at < ?",
 }
 
 

@@ -13,6 +13,11 @@ set; a line without them (older plexmq, mosquitto_passwd) still logs in with a p
 SCRAM. They are PBKDF2-SHA256 at `SCRAM_ITERATIONS`: cheaper to guess against than the scrypt hash,
 so the file stays as private as ever.
 
+A line may end with ` role=read-only` (after the hash and the SCRAM keys): a web console admin who may
+look at every page but act on nothing (router/console/auth.py). It is the one role there is; a line
+without it is a full admin's. MQTT logins do not read it. `plexmq passwd --role` sets it, and a new
+password keeps the role the line had.
+
 Checking a password costs tens of milliseconds of CPU on purpose. The worker calls `check` through
 `loop.run_in_executor`: hashlib.scrypt and hashlib.pbkdf2_hmac release the GIL, so the event loop
 keeps serving the other connections meanwhile.
@@ -46,6 +51,7 @@ SCRAM_ITERATIONS = 4096
 SCRAM_MAX_ITERATIONS = 10_000_000  # scramp refuses more
 SCRAM_MIN_SALT = 12  # bytes; scramp refuses less
 SCRAM_KEY_BYTES = 32  # SHA-256
+ROLES = ("admin", "read-only")  # "admin": no role on the line
 _NUMBER = re.compile(r"[0-9]{1,10}")
 _SCRAM = scramp.ScramMechanism("SCRAM-SHA-256")
 
@@ -152,10 +158,14 @@ def _parse_scram(stored: str) -> ScramKeys:
     return ScramKeys(salt, *keys, int(iterations))
 
 
-def _parse_entry(stored: str) -> tuple[_Hash, ScramKeys | None]:
-    """What follows `user:` on a line: the hash, and the SCRAM keys when a space and they follow it."""
-    hashed, scheme, scram = stored.partition(" $scram-")
-    return _parse(hashed), _parse_scram(scheme.lstrip() + scram) if scheme else None
+def _parse_entry(stored: str) -> tuple[_Hash, ScramKeys | None, str]:
+    """What follows `user:` on a line: the hash, the SCRAM keys when a space and they follow it, and the
+    role (" role=NAME" at the end; "admin" without)."""
+    entry, marker, role = stored.partition(" role=")
+    if marker and role.strip() not in ROLES[1:]:
+        raise ValueError(f"unknown role {role.strip()!r} (the one role a line may name is read-only)")
+    hashed, scheme, scram = entry.rstrip().partition(" $scram-")
+    return _parse(hashed), _parse_scram(scheme.lstrip() + scram) if scheme else None, role.strip() or ROLES[0]
 
 
 def _bytes(password: str | bytes) -> bytes:
@@ -209,19 +219,20 @@ def username_error(username: str) -> str | None:
 _Lines = list[tuple[str, str | None]]
 
 
-def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash], dict[str, ScramKeys]]:
+def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash], dict[str, ScramKeys], dict[str, str]]:
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
         if missing_ok:
-            return [], {}, {}
+            return [], {}, {}, {}
         raise PasswordFileError(f"{path}: no such file") from None
     except OSError as exc:
         raise PasswordFileError(f"{path}: {exc.strerror}") from None
     lines: _Lines = []
     users: dict[str, _Hash] = {}
     scram: dict[str, ScramKeys] = {}
+    roles: dict[str, str] = {}  # the users with a role other than "admin"
     first_line: dict[str, int] = {}
     for number, data in enumerate(raw.splitlines(), 1):
         try:
@@ -240,14 +251,16 @@ def _read(path: str, missing_ok: bool) -> tuple[_Lines, dict[str, _Hash], dict[s
                 raise ValueError(error)
             if username in users:
                 raise ValueError(f"user {username!r} again (first on line {first_line[username]})")
-            users[username], keys = _parse_entry(stored.strip())
+            users[username], keys, role = _parse_entry(stored.strip())
             if keys is not None:
                 scram[username] = keys
+            if role != ROLES[0]:
+                roles[username] = role
         except ValueError as exc:
             raise PasswordFileError(f"{path}:{number}: {exc}") from None
         first_line[username] = number
         lines.append((line, username))
-    return lines, users, scram
+    return lines, users, scram, roles
 
 
 def _write(path: str, lines: _Lines) -> None:
@@ -270,8 +283,9 @@ def _write(path: str, lines: _Lines) -> None:
         os.close(dir_fd)
 
 
-def set_password(path: str, username: str, password: str | bytes, *, n: int = SCRYPT_N) -> bool:
+def set_password(path: str, username: str, password: str | bytes, *, n: int = SCRYPT_N, role: str | None = None) -> bool:
     """Add `username` or change its password (creating the file when missing); True when it is new.
+    `role` (ROLES) replaces the line's; None keeps it (a new user's: "admin", none on the line).
 
     The other lines, comments included, are kept as they are. PasswordFileError when the file is
     malformed, ValueError when the user name or password cannot be stored.
@@ -281,9 +295,13 @@ def set_password(path: str, username: str, password: str | bytes, *, n: int = SC
         raise ValueError(error)
     if len(_bytes(password)) > MAX_FIELD_BYTES:
         raise ValueError(f"password longer than {MAX_FIELD_BYTES} bytes")
-    lines, users, _scram = _read(path, missing_ok=True)
+    if role is not None and role not in ROLES:
+        raise ValueError(f"unknown role {role!r} ({' or '.join(ROLES)})")
+    lines, users, _scram, roles = _read(path, missing_ok=True)
+    role = roles.get(username, ROLES[0]) if role is None else role
     scram = scram_entry(password)
-    line = f"{username}:{hash_password(password, n=n)}" + (f" {scram}" if scram else "")
+    line = f"{username}:{hash_password(password, n=n)}" + (f" {scram}" if scram else "") + \
+        (f" role={role}" if role != ROLES[0] else "")
     if username in users:
         lines = [(line, user) if user == username else (old, user) for old, user in lines]
     else:
@@ -294,7 +312,7 @@ def set_password(path: str, username: str, password: str | bytes, *, n: int = SC
 
 def delete_user(path: str, username: str) -> bool:
     """Remove `username` from the file; False (and nothing written) when it has no line there."""
-    lines, users, _scram = _read(path, missing_ok=False)
+    lines, users, _scram, _roles = _read(path, missing_ok=False)
     if username not in users:
         return False
     _write(path, [(line, user) for line, user in lines if user != username])
@@ -304,13 +322,15 @@ def delete_user(path: str, username: str) -> bool:
 class PasswordFile:
     """The users of one password file, parsed once; `load` again (on SIGHUP) to pick up changes."""
 
-    __slots__ = ("path", "_users", "_scram", "_dummy", "_decoy_key")
+    __slots__ = ("path", "_users", "_scram", "_roles", "_dummy", "_decoy_key")
 
-    def __init__(self, path: str, users: dict[str, _Hash], scram: dict[str, ScramKeys], secret: bytes) -> None:
+    def __init__(self, path: str, users: dict[str, _Hash], scram: dict[str, ScramKeys], secret: bytes,
+                 roles: dict[str, str] | None = None) -> None:
         """`secret`: known only to whoever can read the file; it makes the decoy SCRAM salts."""
         self.path = path
         self._users = users
         self._scram = scram
+        self._roles = roles or {}
         # an unknown user costs one hash like the file's own, so timing does not tell which names exist
         model = next(iter(users.values()), None)
         if model is None:
@@ -322,8 +342,8 @@ class PasswordFile:
     @classmethod
     def load(cls, path: str) -> PasswordFile:
         """Read and check every line; PasswordFileError (`file:line: reason`) for the first bad one."""
-        lines, users, scram = _read(path, missing_ok=False)
-        return cls(path, users, scram, hashlib.sha256("\n".join(line for line, _user in lines).encode()).digest())
+        lines, users, scram, roles = _read(path, missing_ok=False)
+        return cls(path, users, scram, hashlib.sha256("\n".join(line for line, _user in lines).encode()).digest(), roles)
 
     def __len__(self) -> int:
         return len(self._users)
@@ -338,6 +358,10 @@ class PasswordFile:
             self._dummy.matches(_bytes(password))
             return False
         return stored.matches(_bytes(password))
+
+    def role(self, username: str) -> str:
+        """The user's role (ROLES): "read-only" when its line says so, else "admin"."""
+        return self._roles.get(username, ROLES[0])
 
     def has_scram_keys(self, username: str) -> bool:
         return username in self._scram
