@@ -77,6 +77,19 @@ def test_a_qos1_publishers_puback_waits_for_its_peers_answer_and_later_ones_keep
     assert [(packet.kind, packet.pid) for packet in c.packets()] == [(p.PUBACK, 1), (p.PUBACK, 2), (p.PUBACK, 3)]
 
 
+def test_a_denied_qos2_publish_behind_a_puback_waiting_for_a_peer_gets_a_pubrec() -> None:
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"one", 1, packet_id=1))
+    h.turn()
+    h.worker.deny(c.conn, 2, 2)
+    h.turn()
+    assert c.packets() == []
+    peers.answer("w1")
+    h.turn()
+    assert [(packet.kind, packet.pid) for packet in c.packets()] == [(p.PUBACK, 1), (p.PUBREC, 2)]
+
+
 def test_what_goes_to_the_router_waits_until_the_peers_have_delivered_what_they_were_sent() -> None:
     """A message for the router (here to `r`, which the router serves too) must not overtake through it
     what a peer has not delivered: the router's frame waits for the peer's answer, and the QoS 0

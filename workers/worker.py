@@ -77,10 +77,10 @@ SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRI
 # conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
 # ACL, acknowledged in its turn
 Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
-# a QoS 1 PUBLISH sent to peers: its connection, packet id, reason code, and each peer with the number of
-# the last frame sent to it before the one that carried it (an answer past it: delivered); an ACL-denied
-# or local one behind it waits its turn with no peer
-PeerAck = tuple["Connection", int, int, Marks]
+# a QoS 1 PUBLISH sent to peers: its connection, packet id, QoS, reason code, and each peer with the number
+# of the last frame sent to it before the one that carried it (an answer past it: delivered); an ACL-denied
+# (QoS 1 or 2) or local one behind it waits its turn with no peer
+PeerAck = tuple["Connection", int, int, int, Marks]
 
 
 class Worker:
@@ -294,7 +294,7 @@ class Worker:
                 if qos:
                     code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
                     if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
-                        self.peer_acks.append((conn, packet_id, code, marks))
+                        self.peer_acks.append((conn, packet_id, qos, code, marks))
                     else:
                         conn.acknowledge(packet_id, qos, code)
                 return
@@ -337,10 +337,10 @@ class Worker:
         """A peer answered: the PUBACKs and ROUTES_ACKs whose peers have all delivered go, in order; and
         the frame to the router, if it waited (`flush`)."""
         acks = self.peer_acks
-        while acks and delivered(acks[0][3]):
-            conn, packet_id, code, _marks = acks.popleft()
+        while acks and delivered(acks[0][4]):
+            conn, packet_id, qos, code, _marks = acks.popleft()
             if conn.state != CLOSED:
-                conn.acknowledge(packet_id, 1, code)
+                conn.acknowledge(packet_id, qos, code)
         tables = self.routes_acks
         while tables and delivered(tables[0][1]):
             self.link.routes_ack(tables.popleft()[0])
@@ -494,7 +494,7 @@ class Worker:
         if self.awaiting:
             self.awaiting.append((conn, packet_id, qos, False, None, b"", b"", 0))
         elif self.peer_acks:
-            self.peer_acks.append((conn, packet_id, reasons.NOT_AUTHORIZED, ()))
+            self.peer_acks.append((conn, packet_id, qos, reasons.NOT_AUTHORIZED, ()))
         else:
             conn.acknowledge(packet_id, qos, reasons.NOT_AUTHORIZED)
 

@@ -33,7 +33,7 @@ async function list() {
     tr.append(cell(tenant === "*" ? "every tenant" : tenant || "(default)"), cell(kind), cell(value), cell(reason),
               cell(expires ? when(expires) : "never"), cell(by), cell(when(created)));
     button.textContent = "Lift";
-    button.className = "lift";
+    button.className = "lift act";
     button.onclick = () => lift(tenant, kind, value);
     td.append(button);
     tr.append(td);
