@@ -234,3 +234,12 @@ def spark() -> Iterator[SparkSession]:
         session.conf.set("spark.sql.shuffle.partitions", "2")
         session.conf.set("spark.sql.codegen.wholeStage", "false")
         yield session
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[Broker]]:
+    """The brokers a test started with tests/bridging.py `serve`, stopped after it."""
+    started: list[Broker] = []
+    yield started
+    for b in started:
+        b.stop()

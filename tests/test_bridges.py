@@ -25,6 +25,7 @@ from plexmq.acceptor import config as cfg
 from plexmq.acceptor.bridges.rules import first, parse
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
 from plexmq.mqtt import v4 as p4
+from tests.bridging import bridged, serve
 from tests.cli import metrics_url, names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
 from tests.mqtt import Client, RawClient
@@ -71,28 +72,6 @@ def mosquitto(tmp_path: Path) -> Iterator[Mosquitto]:
     found = Mosquitto(tmp_path)
     yield found
     found.stop()
-
-
-@pytest.fixture
-def brokers() -> Iterator[list[Broker]]:
-    started: list[Broker] = []
-    yield started
-    for b in started:
-        b.stop()
-
-
-def serve(brokers: list[Broker], tmp_path: Path, text: str, name: str = "a") -> Broker:
-    """A plexmq with the config `text` (and a run dir of its own, for `plexmq bridges --config`)."""
-    path = write(tmp_path, f'run_dir = "{tmp_path / (name + "-run")}"\n' + text, f"{name}.toml")
-    b = Broker(tmp_path / f"{name}.log", ["--config", str(path), "--workers", "1"])
-    brokers.append(b)
-    return b
-
-
-def bridged(b: Broker, name: str = "cloud", times: int = 1) -> None:
-    """Until both of the bridge's links have been up `times` times, subscriptions in place."""
-    wait_for(lambda: all(b.output().count(f"bridge {name}: {side} up") >= times for side in ("local", "remote")), 30,
-             f"bridge {name} to be up ({times})")
 
 
 def bridge_process(b: Broker) -> psutil.Process:

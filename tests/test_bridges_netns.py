@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
+from tests.bridging import bridged, serve
 from tests.conftest import Broker, wait_for
 from tests.hosts import free_prefix, sh
 from tests.mqtt import Client
-from tests.test_bridges import bridged, brokers, serve  # noqa: F401  brokers: the fixture, used by name
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not os.path.exists(MOSQUITTO),
                                 reason="needs root, ip (network namespaces) and Debian's mosquitto")

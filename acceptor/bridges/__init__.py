@@ -11,12 +11,9 @@ import secrets
 import socket
 from typing import Any
 
-LOCAL_PREFIX = "plexmq-bridge-"  # + the bridge's name: its client id on this broker, reserved for its token
+from plexmq.bridge_status import local_client_id
+
 ANY = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # a listener on every address is reached on loopback
-
-
-def local_client_id(name: str) -> str:
-    return LOCAL_PREFIX + name
 
 
 def prepare(config: dict[str, Any], listener: socket.socket) -> None:

@@ -12,9 +12,8 @@ import signal
 import orjson
 import uvloop
 
-from plexmq.acceptor.bridges import local_client_id
 from plexmq.acceptor.bridges.bridge import Bridge
-from plexmq.acceptor.bridges.status import write
+from plexmq.bridge_status import local_client_id, write
 from plexmq.process import become_child, child_config, missed_reload
 
 log = logging.getLogger("plexmq.bridge")

@@ -16,11 +16,11 @@ import socket
 import time
 from typing import Any
 
-from plexmq.acceptor.bridges import local_client_id
 from plexmq.acceptor.bridges.flow import Flow
 from plexmq.acceptor.bridges.link import Link, Login, Refused
 from plexmq.acceptor.bridges.rules import Rule
 from plexmq.acceptor.bridges.tls import client_context
+from plexmq.bridge_status import local_client_id
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.framing import MalformedPacket
 from plexmq.mqtt.kinds import DISCONNECT, PUBACK, PUBCOMP, PUBLISH, PUBREC, PUBREL, SUBACK

@@ -1,5 +1,5 @@
 """`plexmq bridges`: each bridge of a running broker, its state and counts, from the status file the
-bridge process writes in the run dir once a second (`write`) and the queues the router writes beside
+bridge process writes in the run dir once a second (plexmq/bridge_status.py) and the queues the router writes beside
 it (router/ops/stats.py): the broker of `--config` (its run_dir), or the one bridge process of this user.
 `queued`: the messages waiting in the router for the bridge's local session, not yet sent to it; `held`:
 those the bridge has taken and the other broker not yet acknowledged (at most the router's window)."""
@@ -10,39 +10,9 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
 
-import orjson
-
+from plexmq.bridge_status import FILE, QUEUES, read
 from plexmq.process import own_run_dirs
-
-FILE = "bridges.json"  # the bridge process's: each bridge's state and counts
-QUEUES = "bridge-queues.json"  # the router's: each bridge's queued (`read` adds them)
-STALE = 5.0  # seconds: a file older than this was left by a process that is down
-
-
-def write(path: str, status: dict[str, Any]) -> None:
-    """Replaced whole (a reader never sees half of it), mode 0600 like everything in the run dir."""
-    part = f"{path}.part"
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(orjson.dumps({"time": time.time(), "bridges": status}))
-    os.replace(part, path)
-
-
-def read(run_dir: str, name: str = FILE) -> dict[str, Any]:
-    """What the file `name` of the run dir says of each bridge ({} where there is none); a bridge
-    process down (its file is stale) says so in each bridge's state."""
-    try:
-        with open(os.path.join(run_dir, name), "rb") as f:
-            written = orjson.loads(f.read())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    bridges: dict[str, Any] = written["bridges"]
-    if name == FILE and time.time() - written["time"] > STALE:
-        for bridge in bridges.values():
-            bridge["state"] = f"bridge process down (last word {time.time() - written['time']:.0f} s ago: {bridge['state']})"
-    return bridges
 
 
 def _run_dirs() -> list[str]:

@@ -19,11 +19,11 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 
-from plexmq.acceptor.bridges.metrics import BridgeMetrics
 from plexmq.router import bans, listing
 from plexmq.router.asks import Asks
 from plexmq.router.ops import admin
 from plexmq.router.ops.admin import Gate
+from plexmq.router.ops.bridge_metrics import BridgeMetrics
 from plexmq.router.ops.httpd import Endpoint
 from plexmq.router.ops.stats import Stats
 

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from plexmq import bridge_status as status
 from plexmq import version
-from plexmq.acceptor.bridges import local_client_id, status
+from plexmq.bridge_status import local_client_id
 from plexmq.mqtt import PROTOCOLS
 from plexmq.router.ops import alarms
 from plexmq.router.ops.history import History
@@ -53,7 +54,7 @@ class Stats:
     def __init__(self, router: Router, acceptor_pid: int, per_tenant: bool = True, declared: Iterable[str] = (),
                  members: Members | None = None, run_dir: str = "") -> None:
         self.router = router
-        self.run_dir = run_dir  # where the bridge process writes its status (acceptor/bridges/status.py); "": none
+        self.run_dir = run_dir  # where the bridge process writes its status (plexmq/bridge_status.py); "": none
         self.members = members  # the routers sharing a PostgreSQL store (None: SQLite, no lease)
         self.per_tenant = per_tenant  # metrics_tenants
         self.declared = set(declared)  # the config's tenants, which exist before any client names them
