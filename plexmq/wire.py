@@ -33,7 +33,8 @@ import orjson
 # REFUSED_AT (a tenant's limit); 4: STATS per tenant, CLIENTS entries and LIST_CLIENTS name a tenant;
 # 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
 # TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts;
-# 9: DELIVER_RAW leads with its packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures
+# 9: DELIVER_RAW leads with its packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures,
+# TRACES entries name the publishers traced
 PROTOCOL = 9
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -553,7 +554,7 @@ class Traces(NamedTuple):
     while any is live)."""
 
     gen: int  # one more at each change of the set
-    traces: list[list]  # [trace id, tenant, filter]
+    traces: list[list]  # [trace id, tenant, filter, by, value]: of the publishers whose `by` is `value` ("": all)
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))

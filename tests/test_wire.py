@@ -89,7 +89,8 @@ CASES = [
          b'{"id":7,"filter":"","tenant":null,"protocol":"","exact":false,"most":20,"sort":"messages_out","descending":true}'),
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
-    Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
+    Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#", "", ""], [4, "a", "#", "username", "u"]]),
+         b'[2,[[3,"a","t/#","",""],[4,"a","#","username","u"]]]'),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
     Case("refused", wire.REFUSED, wire.Refused(1), b"\x01\x00\x00\x00"),
     Case("standby", wire.STANDBY, wire.Standby("b", "tcp://10.0.0.1:7883"), b'["b","tcp://10.0.0.1:7883"]'),
@@ -160,7 +161,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.list_clients(wire.ListClients(7, "", None))
     out.close(3)
     out.rejoin(5)
-    out.traces(2, [[3, "", "t/#"]])
+    out.traces(2, [[3, "", "t/#", "", ""]])
     out.beat()
     out.refused()
     assert records_of(out) == [
@@ -172,7 +173,7 @@ def test_the_routers_senders_write_their_records() -> None:
         (wire.LIST_CLIENTS, wire.ListClients(7, "", None).encode(), b""),
         (wire.CLOSE, wire.Close(3).encode(), b""),
         (wire.REJOIN, wire.Rejoin(5).encode(), b""),
-        (wire.TRACES, wire.Traces(2, [[3, "", "t/#"]]).encode(), b""),
+        (wire.TRACES, wire.Traces(2, [[3, "", "t/#", "", ""]]).encode(), b""),
         (wire.BEAT, b"", b""),
         (wire.REFUSED, wire.Refused(wire.PROTOCOL).encode(), b""),
     ]

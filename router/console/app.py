@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
 from plexmq.router.asks import Asks
-from plexmq.router.console import clients, retained, sessions, trace
+from plexmq.router.console import clients, retained, sessions, subscriptions, trace
 from plexmq.router.console.auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console.events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console.http import Page, Reply, Routes, form, text
@@ -43,7 +43,7 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
-FEATURES = (clients, sessions, retained, trace)  # each with PAGES and ROUTES, in the navigation's order
+FEATURES = (clients, sessions, subscriptions, retained, trace)  # each with PAGES and ROUTES, in the navigation's order
 SESSION = "plexmq.session"  # environ key: the session that opened an event stream
 REFUSALS_LOGGED = 10  # requests refused for their Host or Origin logged per REFUSALS_WINDOW; the rest counted
 REFUSALS_WINDOW = 60.0  # seconds
