@@ -7,7 +7,7 @@ One broker (`--workers`, a console with one admin) under a steady load from the 
 - `overview`: `--consoles` logged-in overview pages, each reading the server-sent events (what an open
   overview tab does: one event a second);
 - `clients`: the same, each also asking for the clients page's listing every second (more than a person
-  clicking Search does: every ask goes to every worker);
+  clicking Search does: every ask goes to every worker), sorted by messages in (LISTING);
 - `trace`: one live trace on the load's topics (router/trace.py): every traced message then passes the
   router, so this is the price of watching a busy topic, not of an open page.
 The difference to `none` in the same round is the console's cost; rounds alternate so that drift in
@@ -38,7 +38,10 @@ from plexmq.workers.auth.passwords import set_password
 
 ADMIN, PASSWORD = "bench", "console cost bench"
 STATES = ("none", "overview", "clients", "trace")
-SETTLE = 3.0  # seconds from mqload's start to the window: its connects and subscribe are done
+SETTLE = 3.0  # seconds from mqload's start to the window: its connects and subscribe are done (--settle)
+# what the clients page asks (issue 37): its first page, sorted by the router (here by the busiest, which
+# every worker picks from all its clients)
+LISTING = "/api/clients?limit=100&sort=messages_in&order=desc"
 
 
 class Login:
@@ -80,7 +83,7 @@ class Page(Login):
 
     def _poll_clients(self) -> None:
         while not self._stop.wait(1.0):
-            status, _ = request(self.port, "GET", "/api/clients?limit=200", self.headers())
+            status, _ = request(self.port, "GET", LISTING, self.headers())
             self.listings += status == 200
 
     def stop(self) -> None:
@@ -154,12 +157,12 @@ def window(router: psutil.Process, seconds: float) -> float:
 
 def measure(broker: brokers.RunningBroker, console: int, state: str, args: argparse.Namespace) -> float:
     load = subprocess.Popen([args.mqload, "fanin", "-p", str(broker.port), "-P", str(args.publishers), "-S", "1",
-                             "-q", "0", "-r", f"{args.rate:g}", "-d", f"{args.duration + SETTLE + 1:g}", "-i", "0"],
+                             "-q", "0", "-r", f"{args.rate:g}", "-d", f"{args.duration + args.settle + 1:g}", "-i", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pages = [Page(console, state == "clients") for _ in range(args.consoles if state in ("overview", "clients") else 0)]
     stop_trace = start_trace(console, Login(console), "bench/#") if state == "trace" else None
     try:
-        time.sleep(SETTLE)
+        time.sleep(args.settle)
         return window(router_cpu(broker.pid), args.duration)
     finally:
         for page in pages:
@@ -175,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-P", "--publishers", type=int, default=100)
     parser.add_argument("-r", "--rate", type=float, default=100.0, help="msgs/s per publisher")
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="seconds each window lasts")
+    parser.add_argument("--settle", type=float, default=SETTLE, help="seconds for the load's connects before each window")
     parser.add_argument("--consoles", type=int, default=1, help="open consoles in the overview and clients states")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--states", default=",".join(STATES))
@@ -193,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             f.write(f'console_admins = "{admins}"\n')
         console = brokers.free_port()
         spec = brokers.BrokerSpec("plexmq", "plexmq", workers=args.workers,
-                                  extra=["--config", config, "--console-port", str(console), "--no-persistence"])
+                                  extra=["--config", config, "--console-port", str(console), "--metrics-port", "-1",
+                                         "--no-persistence"])
         broker = brokers.RunningBroker(spec, tmp)
         results: dict[str, list[float]] = {state: [] for state in states}
         try:
