@@ -17,6 +17,7 @@ import orjson
 
 from plexmq.acceptor import endpoint
 from plexmq.mqtt import PROTOCOLS
+from plexmq.router.listing import FIELDS
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--page", type=int, default=1, help="which page (default 1)")
     parser.add_argument("--per-page", type=int, default=50, help="clients per page (default 50)")
     parser.add_argument("--protocol", choices=PROTOCOLS.values(), help="only the clients of this MQTT version")
+    parser.add_argument("--sort", choices=FIELDS, default="client_id", help="the order of the pages (default client_id)")
+    parser.add_argument("--desc", action="store_true", help="the largest first")
     parser.add_argument("--disconnect", metavar="CLIENT_ID", help="close this client's connection instead")
     parser.add_argument("--tenant", metavar="NAME", help='only the clients of this tenant ("": the default tenant); '
                         "with --disconnect, the tenant of that client (default: the default tenant)")
@@ -43,6 +46,8 @@ def main(argv: list[str]) -> int:
             print(endpoint.request(url, token, "/clients/disconnect", body).decode().strip())
             return 0
         asked = {"filter": args.filter, "offset": (max(args.page, 1) - 1) * args.per_page, "limit": args.per_page}
+        if args.sort != "client_id" or args.desc:
+            asked.update(sort=args.sort, order="desc" if args.desc else "asc")
         if args.tenant is not None:
             asked["tenant"] = args.tenant
         if args.protocol:
@@ -52,10 +57,12 @@ def main(argv: list[str]) -> int:
         print(f"plexmq clients: {exc}", file=sys.stderr)
         return 1
     print(f"{'client id':<40} {'worker':>6} {'address':<22} {'keepalive':>9} {'queued':>7} {'inflight':>8} "
-          f"{'persistent':<10} {'protocol':<8} tenant")
-    for client_id, worker, address, keepalive, queued, inflight, persistent, protocol, tenant in listing["clients"]:
+          f"{'persistent':<10} {'msgs in':>9} {'msgs out':>9} {'username':<20} {'protocol':<8} tenant")
+    for (client_id, worker, address, keepalive, queued, inflight, persistent, protocol, tenant, username, _connected_at,
+         messages_in, messages_out, *_bytes) in listing["clients"]:
         print(f"{client_id:<40} {worker:>6} {address:<22} {keepalive:>9} {queued:>7} {inflight:>8} "
-              f"{'yes' if persistent else 'no':<10} {protocol:<8} {tenant or '-'}")
+              f"{'yes' if persistent else 'no':<10} {messages_in:>9} {messages_out:>9} {username or '-':<20} "
+              f"{protocol:<8} {tenant or '-'}")
     pages = max(1, -(-listing["total"] // args.per_page))
     note = "" if listing["complete"] else " (a worker did not answer: the list may be short)"
     print(f"page {args.page} of {pages}, {listing['total']} clients{note}")

@@ -7,7 +7,7 @@ One broker (`--workers`, a console with one admin) under a steady load from the 
 - `overview`: `--consoles` logged-in overview pages, each reading the server-sent events (what an open
   overview tab does: one event a second);
 - `clients`: the same, each also asking for the clients page's listing every second (more than a person
-  clicking Search does: every ask goes to every worker);
+  clicking Search does: every ask goes to every worker), sorted by messages in (LISTING);
 - `history`: the same, each also loading the overview's history every second (GET /api/history, the
   last hour and day of every series, router/ops/history.py: what an overview does once, at its load);
 - `trace`: one live trace on the load's topics (router/trace.py): every traced message then passes the
@@ -40,8 +40,11 @@ from plexmq.workers.auth.passwords import set_password
 
 ADMIN, PASSWORD = "bench", "console cost bench"
 STATES = ("none", "overview", "clients", "history", "trace")
-POLLED = {"clients": "/api/clients?limit=200", "history": "/api/history"}  # a state -> what its pages ask each second
-SETTLE = 3.0  # seconds from mqload's start to the window: its connects and subscribe are done
+SETTLE = 3.0  # seconds from mqload's start to the window: its connects and subscribe are done (--settle)
+# what the clients page asks (issue 37): its first page, sorted by the router (here by the busiest, which
+# every worker picks from all its clients)
+LISTING = "/api/clients?limit=100&sort=messages_in&order=desc"
+POLLED = {"clients": LISTING, "history": "/api/history"}  # a state -> what its pages ask each second
 
 
 class Login:
@@ -157,12 +160,12 @@ def window(router: psutil.Process, seconds: float) -> float:
 
 def measure(broker: brokers.RunningBroker, console: int, state: str, args: argparse.Namespace) -> float:
     load = subprocess.Popen([args.mqload, "fanin", "-p", str(broker.port), "-P", str(args.publishers), "-S", "1",
-                             "-q", "0", "-r", f"{args.rate:g}", "-d", f"{args.duration + SETTLE + 1:g}", "-i", "0"],
+                             "-q", "0", "-r", f"{args.rate:g}", "-d", f"{args.duration + args.settle + 1:g}", "-i", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pages = [Page(console, POLLED.get(state)) for _ in range(args.consoles if state in ("overview", *POLLED) else 0)]
     stop_trace = start_trace(console, Login(console), "bench/#") if state == "trace" else None
     try:
-        time.sleep(SETTLE)
+        time.sleep(args.settle)
         return window(router_cpu(broker.pid), args.duration)
     finally:
         for page in pages:
@@ -178,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-P", "--publishers", type=int, default=100)
     parser.add_argument("-r", "--rate", type=float, default=100.0, help="msgs/s per publisher")
     parser.add_argument("-d", "--duration", type=float, default=10.0, help="seconds each window lasts")
+    parser.add_argument("--settle", type=float, default=SETTLE, help="seconds for the load's connects before each window")
     parser.add_argument("--consoles", type=int, default=1, help="open consoles in the overview, clients and history states")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--states", default=",".join(STATES))
@@ -196,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             f.write(f'console_admins = "{admins}"\n')
         console = brokers.free_port()
         spec = brokers.BrokerSpec("plexmq", "plexmq", workers=args.workers,
-                                  extra=["--config", config, "--console-port", str(console), "--no-persistence"])
+                                  extra=["--config", config, "--console-port", str(console), "--metrics-port", "-1",
+                                         "--no-persistence"])
         broker = brokers.RunningBroker(spec, tmp)
         results: dict[str, list[float]] = {state: [] for state in states}
         try:

@@ -34,7 +34,9 @@ import orjson
 # 5: STANDBY (a standby router answers a join); 6: STATS carries the sampled busiest topics; 7: TRACES,
 # TRACES_ACK and TRACED (the console's traces observed by the workers), STATS carries their skipped counts;
 # 9: HELLO says the worker's direct endpoint, DIRECTORY (the other nodes' workers a worker may send to
-# itself), BANS and BANS_ACK (the banned clients, checked by the workers)
+# itself), BANS and BANS_ACK (the banned clients, checked by the workers); DELIVER_RAW leads with its
+# packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures, TRACES entries name the
+# publishers traced
 PROTOCOL = 9
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -73,7 +75,7 @@ ROUTED = 23
 DELIVER = 24  # DELIVER_HEAD (flags, topic length) + topic [+ EXTRA + properties when flags & HAS_EXTRA] + SUBSCRIBER * n; payload
 RESEND_REL = 25  # ResendRel: resend PUBREL for an outgoing QoS 2 message after a reconnect
 KICK = 26  # Kick: close this connection now (taken over); the router has dealt with its will
-DELIVER_RAW = 27  # SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
+DELIVER_RAW = 27  # COUNT (packets) + SUBSCRIBER * n; payload: plain QoS 0 PUBLISH packets to write as they are to each
 LIST_CLIENTS = 28  # ListClients: answer with CLIENTS
 CLOSE = 29  # Close: close this connection (an administrator asked): 5.0 hears 0x98; GONE follows with its will
 DELIVER_RAW_V5 = 30  # as DELIVER_RAW, 5.0 packets (from PUB0_V5): as they are to 5.0 subscribers
@@ -140,6 +142,7 @@ PEER_HEAD = struct.Struct("<H")  # tenant length
 PEER_SEQ = struct.Struct("<Q")  # a frame's number among those its sender sent to any peer
 
 _pack_record = RECORD.pack
+_pack_count, _COUNT_SIZE = COUNT.pack, COUNT.size
 _unpack_record = RECORD.unpack_from
 _record_size = RECORD.size
 
@@ -355,8 +358,10 @@ class Clients(NamedTuple):
 
     id: int  # the request's
     worker: str  # the worker's label()
-    clients: list[list]  # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version, tenant]
-    matched: int = 0  # how many matched, `clients` being the first `most` of them by client id
+    # [client_id, peer, keepalive, queued, inflight, persistent, MQTT version, tenant, username ("": none),
+    # connected at (time.time()), messages in, messages out, bytes in, bytes out]
+    clients: list[list]
+    matched: int = 0  # how many matched, `clients` being the first `most` of them by the order asked
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -526,7 +531,9 @@ class ListClients(NamedTuple):
     tenant: str | None  # only the clients of this tenant (None: of every tenant)
     protocol: str = ""  # only the clients of this MQTT version ("3.1", "3.1.1", "5.0"; "": any)
     exact: bool = False  # `filter` is a whole client id
-    most: int = 0  # rows at most, the first by client id (0: all); CLIENTS says how many matched
+    most: int = 0  # rows at most, the first by `sort` (0: all); CLIENTS says how many matched
+    sort: str = "client_id"  # a field of the rows (router/listing.py FIELDS); ties go by client id, then tenant
+    descending: bool = False
 
     def encode(self) -> bytes:
         return orjson.dumps(self._asdict())
@@ -569,7 +576,7 @@ class Traces(NamedTuple):
     while any is live)."""
 
     gen: int  # one more at each change of the set
-    traces: list[list]  # [trace id, tenant, filter]
+    traces: list[list]  # [trace id, tenant, filter, by, value]: of the publishers whose `by` is `value` ("": all)
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))
@@ -735,10 +742,11 @@ class ToWorker(Batch):
         if payload:
             parts.append(payload)
 
-    def deliver_raw(self, subs: bytes, packets: bytes, form: int) -> None:
-        """`packets`: plain QoS 0 PUBLISH packets as a client sent them (`form` 1: a 5.0 client)."""
+    def deliver_raw(self, subs: bytes, packets: bytes, form: int, count: int) -> None:
+        """`packets`: `count` plain QoS 0 PUBLISH packets as a client sent them (`form` 1: a 5.0 client)."""
         parts = self.parts
-        parts.append(_pack_record(DELIVER_RAW_V5 if form else DELIVER_RAW, len(subs), len(packets)))
+        parts.append(_pack_record(DELIVER_RAW_V5 if form else DELIVER_RAW, _COUNT_SIZE + len(subs), len(packets)))
+        parts.append(_pack_count(count))
         parts.append(subs)
         parts.append(packets)
 

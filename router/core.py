@@ -48,14 +48,14 @@ _pub_head_size = wire.PUB_HEAD.size
 class Dest:
     """A worker's share of one topic's subscribers, collecting raw QoS 0 packets during a turn."""
 
-    __slots__ = ("worker", "subs", "pending", "count", "tenant")
+    __slots__ = ("worker", "subs", "pending", "counts", "tenant")
 
     def __init__(self, worker: bytes, subs: bytes, tenant: Tenant) -> None:
         self.worker = worker
         self.tenant = tenant  # whose subscribers: its deliveries are counted for it
         self.subs = subs  # every online subscriber on that worker, packed
         self.pending: tuple[list[bytes], list[bytes]] = ([], [])  # runs of packets: 3.1.1 and 5.0 form
-        self.count = 0  # packets in `pending`
+        self.counts = [0, 0]  # packets in `pending`: of each form
 
 
 class Targets:
@@ -314,10 +314,11 @@ class Router(Lifecycle, Subscribing):
         if targets is None:
             targets = self._match(tenant, topic)
         for dest in targets.raw:
-            if not dest.count:
+            counts = dest.counts
+            if not (counts[0] or counts[1]):
                 self.raw_dirty.append(dest)
             dest.pending[form].append(packets)
-            dest.count += count
+            counts[form] += count
         self.received += count
         tenant.received += count
         if targets.special or targets.groups:  # each packet resolved for each of them
@@ -339,14 +340,15 @@ class Router(Lifecycle, Subscribing):
     def _flush_raw(self) -> None:
         for dest in self.raw_dirty:
             out = self.out(dest.worker)
+            counts = dest.counts
             for form, pending in enumerate(dest.pending):
                 if pending:
-                    out.deliver_raw(dest.subs, b"".join(pending), form)
+                    out.deliver_raw(dest.subs, b"".join(pending), form, counts[form])
                     pending.clear()
-            copies = dest.count * (len(dest.subs) // wire.SUBSCRIBER.size)
+            copies = (counts[0] + counts[1]) * (len(dest.subs) // wire.SUBSCRIBER.size)
             self.delivered += copies
             dest.tenant.delivered += copies
-            dest.count = 0
+            counts[0] = counts[1] = 0
         self.raw_dirty.clear()
 
     def _routed_counts(self, worker: bytes) -> list[int]:

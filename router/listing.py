@@ -25,7 +25,11 @@ _ids = itertools.count(1)
 MAX_ROWS = 100_000  # offset + limit of a listing: what each worker sends at most
 
 Answer = tuple[str, str, bytes, str]  # HTTP status, content type, body, and what was done (for the admin log)
-FIELDS = ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol", "tenant"]  # a row
+# a row: connected_at is the time.time() of its CONNACK; messages and bytes are counted by its worker
+# (workers/connection.py) since then
+FIELDS = ["client_id", "worker", "address", "keepalive", "queued", "inflight", "persistent", "protocol", "tenant",
+          "username", "connected_at", "messages_in", "messages_out", "bytes_in", "bytes_out"]
+ORDERS = {"asc": False, "desc": True}  # order=: descending?
 
 
 class ClientListing(Ask):
@@ -33,10 +37,10 @@ class ClientListing(Ask):
     most `most` of each, `matched` how many matched in all."""
 
     def __init__(self, text: str, tenant: str | None = None, protocol: str = "", exact: bool = False,
-                 most: int = 0) -> None:
+                 most: int = 0, sort: str = "client_id", descending: bool = False) -> None:
         super().__init__()
         self.id = next(_ids)
-        self.asked = wire.ListClients(self.id, text, tenant, protocol, exact, most)
+        self.asked = wire.ListClients(self.id, text, tenant, protocol, exact, most, sort, descending)
         self.clients: list[list] = []
         self.matched = 0
         self.answered: set[str] = set()  # worker labels
@@ -77,26 +81,32 @@ class ClientDisconnect(Ask):
 
 
 def answer_listing(asks: Asks, environ: dict, only: str | None = None) -> Answer:
-    """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME][&protocol=V]: one page of the connected
-    clients (of that tenant only, "" the default tenant; of that MQTT version only), sorted by client id;
-    `total` counts every match. Each worker sends at most the page's end (MAX_ROWS at most), so a listing
-    of 100,000 clients moves a page, not all of them. `only`: this tenant's, whatever is asked."""
+    """GET /clients?filter=TEXT&offset=N&limit=N[&tenant=NAME][&protocol=V][&sort=FIELD][&order=asc|desc]:
+    one page of the connected clients (of that tenant only, "" the default tenant; of that MQTT version
+    only), sorted by that field of FIELDS (default client_id; ties by client id, then tenant), so that the
+    pages of one order follow each other; `total` counts every match. Each worker sends at most the page's
+    end (MAX_ROWS at most) in that order, so a listing of 100,000 clients moves a page, not all of them.
+    `only`: this tenant's, whatever is asked."""
     query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)  # tenant= names the default tenant
     try:
         offset, limit = int(query.get("offset", ["0"])[0]), int(query.get("limit", ["100"])[0])
     except ValueError:
         return "400 Bad Request", "text/plain", b"offset and limit are numbers\n", "bad offset or limit"
-    protocol = query.get("protocol", [""])[0]
+    protocol, sort, order = query.get("protocol", [""])[0], query.get("sort", ["client_id"])[0], query.get("order", ["asc"])[0]
     if offset < 0 or limit < 1 or offset + limit > MAX_ROWS or protocol not in ("", *PROTOCOLS.values()):
         return ("400 Bad Request", "text/plain", f"offset >= 0, limit >= 1, offset + limit <= {MAX_ROWS}, protocol one of "
                 f"{', '.join(PROTOCOLS.values())}\n".encode(), "bad offset, limit or protocol")
+    if sort not in FIELDS or order not in ORDERS:
+        return ("400 Bad Request", "text/plain", f"sort is one of {', '.join(FIELDS)}; order asc or desc\n".encode(),
+                "bad sort or order")
     tenant = query["tenant"][0] if "tenant" in query else None
-    listing = ClientListing(query.get("filter", [""])[0], tenant if only is None else only, protocol, most=offset + limit)
+    listing = ClientListing(query.get("filter", [""])[0], tenant if only is None else only, protocol, most=offset + limit,
+                            sort=sort, descending=ORDERS[order])
     complete = ask(asks, listing)
-    clients = sorted(listing.clients)
-    body = {"total": listing.matched, "complete": complete, "offset": offset,
-            "fields": FIELDS,
-            "clients": clients[offset:offset + limit]}
+    at = FIELDS.index(sort)
+    clients = sorted(listing.clients, key=lambda row: (row[at], row[0], row[8]), reverse=ORDERS[order])
+    body = {"total": listing.matched, "complete": complete, "offset": offset, "sort": sort, "order": order,
+            "fields": FIELDS, "clients": clients[offset:offset + limit]}
     return "200 OK", "application/json", orjson.dumps(body), f"listed {listing.matched} clients"
 
 

@@ -1,5 +1,6 @@
 """Traces (the console's Trace page, router/console/trace.py): the messages of a topic filter watched
-live, bounded, never slowing the broker.
+live (all publishers', or one client id's, username's or address's: WHO), bounded, never slowing the
+broker; the last SAVED its reader took kept for a download.
 
 Why the workers watch: most messages never reach the router (docs/architecture.md §4: a worker
 delivers to its own subscribers itself while the route table gives no matching filter another place),
@@ -48,6 +49,12 @@ LIFETIME = 600.0  # seconds a trace lives at most
 MOST = 4  # live at once, in all
 TENANT_MOST = 2  # of those, started by one tenant's admins: no tenant takes every one (the broker's admins: MOST)
 
+SAVED = 5000  # messages a trace keeps for its download, once read (the last ones)
+# whose messages a trace may be of besides its filter ("": every publisher's): the publisher whose client
+# id or username is the value, or whose address (host:port) is it or is on that host (the workers judge:
+# workers/trace_watch.py)
+WHO = ("", "client_id", "username", "address")
+
 # seq (1, 2 ... as kept), time.time(), topic, QoS, retain, payload size, payload (at most PAYLOAD bytes), client id
 Entry = tuple[int, float, bytes, int, bool, int, bytes, str]
 
@@ -56,13 +63,15 @@ class Trace:
     """One live trace: its filter in its tenant, its ring and counts (written by the loop alone), and
     what its reader has taken (by the console's threads alone, under `reading`)."""
 
-    __slots__ = ("id", "tenant", "filter", "user", "started", "read_at", "ring", "matched", "kept", "skipped",
-                 "second", "taken", "reading", "next_seq", "lost")
+    __slots__ = ("id", "tenant", "filter", "by", "value", "user", "started", "read_at", "ring", "matched", "kept",
+                 "skipped", "second", "taken", "reading", "next_seq", "lost", "saved")
 
-    def __init__(self, number: int, tenant: Tenant, topic_filter: str, user: str) -> None:
+    def __init__(self, number: int, tenant: Tenant, topic_filter: str, user: str, by: str = "", value: str = "") -> None:
         self.id = number
         self.tenant = tenant
         self.filter = topic_filter
+        self.by = by  # of WHO: its messages are those of the publishers whose `by` is `value`
+        self.value = value
         self.user = user  # who started it
         self.started = time.monotonic()
         self.read_at = self.started  # when its reader last took its ring (a console thread writes it)
@@ -75,6 +84,7 @@ class Trace:
         self.reading = threading.Lock()  # between two reads of one trace; never taken by the loop
         self.next_seq = 1  # the next entry its reader expects
         self.lost = 0  # entries the ring let go before anyone read them
+        self.saved: deque[Entry] = deque(maxlen=SAVED)  # what its reader took, for the download (console threads only)
 
     def allow(self, count: int) -> int:
         """`count` messages matched now: how many of them may be kept (the loop's thread)."""
@@ -109,7 +119,13 @@ class Trace:
             if taken:
                 self.lost += taken[0][0] - self.next_seq
                 self.next_seq = taken[-1][0] + 1
+                self.saved.extend(taken)
             return taken
+
+    def kept_for_download(self) -> list[Entry]:
+        """The last SAVED entries its reader took (a console thread)."""
+        with self.reading:
+            return list(self.saved)
 
 
 def see(trace: Trace, copy: wire.Traced, payload: bytes) -> None:
@@ -119,13 +135,17 @@ def see(trace: Trace, copy: wire.Traced, payload: bytes) -> None:
 
 
 class TraceStart(Ask):
-    """Start a trace of `topic_filter` (a valid, not shared, filter) in tenant `tenant`, for `user`, one of
-    that tenant's admins (`tenant_admin`) or the broker's; its answer: `trace`, or `refusal` with `status`
-    (429: MOST are live, or a tenant admin's tenant has TENANT_MOST; 404: no such tenant)."""
+    """Start a trace of `topic_filter` (a valid, not shared, filter) in tenant `tenant`, of the publishers
+    whose `by` (of WHO) is `value`, for `user`, one of that tenant's admins (`tenant_admin`) or the
+    broker's; its answer: `trace`, or `refusal` with `status` (429: MOST are live, or a tenant admin's
+    tenant has TENANT_MOST; 404: no such tenant)."""
 
-    def __init__(self, topic_filter: str, tenant: str, user: str, tenant_admin: bool = False) -> None:
+    def __init__(self, topic_filter: str, tenant: str, user: str, tenant_admin: bool = False, by: str = "",
+                 value: str = "") -> None:
         super().__init__()
         self.filter = topic_filter
+        self.by = by
+        self.value = value
         self.tenant = tenant
         self.user = user
         self.tenant_admin = tenant_admin
@@ -187,7 +207,8 @@ class Traces:
         if start.refusal:
             start.done.set()
             return
-        trace = start.trace = Trace(next(self._numbers), router.tenant(start.tenant), start.filter, start.user)
+        trace = start.trace = Trace(next(self._numbers), router.tenant(start.tenant), start.filter, start.user, start.by,
+                                    start.value)
         self.live = {**self.live, trace.id: trace}
         self._tell(router)
         start.gen = self.gen
@@ -209,7 +230,7 @@ class Traces:
             router.out(worker).traces(self.gen, entries)
 
     def _entries(self) -> list[list]:
-        return [[trace.id, trace.tenant.name, trace.filter] for trace in self.live.values()]
+        return [[trace.id, trace.tenant.name, trace.filter, trace.by, trace.value] for trace in self.live.values()]
 
     def hello(self, worker: bytes, out: Callable[[bytes], wire.ToWorker]) -> None:
         """(the loop) A worker joins (new, restarted, or again): it watches nothing until told (its

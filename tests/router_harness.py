@@ -63,6 +63,7 @@ class DeliverRaw(NamedTuple):
     subs: tuple[Sub, ...]
     packets: bytes
     v5: bool
+    messages: int  # packets in `packets`
 
 
 class Routed(NamedTuple):
@@ -84,6 +85,10 @@ def _subs(data: bytes) -> tuple[Sub, ...]:
     return tuple(Sub(*sub) for sub in wire.iter_subscribers(data))
 
 
+def _deliver_raw(header: bytes, payload: bytes, v5: bool) -> DeliverRaw:
+    return DeliverRaw(_subs(header[wire.COUNT.size:]), payload, v5, wire.COUNT.unpack_from(header)[0])
+
+
 def _deliver(header: bytes, payload: bytes) -> Deliver:
     flags, topic_len = wire.unpack_deliver(header)
     start = wire.DELIVER_HEAD.size + topic_len
@@ -101,8 +106,8 @@ _DECODERS: dict[int, Callable[[bytes, bytes], Any]] = {
     wire.SUBACK: lambda header, _: Suback.decode(header),
     wire.UNSUBACK: lambda header, _: Unsuback.decode(header),
     wire.DELIVER: _deliver,
-    wire.DELIVER_RAW: lambda header, payload: DeliverRaw(_subs(header), payload, False),
-    wire.DELIVER_RAW_V5: lambda header, payload: DeliverRaw(_subs(header), payload, True),
+    wire.DELIVER_RAW: lambda header, payload: _deliver_raw(header, payload, False),
+    wire.DELIVER_RAW_V5: lambda header, payload: _deliver_raw(header, payload, True),
     wire.ROUTED: lambda header, _: Routed(*wire.read_routed(header)),
     wire.RESEND_REL: lambda header, _: ResendRel.decode(header),
     wire.KICK: lambda header, _: Kick.decode(header),

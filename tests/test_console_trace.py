@@ -313,7 +313,7 @@ def test_a_start_waits_for_every_worker_and_the_trace_never_changes_the_route_ta
     assert trace is not None and not question.done.is_set()
     h.turn()
     gen = h.router.traces.gen
-    assert told(w0) == told(w1) == [Traces(gen, [[trace.id, "", "t/#"]])]  # and no ROUTES: no place for it
+    assert told(w0) == told(w1) == [Traces(gen, [[trace.id, "", "t/#", "", ""]])]  # and no ROUTES: no place for it
     assert h.router.routes.places == places and h.router.tenant("").trie.match("t/a").keys() == {
         h.router.tenant("").sessions["sub"]}
     w0.traces_ack(gen)
@@ -332,7 +332,7 @@ def test_a_start_waits_for_every_worker_and_the_trace_never_changes_the_route_ta
 
     w2 = h.worker("w2")  # a worker that joins while a trace is live is told the set
     h.turn()
-    assert told(w2)[-1] == Traces(gen, [[trace.id, "", "t/#"]])
+    assert told(w2)[-1] == Traces(gen, [[trace.id, "", "t/#", "", ""]])
     h.router.traces.sweep(h.router, time.monotonic() + limits.IDLE + 1)  # nobody read it for IDLE
     assert h.router.traces.live == {}
     h.turn()
@@ -368,7 +368,7 @@ def test_a_worker_copies_its_clients_messages_to_their_tenants_traces_within_its
     acme = h.client("pub-a", username="p@acme")
     h.records()
     assert not h.worker.watching  # no trace: nothing watched
-    h.from_router(traces(1, [[7, "", "t/#"], [8, "acme", "#"]]))
+    h.from_router(traces(1, [[7, "", "t/#", "", ""], [8, "acme", "#", "", ""]]))
     assert h.records() == [Record("TRACES_ACK", (1,))]
 
     local = h.worker.counters.tally("")  # what STATS says as local_received (the default tenant's share)
@@ -401,3 +401,22 @@ def test_a_worker_copies_its_clients_messages_to_their_tenants_traces_within_its
     assert h.records() == [Record("TRACES_ACK", (2,))] and not h.worker.watching
     pub.send(v4.encode_publish(b"t/e", b"z"))
     assert h.records() == [] and len(sub.packets()) == 1
+
+
+def test_a_trace_of_one_client_id_username_or_address_copies_only_its_publishers_messages() -> None:
+    """Issue 37: a trace may be of one publisher: by client id, by username, by address (its host, or
+    host:port); the others' messages on the same topics are not copied for it."""
+    h = ConnectionHarness()
+    h.from_router(routes(1, True, []))
+    one = h.client("one", username="alice")
+    two = h.client("two", username="bob")
+    h.records()
+    two_at = two.conn.peer
+    h.from_router(traces(1, [[7, "", "#", "client_id", "one"], [8, "", "#", "username", "bob"],
+                             [9, "", "t/#", "address", two_at], [10, "", "#", "address", "127.0.0.1"]]))
+    assert h.records() == [Record("TRACES_ACK", (1,))]
+    one.send(v4.encode_publish(b"t/a", b"of one"))  # a raw run
+    two.send(v4.encode_publish(b"t/b", b"of two", 1, False, False, 5))
+    two.send(v4.encode_publish(b"u/c", b"not t/#"))
+    assert sorted((r.fields[0], r.fields[5]) for r in h.records() if r.kind == "TRACED") == [
+        (7, "one"), (8, "two"), (8, "two"), (9, "two"), (10, "one"), (10, "two"), (10, "two")]

@@ -63,8 +63,10 @@ CASES = [
          b'"auth_failures":5,"queued":6,"protocols":{"3.1.1":5},"shed":7,"cpu":0.5,"rss":1024,'
          b'"local_received":8,"local_sent":9,"tenants":{"a":{"connections":1,"refused":{"not_authorized":2}}},'
          b'"topics":{"a":[["t/1",64]]},"traced":[[3,40]]}'),
-    Case("clients", wire.CLIENTS, wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a"]], 3),
-         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a"]],"matched":3}'),
+    Case("clients", wire.CLIENTS,
+         wire.Clients(7, "0", [["c1", "1.2.3.4:5", 60, 0, 0, True, "5.0", "a", "u", 1700000000.5, 1, 2, 30, 40]], 3),
+         b'{"id":7,"worker":"0","clients":[["c1","1.2.3.4:5",60,0,0,true,"5.0","a","u",1700000000.5,1,2,30,40]],'
+         b'"matched":3}'),
     Case("routes ack", wire.ROUTES_ACK, wire.RoutesAck(9), b"\x09\x00\x00\x00"),
     Case("kicked", wire.KICKED, wire.Kicked(3), b"\x03\x00\x00\x00"),
     Case("traces ack", wire.TRACES_ACK, wire.TracesAck(4), b"\x04\x00\x00\x00"),
@@ -79,14 +81,18 @@ CASES = [
     Case("resend rel", wire.RESEND_REL, wire.ResendRel(3, 40000), b"\x03\x00\x00\x00\x40\x9c"),
     Case("kick", wire.KICK, wire.Kick(3), b"\x03\x00\x00\x00"),
     Case("list clients", wire.LIST_CLIENTS, wire.ListClients(7, "sensor", None),
-         b'{"id":7,"filter":"sensor","tenant":null,"protocol":"","exact":false,"most":0}'),
+         b'{"id":7,"filter":"sensor","tenant":null,"protocol":"","exact":false,"most":0,"sort":"client_id","descending":false}'),
     Case("list a tenant's 5.0 clients, the first 100", wire.LIST_CLIENTS, wire.ListClients(7, "", "a", "5.0", False, 100),
-         b'{"id":7,"filter":"","tenant":"a","protocol":"5.0","exact":false,"most":100}'),
+         b'{"id":7,"filter":"","tenant":"a","protocol":"5.0","exact":false,"most":100,"sort":"client_id","descending":false}'),
     Case("list one client", wire.LIST_CLIENTS, wire.ListClients(7, "c1", None, "", True, 1),
-         b'{"id":7,"filter":"c1","tenant":null,"protocol":"","exact":true,"most":1}'),
+         b'{"id":7,"filter":"c1","tenant":null,"protocol":"","exact":true,"most":1,"sort":"client_id","descending":false}'),
+    Case("list the most active clients", wire.LIST_CLIENTS,
+         wire.ListClients(7, "", None, "", False, 20, "messages_out", True),
+         b'{"id":7,"filter":"","tenant":null,"protocol":"","exact":false,"most":20,"sort":"messages_out","descending":true}'),
     Case("close", wire.CLOSE, wire.Close(3), b"\x03\x00\x00\x00"),
     Case("routes", wire.ROUTES, wire.Routes(2, False, [["t", "a/+", ["w0", ""]]]), b'[2,false,[["t","a/+",["w0",""]]]]'),
-    Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#"]]), b'[2,[[3,"a","t/#"]]]'),
+    Case("traces", wire.TRACES, wire.Traces(2, [[3, "a", "t/#", "", ""], [4, "a", "#", "username", "u"]]),
+         b'[2,[[3,"a","t/#","",""],[4,"a","#","username","u"]]]'),
     Case("directory", wire.DIRECTORY, wire.Directory({"n2/w0": "tcp://10.0.0.3:7000"}), b'{"n2/w0":"tcp://10.0.0.3:7000"}'),
     Case("bans", wire.BANS, wire.Bans(3, False, [["*", "address", "10.0.0.0/8", "scan", 0.0, "ops", 1700000000.5]],
                                       [["", "client_id", "c1"]]),
@@ -162,7 +168,7 @@ def test_the_routers_senders_write_their_records() -> None:
     out.list_clients(wire.ListClients(7, "", None))
     out.close(3)
     out.rejoin(5)
-    out.traces(2, [[3, "", "t/#"]])
+    out.traces(2, [[3, "", "t/#", "", ""]])
     out.bans(wire.Bans(4, True, [], []))
     out.beat()
     out.refused()
@@ -175,7 +181,7 @@ def test_the_routers_senders_write_their_records() -> None:
         (wire.LIST_CLIENTS, wire.ListClients(7, "", None).encode(), b""),
         (wire.CLOSE, wire.Close(3).encode(), b""),
         (wire.REJOIN, wire.Rejoin(5).encode(), b""),
-        (wire.TRACES, wire.Traces(2, [[3, "", "t/#"]]).encode(), b""),
+        (wire.TRACES, wire.Traces(2, [[3, "", "t/#", "", ""]]).encode(), b""),
         (wire.BANS, wire.Bans(4, True, [], []).encode(), b""),
         (wire.BEAT, b"", b""),
         (wire.REFUSED, wire.Refused(wire.PROTOCOL).encode(), b""),
@@ -237,8 +243,9 @@ def test_deliver_round_trips(props: bytes, expiry: int) -> None:
 @pytest.mark.parametrize("form, kind", [(0, wire.DELIVER_RAW), (1, wire.DELIVER_RAW_V5)])
 def test_deliver_raw_round_trips(form: int, kind: int) -> None:
     out = wire.ToWorker()
-    out.deliver_raw(wire.pack_subscriber(3, 0, 0), b"packets", form)
-    assert [(k, list(wire.iter_subscribers(h)), p) for k, h, p in records_of(out)] == [(kind, [(3, 0, 0)], b"packets")]
+    out.deliver_raw(wire.pack_subscriber(3, 0, 0), b"packets", form, 2)
+    assert [(k, wire.COUNT.unpack_from(h)[0], list(wire.iter_subscribers(h[wire.COUNT.size:])), p)
+            for k, h, p in records_of(out)] == [(kind, 2, [(3, 0, 0)], b"packets")]
 
 
 @pytest.mark.parametrize("counts", [[0, 1], [2, 3], [3, 3, 0, 2]])

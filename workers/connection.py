@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -52,7 +53,8 @@ class Connection(Outbound, asyncio.Protocol):
     __slots__ = ("worker", "conn_id", "transport", "buf", "state", "client_id", "username", "sender", "peer", "keepalive",
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
-                 "v5", "tenant", "local_name", "routes", "limits", "cert_tenant", "tally")
+                 "v5", "tenant", "local_name", "routes", "limits", "cert_tenant", "tally",
+                 "messages_in", "bytes_in", "connected_at")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -92,6 +94,11 @@ class Connection(Outbound, asyncio.Protocol):
         # what is left of the client's buckets (client_message_rate, client_byte_rate) at credit_at
         self.credit_messages = self.credit_bytes = self.credit_at = 0.0
         self.throttled = False  # reading waits for the buckets to refill
+        # the console's per-client figures (router/listing.py; `Outbound` counts what goes out): PUBLISHes
+        # read (once per read, as the rate limits count them), bytes read, the time.time() of its CONNACK
+        self.messages_in: int = 0
+        self.bytes_in: int = 0
+        self.connected_at: float = 0.0
 
     @property
     def closed(self) -> bool:
@@ -121,6 +128,7 @@ class Connection(Outbound, asyncio.Protocol):
         if self.state == CLOSED:
             return
         self.tally.bytes_in += len(data)  # once per read
+        self.bytes_in += len(data)
         if self.state == AUTHENTICATING:  # read on once the login is decided
             self.buf = self.buf or bytearray()
             self.buf += data
@@ -207,6 +215,7 @@ class Connection(Outbound, asyncio.Protocol):
         if run >= 0:
             self._forward(buf, run, pos, run_topic, count, skipped)
         self.buf = bytearray(memoryview(buf)[pos:]) if pos < end else b""
+        self.messages_in += published
         worker.flush_soon()
         if rated:
             self._charge(published, pos)
@@ -390,6 +399,7 @@ class Connection(Outbound, asyncio.Protocol):
         self.state = CONNECTED
         self.worker.connected[self.level] += 1
         self.tally.connections += 1
+        self.connected_at = time.time()
         if self.v5 is None:
             self.write(p.encode_connack(present and self.level > 3, 0))  # 3.1 has no session-present flag
         else:

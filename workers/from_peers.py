@@ -49,5 +49,5 @@ def deliver(worker: Worker, frame: bytes) -> None:
         if kind == wire.PEER_MSG:
             worker.deliver_message(topic, payload, qos, False, False, extra, subs)
         else:
-            worker.deliver_raw(subs, payload, kind == wire.PEER_RAW_V5)
+            worker.deliver_raw(subs, payload, count, kind == wire.PEER_RAW_V5)
     worker.flush_soon()

@@ -25,6 +25,7 @@ from plexmq.workers.handlers.connect import refuse, refuse_banned
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
 
 if TYPE_CHECKING:
+    from plexmq.workers.connection import Connection
     from plexmq.workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
@@ -33,22 +34,23 @@ _unpack_deliver = wire.unpack_deliver
 _deliver_size = wire.DELIVER_HEAD.size
 _iter_subs = wire.iter_subscribers
 _subscriber_size = wire.SUBSCRIBER.size
+_unpack_count, _count_size = wire.COUNT.unpack_from, wire.COUNT.size
 
 
 def deliver_raw(worker: Worker, header: bytes, payload: bytes) -> None:
     """DELIVER_RAW: a run of plain QoS 0 packets of 3.1.1 clients for local subscribers."""
     if worker.shedding:
-        worker.shed += len(header) // _subscriber_size
+        worker.shed += (len(header) - _count_size) // _subscriber_size
         return
-    worker.deliver_raw(_iter_subs(header), payload, False)
+    worker.deliver_raw(_iter_subs(header[_count_size:]), payload, _unpack_count(header)[0], False)
 
 
 def deliver_raw_v5(worker: Worker, header: bytes, payload: bytes) -> None:
     """DELIVER_RAW_V5: as DELIVER_RAW, the packets of 5.0 clients."""
     if worker.shedding:
-        worker.shed += len(header) // _subscriber_size
+        worker.shed += (len(header) - _count_size) // _subscriber_size
         return
-    worker.deliver_raw(_iter_subs(header), payload, True)
+    worker.deliver_raw(_iter_subs(header[_count_size:]), payload, _unpack_count(header)[0], True)
 
 
 def deliver(worker: Worker, header: bytes, payload: bytes) -> None:
@@ -223,7 +225,7 @@ def close(worker: Worker, header: bytes, payload: bytes) -> None:
 def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
     """`plexmq clients` and the console: the connected clients whose id, username or address contains the
     filter (or whose id is it, `exact`), or all of them when this worker's label (NODE/wN) does; of the
-    tenant and MQTT version asked for, if any; the first `most` by client id, and how many matched."""
+    tenant and MQTT version asked for, if any; the first `most` in the order asked, and how many matched."""
     asked = wire.ListClients.decode(header)
     text, tenant, protocol = asked.filter, asked.tenant, asked.protocol
     everyone = not asked.exact and text in worker.label
@@ -232,9 +234,27 @@ def list_clients(worker: Worker, header: bytes, payload: bytes) -> None:
              and (not protocol or PROTOCOLS[c.level] == protocol)
              and (c.client_id == text if asked.exact else
                   everyone or text in c.client_id or text in (c.username or "") or text in c.peer)]
-    shown = heapq.nsmallest(asked.most, found, key=lambda c: c.client_id) if asked.most else found
-    worker.link.clients(asked.id, worker.label, [[c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight),
-                                                  c.persistent, PROTOCOLS[c.level], c.tenant] for c in shown], len(found))
+    matched = len(found)
+    if asked.most:
+        pick = heapq.nlargest if asked.descending else heapq.nsmallest
+        found = pick(asked.most, found, key=_sort_key(asked.sort))
+    worker.link.clients(asked.id, worker.label, [
+        [c.client_id, c.peer, c.keepalive, len(c.queue), len(c.inflight), c.persistent, PROTOCOLS[c.level], c.tenant,
+         c.username or "", c.connected_at, c.messages_in, c.messages_out, c.bytes_in, c.bytes_out] for c in found],
+        matched)
+
+
+def _sort_key(field: str) -> Callable[[Connection], tuple]:
+    """How LIST_CLIENTS sorts by a field of the rows (router/listing.py FIELDS): the connection's value in
+    it, then its client id and tenant (the router's merge sorts the rows so)."""
+    keys: dict[str, Callable[[Connection], object]] = {
+        "worker": lambda c: 0, "address": lambda c: c.peer, "keepalive": lambda c: c.keepalive,
+        "queued": lambda c: len(c.queue), "inflight": lambda c: len(c.inflight), "persistent": lambda c: c.persistent,
+        "protocol": lambda c: c.level, "tenant": lambda c: c.tenant, "username": lambda c: c.username or "",
+        "connected_at": lambda c: c.connected_at, "messages_in": lambda c: c.messages_in,
+        "messages_out": lambda c: c.messages_out, "bytes_in": lambda c: c.bytes_in, "bytes_out": lambda c: c.bytes_out}
+    value = keys.get(field, lambda c: c.client_id)
+    return lambda c: (value(c), c.client_id, c.tenant)
 
 
 def rejoin(worker: Worker, header: bytes, payload: bytes) -> None:

@@ -51,7 +51,7 @@ Forms = dict[int, bytes]
 
 
 class Outbound:
-    __slots__ = ("out", "inflight", "queue", "next_pid", "paused", "window")
+    __slots__ = ("out", "inflight", "queue", "next_pid", "paused", "window", "messages_out", "bytes_out")
 
     if TYPE_CHECKING:  # the connection's, which this half reads
         worker: Worker
@@ -72,6 +72,10 @@ class Outbound:
         self.queue: deque[Queued] | tuple[()] = ()  # a deque only while something waits (an empty one costs 760 bytes)
         self.next_pid = 1
         self.paused = False  # the transport's output is backed up (pause_writing): reading waits too
+        # the console's per-client figures (router/listing.py): PUBLISHes given to it to send (written, or
+        # queued: a few of those are dropped later, and counted so), and bytes written to its socket
+        self.messages_out: int = 0
+        self.bytes_out: int = 0
 
     # -- the transport's output ------------------------------------------------------------------
 
@@ -98,6 +102,7 @@ class Outbound:
         if self.out and self.transport is not None:
             data = b"".join(self.out)
             self.tally.bytes_out += len(data)  # once per write
+            self.bytes_out += len(data)
             self.transport.write(data)
         self.out.clear()
 
@@ -114,6 +119,7 @@ class Outbound:
         """Send now if the window and the socket allow it, else queue (bounded, QoS 0 dropped first).
         `qos0_packet`: the QoS 0 PUBLISH already encoded for this connection's version (shared; 5.0:
         with `forms`, its aliased forms)."""
+        self.messages_out += 1
         if self.paused or self.queue or (qos and len(self.inflight) >= self.window):
             return self._enqueue((topic, payload, qos, retain, dup, packet_id, extra))
         if qos0_packet is not None and (self.v5 is None or self.v5.writes_as_is()):
@@ -123,8 +129,9 @@ class Outbound:
             return  # a restarted router resends what it cannot know we already sent
         self._send(topic, payload, qos, retain, dup, packet_id, extra, qos0_packet, forms)
 
-    def deliver_raw(self, packets: bytes) -> None:
-        """Plain 3.1.1 QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
+    def deliver_raw(self, packets: bytes, count: int) -> None:
+        """`count` plain 3.1.1 QoS 0 PUBLISH packets, written as they are unless the connection is backed up."""
+        self.messages_out += count
         if self.paused or self.queue:
             self._enqueue_packets(packets)
         else:
@@ -138,13 +145,14 @@ class Outbound:
             self._enqueue((None, packets[pos:stop], 0, False, False, 0, None))
             pos = stop
 
-    def deliver_raw5(self, topic: bytes, packets: bytes, forms: Forms) -> None:
-        """A raw run to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
+    def deliver_raw5(self, topic: bytes, packets: bytes, count: int, forms: Forms) -> None:
+        """A raw run of `count` packets to `topic` rewritten for 5.0 (`v5.publishes_from_v4`), written with this
         connection's topic alias; queued message by message when backed up (or one by one when the
         client's Maximum Packet Size may leave some out), so each is aliased when it is written (a
         client that takes them as they are gets them queued as they are: not encoded again)."""
         negotiated: Negotiated = self.v5  # type: ignore[assignment]  # 5.0 forms go to 5.0 clients only
         as_is = negotiated.writes_as_is()
+        self.messages_out += count
         if self.paused or self.queue:
             if as_is:
                 self._enqueue_packets(packets)

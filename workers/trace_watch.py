@@ -33,16 +33,31 @@ CACHE = 10_000  # topics whose matching traces a tenant's watch remembers
 
 
 class Watched:
-    """One trace on this worker: its filter, its token bucket, what it skipped since the last STATS."""
+    """One trace on this worker: its filter, the publishers it is of (`by` and `value`: router/trace.py
+    WHO), its token bucket, what it skipped since the last STATS."""
 
-    __slots__ = ("id", "filter", "tokens", "at", "skipped")
+    __slots__ = ("id", "filter", "by", "value", "tokens", "at", "skipped")
 
-    def __init__(self, number: int, topic_filter: str, now: float) -> None:
+    def __init__(self, number: int, topic_filter: str, by: str, value: str, now: float) -> None:
         self.id = number
         self.filter = topic_filter
+        self.by = by  # "": every publisher
+        self.value = value
         self.tokens = BURST
         self.at = now  # when `tokens` was last filled
         self.skipped = 0
+
+    def of(self, conn: Connection) -> bool:
+        """Whether `conn` is a publisher this trace is of: its client id or username is the value, or its
+        address (host:port) is it or is on that host."""
+        by = self.by
+        if not by:
+            return True
+        if by == "client_id":
+            return conn.client_id == self.value
+        if by == "username":  # as the client gave it, or within its tenant (the tenant's part taken off)
+            return self.value == conn.username or self.value == conn.local_name
+        return conn.peer == self.value or conn.peer.rpartition(":")[0] == self.value
 
     def allow(self, count: int, now: float) -> int:
         """`count` messages matched at `now` (the loop's time): how many of them get a copy."""
@@ -80,12 +95,12 @@ Watching = dict[str, TenantWatch]  # tenant -> its traces; empty: no trace is li
 
 
 def watching(entries: list[list], before: Watching, now: float) -> Watching:
-    """The traces a TRACES record lists ([id, tenant, filter]), by tenant; one still live keeps its bucket
-    and its count."""
+    """The traces a TRACES record lists ([id, tenant, filter, by, value]), by tenant; one still live keeps
+    its bucket and its count."""
     kept = {trace.id: trace for watch in before.values() for trace in watch.traces}
     by_tenant: dict[str, list[Watched]] = {}
-    for number, tenant, topic_filter in entries:
-        by_tenant.setdefault(tenant, []).append(kept.get(number) or Watched(number, topic_filter, now))
+    for number, tenant, topic_filter, by, value in entries:
+        by_tenant.setdefault(tenant, []).append(kept.get(number) or Watched(number, topic_filter, by, value, now))
     return {tenant: TenantWatch(traces) for tenant, traces in by_tenant.items()}
 
 
@@ -108,7 +123,7 @@ def see(worker: Worker, conn: Connection, topic: bytes, payload: bytes, qos: int
         return
     now = worker.loop.time()
     for trace in watch.match(topic):
-        if trace.allow(1, now):
+        if trace.of(conn) and trace.allow(1, now):
             worker.link.traced(trace.id, topic, qos, retain, payload, conn.client_id, time.time())
 
 
@@ -121,6 +136,8 @@ def see_run(worker: Worker, conn: Connection, topic: bytes, count: int, packets:
     now = worker.loop.time()
     body_at = 2 + len(topic) + as_v5  # the payload, after the topic (5.0: and the empty property block)
     for trace in watch.match(topic):
+        if not trace.of(conn):
+            continue
         pos = 0
         for _ in range(trace.allow(count, now)):
             _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None

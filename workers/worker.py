@@ -329,7 +329,7 @@ class Worker:
         else:
             self._count_local(conn, count, count * len(subs))
             if subs:
-                self.deliver_raw(subs, packets, as_v5)
+                self.deliver_raw(subs, packets, count, as_v5)
         for place in peers:
             self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
 
@@ -403,8 +403,8 @@ class Worker:
 
     # -- deliveries to local subscribers (from the router, or this worker's own) ----------------------
 
-    def deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, as_sent_by_v5: bool) -> None:
-        """A raw run for local subscribers, written as it is to those of its version; the other
+    def deliver_raw(self, subs: Iterable[Subscriber], payload: bytes, count: int, as_sent_by_v5: bool) -> None:
+        """A raw run of `count` packets for local subscribers, written as it is to those of its version; the other
         version's form is made once, for the first subscriber that needs it."""
         conns = self.conns
         v4_form = None if as_sent_by_v5 else payload
@@ -424,13 +424,13 @@ class Worker:
             if conn.v5 is None:
                 if v4_form is None:
                     v4_form = v5.publishes_to_v4(payload)
-                conn.deliver_raw(v4_form)
+                conn.deliver_raw(v4_form, count)
             else:
                 if v5_form is None:
                     v5_form = v5.publishes_from_v4(payload)
                 if not run_topic:
                     run_topic = v5.first_topic(payload)
-                conn.deliver_raw5(run_topic, v5_form, forms)
+                conn.deliver_raw5(run_topic, v5_form, count, forms)
 
     def deliver_message(self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool, extra: Extra | None,
                          subs: Iterable[Subscriber]) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 
 from plexmq.router.asks import Asks
-from plexmq.router.console import alarms, audit, bans, bridges, clients, history, retained, sessions, trace
+from plexmq.router.console import alarms, audit, bans, bridges, clients, history, retained, sessions, subscriptions, trace
 from plexmq.router.console.auth import COOKIE, STREAMS_EACH, Admins, Session, Throttled, files
 from plexmq.router.console.events import STREAM, StreamingEndpoint, describe_store, events
 from plexmq.router.console.http import Page, Reply, Routes, form, text
@@ -44,7 +44,7 @@ SECURITY = [("Content-Security-Policy", "default-src 'self'; frame-ancestors 'no
             ("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "same-origin"), ("Cache-Control", "no-store")]
 OVERVIEW: Page = ("/", "Overview", "overview.html")
 # each with PAGES and ROUTES, in the navigation's order
-FEATURES = (history, alarms, clients, sessions, retained, trace, bans, bridges, audit)
+FEATURES = (history, alarms, clients, sessions, subscriptions, retained, trace, bans, bridges, audit)
 SESSION = "plexmq.session"  # environ key: the session that opened an event stream
 REFUSALS_LOGGED = 10  # requests refused for their Host or Origin logged per REFUSALS_WINDOW; the rest counted
 REFUSALS_WINDOW = 60.0  # seconds

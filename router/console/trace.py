@@ -1,5 +1,6 @@
-"""The console's Trace page: the messages of a topic filter, live (router/trace.py holds the trace and
-says why it is bounded and what it costs the broker).
+"""The console's Trace page: the messages of a topic filter, live, of every publisher or of one client
+id, username or address (router/trace.py holds the trace and says why it is bounded and what it costs
+the broker), and what the page read of them as a file to download.
 
 Starting and stopping a trace are asks (router/asks.py): they change the router's set of traces, which
 every worker is told. Reading one is not: the page polls `POST /api/trace/read` once a second, and its
@@ -20,10 +21,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import orjson
+
 from plexmq.mqtt.topics import shared, valid_subscription
 from plexmq.router import trace
 from plexmq.router.asks import ask
-from plexmq.router.console.http import Page, Reply, Routes, json, json_body, text
+from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, text
 from plexmq.router.ops import audit
 
 if TYPE_CHECKING:
@@ -44,30 +47,35 @@ def traces(console: Console, environ: dict, session: Session) -> Reply:
 
 
 def start(console: Console, environ: dict, session: Session) -> Reply:
-    """POST /api/trace/start, body {"filter": F, "tenant": NAME}: 200 with the trace once every worker
-    watches it (`applied`); 400 for a filter that cannot be traced, 404 for no such
-    tenant, 429 while trace.MOST are live or, for a tenant admin, trace.TENANT_MOST of its tenant."""
+    """POST /api/trace/start, body {"filter": F, "tenant": NAME[, "by": "client_id"|"username"|"address",
+    "value": V]}: 200 with the trace once every worker watches it (`applied`); 400 for a filter that
+    cannot be traced or a `by` without a value, 404 for no such tenant, 429 while trace.MOST are live
+    or, for a tenant admin, trace.TENANT_MOST of its tenant."""
     body = json_body(environ)
-    topic_filter = body.get("filter") if isinstance(body, dict) else None
-    tenant = body.get("tenant", "") if isinstance(body, dict) else None
-    if not isinstance(topic_filter, str) or not isinstance(tenant, str):
-        return text("400 Bad Request", 'the body is {"filter": "FILTER", "tenant": "NAME"}')
+    fields: dict = body if isinstance(body, dict) else {}
+    topic_filter, tenant, by, value = (fields.get("filter", 0), fields.get("tenant", ""), fields.get("by", ""),
+                                       fields.get("value", ""))  # the filter is asked for: missing, not a string
+    if not all(isinstance(field, str) for field in (topic_filter, tenant, by, value)):
+        return text("400 Bad Request", 'the body is {"filter": "FILTER", "tenant": "NAME", "by": "client_id", "value": "ID"}')
     if len(topic_filter) > MAX_FILTER or not valid_subscription(topic_filter) or shared(topic_filter) is not None:
         return text("400 Bad Request", f"{topic_filter!r} is not a topic filter that can be traced (no shared ones)")
+    if by not in trace.WHO or bool(by) != bool(value) or len(value) > MAX_FILTER:
+        return text("400 Bad Request", f"by is one of {', '.join(trace.WHO[1:])}, with a value (or neither)")
     question = trace.TraceStart(topic_filter, tenant if session.tenant is None else session.tenant, session.user,
-                                session.tenant is not None)
+                                session.tenant is not None, by, value)
     applied = ask(console.asks, question)
+    of = f" of {by} {value!r}" if by else ""
     if question.trace is None:
         said = question.refusal or "the router did not answer: try again"
-        log.info("console: %r from %s: trace of %r in tenant %r refused: %s", session.user, environ.get("REMOTE_ADDR"),
-                 topic_filter, question.tenant, said)
+        log.info("console: %r from %s: trace of %r%s in tenant %r refused: %s", session.user, environ.get("REMOTE_ADDR"),
+                 topic_filter, of, question.tenant, said)
         audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.TRACE_START, question.tenant,
-                     topic_filter, f"refused: {said}")
+                     f"{topic_filter}{of}", f"refused: {said}")
         return text(question.status or "503 Service Unavailable", said)
-    log.info("console: %r from %s started trace %d of %r in tenant %r", session.user, environ.get("REMOTE_ADDR"),
-             question.trace.id, topic_filter, question.tenant)
+    log.info("console: %r from %s started trace %d of %r%s in tenant %r", session.user, environ.get("REMOTE_ADDR"),
+             question.trace.id, topic_filter, of, question.tenant)
     audit.record(console.asks, session.user, environ.get("REMOTE_ADDR", ""), audit.TRACE_START, question.tenant,
-                 topic_filter, f"started trace {question.trace.id}")
+                 f"{topic_filter}{of}", f"started trace {question.trace.id}")
     # applied False: a worker had not acknowledged the set of traces in time; the trace runs, and may miss
     # what that worker's clients publish until it does
     return json({**_described(question.trace, time.monotonic()), "applied": applied})
@@ -84,6 +92,22 @@ def read(console: Console, environ: dict, session: Session) -> Reply:
         return text("404 Not Found", "no such trace: it has ended (stopped, unread, or too old)")
     taken = found.take()
     return json({**_described(found, time.monotonic()), "messages": [_message(entry) for entry in taken]})
+
+
+def download(console: Console, environ: dict, session: Session) -> Reply:
+    """GET /api/trace/download?id=N: the messages the trace's page has read (the last trace.SAVED), one
+    JSON object a line, as a file; 404 once it has ended (or is another tenant's). A GET: it changes
+    nothing, and a page of another origin cannot read the answer."""
+    try:
+        number = int(query(environ).get("id", ""))
+    except ValueError:
+        return text("400 Bad Request", "which trace? (id=N)")
+    found = console.traces.find(number, session.tenant)
+    if found is None:
+        return text("404 Not Found", "no such trace: it has ended (stopped, unread, or too old)")
+    lines = b"".join(orjson.dumps(_message(entry)) + b"\n" for entry in found.kept_for_download())
+    return ("200 OK", [("Content-Type", "application/x-ndjson"),
+                       ("Content-Disposition", f'attachment; filename="plexmq-trace-{number}.jsonl"')], lines)
 
 
 def stop(console: Console, environ: dict, session: Session) -> Reply:
@@ -112,7 +136,8 @@ def _number(environ: dict) -> int | None:
 
 def _described(found: trace.Trace, now: float) -> dict:
     """A trace as the page shows it (counts read from the loop's writes: each one whole)."""
-    return {"id": found.id, "filter": found.filter, "tenant": found.tenant.name, "user": found.user,
+    return {"id": found.id, "filter": found.filter, "by": found.by, "value": found.value, "tenant": found.tenant.name,
+            "user": found.user,
             "age": round(now - found.started, 1), "matched": found.matched, "kept": found.kept,
             "skipped": found.skipped, "lost": found.lost}
 
@@ -134,4 +159,5 @@ def _message(entry: trace.Entry) -> dict:
 
 PAGES: list[Page] = [("/trace", "Trace", "trace.html")]
 ROUTES: Routes = {("GET", "/api/trace"): traces, ("POST", "/api/trace/start"): start,
-                  ("POST", "/api/trace/read"): read, ("POST", "/api/trace/stop"): stop}
+                  ("POST", "/api/trace/read"): read, ("POST", "/api/trace/stop"): stop,
+                  ("GET", "/api/trace/download"): download}

@@ -1,5 +1,5 @@
 // A client's own page (/client?id=ID&tenant=NAME): its connection (GET /api/client, from its worker's
-// listing) and its session (subscriptions, a persistent session's outbox), and a disconnect button
+// listing: its figures since it connected, what is in flight and queued) and its session (subscriptions, a persistent session's outbox), and a disconnect button
 // (POST /api/clients/disconnect with the session's CSRF token).
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
@@ -35,9 +35,13 @@ async function load() {
   const found = await answer.json(), connection = found.connection, session = found.session, facts = [];
   if (connection) {
     state.textContent = "Connected" + (found.complete ? "" : " (a worker did not answer)");
-    facts.push(row("Address", connection.address), row("Worker", connection.worker), row("Protocol", connection.protocol),
+    facts.push(row("Username", connection.username), row("Address", connection.address),
+               row("Connected since", new Date(connection.connected_at * 1000).toLocaleString()),
+               row("Worker", connection.worker), row("Protocol", connection.protocol),
                row("Keepalive", connection.keepalive + " s"), row("Session", connection.persistent ? "persistent" : "clean"),
-               row("In flight", connection.inflight), row("Queued", connection.queued));
+               row("In flight", connection.inflight), row("Queued", connection.queued),
+               row("Messages in", connection.messages_in), row("Messages out", connection.messages_out),
+               row("Bytes in", connection.bytes_in), row("Bytes out", connection.bytes_out));
   } else if (session && session.persistent) {
     state.textContent = "Not connected: its persistent session is kept offline"
       + (session.offline_since ? " since " + when(session.offline_since) : "")

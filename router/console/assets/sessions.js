@@ -1,5 +1,5 @@
-// The sessions page: offline persistent sessions (GET /api/sessions, paged; removed with POST
-// /api/sessions/remove and the session's CSRF token), the busiest filters (/api/filters) and topics
+// The sessions page: offline persistent sessions (GET /api/sessions, paged, each client id a link to
+// its own page; removed with POST /api/sessions/remove and the session's CSRF token), the busiest filters (/api/filters) and topics
 // (/api/topics, refreshed every few seconds), the shared groups (/api/groups).
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
@@ -42,6 +42,11 @@ async function sessions() {
     (page.complete ? "" : " among the first sessions looked at");
   document.getElementById("sessions").replaceChildren(...page.rows.map(([clientId, tenant, queued, bytes, ends, subs]) => {
     const tr = row([clientId, tenantName(tenant), queued, bytes, ends === null ? "never" : new Date(ends * 1000).toLocaleString(), subs]);
+    const page = document.createElement("a");  // the client's own page: its session, subscriptions, outbox
+    page.href = "/client?" + new URLSearchParams({id: clientId, tenant: tenant});
+    page.className = "client";
+    page.textContent = clientId;
+    tr.firstChild.replaceChildren(page);
     const td = document.createElement("td"), button = document.createElement("button");
     button.textContent = "Remove";
     button.className = "remove";

@@ -1,10 +1,11 @@
 // The Trace page: start a trace (POST /api/trace/start with the session's CSRF token), read what it
 // kept once a second (POST /api/trace/read, with the token too: the router ends a trace nobody reads), stop it
-// (POST /api/trace/stop). The page keeps the newest messages only, as many as a trace's ring holds.
+// (POST /api/trace/stop). The page keeps the newest messages only, as many as a trace's ring holds; the
+// router keeps more of what the page read, for the download link (GET /api/trace/download, a file).
 "use strict";
 const csrf = document.querySelector('meta[name="csrf"]').content;
 const status = document.getElementById("status"), stopButton = document.getElementById("stop");
-const messages = document.getElementById("messages");
+const messages = document.getElementById("messages"), download = document.getElementById("download");
 let watched = null, ring = 500, timer = null;
 
 function cell(tr, value) {
@@ -17,8 +18,11 @@ async function post(path, body) {
   return fetch(path, {method: "POST", headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
                       body: JSON.stringify(body)});
 }
+function publishers(trace) {
+  return trace.by ? `${trace.by} ${trace.value}` : "every publisher";
+}
 function counts(trace) {
-  return `tracing ${trace.filter}` + (trace.tenant ? ` (tenant ${trace.tenant})` : "") +
+  return `tracing ${trace.filter} of ${publishers(trace)}` + (trace.tenant ? ` (tenant ${trace.tenant})` : "") +
     `: ${trace.matched} matched, ${trace.kept} kept, ${trace.skipped} skipped over the rate, ${trace.lost} lost unread`;
 }
 async function list() {
@@ -33,7 +37,8 @@ async function list() {
     `when not read for ${listing.idle} s or after ${listing.lifetime} s.`;
   document.getElementById("traces").replaceChildren(...listing.traces.map(trace => {
     const tr = document.createElement("tr");
-    for (const value of [trace.id, trace.filter, trace.tenant || "(default)", trace.user, trace.age, trace.matched]) cell(tr, value);
+    for (const value of [trace.id, trace.filter, publishers(trace), trace.tenant || "(default)", trace.user, trace.age,
+                         trace.matched]) cell(tr, value);
     const td = cell(tr, "");
     const watch = document.createElement("button"), stop = document.createElement("button");
     watch.textContent = "Watch";
@@ -50,6 +55,8 @@ function follow(trace) {
   messages.replaceChildren();
   status.textContent = counts(trace);
   stopButton.hidden = false;
+  download.href = "/api/trace/download?id=" + trace.id;
+  download.hidden = false;
   clearTimeout(timer);
   read();
 }
@@ -60,7 +67,7 @@ async function read() {
   if (!answer.ok) {
     status.textContent = `trace ${id}: ` + (await answer.text()).trim();
     watched = null;
-    stopButton.hidden = true;
+    stopButton.hidden = download.hidden = true;
     list();
     return;
   }
@@ -84,7 +91,7 @@ async function end(id) {
   if (id === watched) {
     watched = null;
     clearTimeout(timer);
-    stopButton.hidden = true;
+    stopButton.hidden = download.hidden = true;
   }
   status.textContent = answer.ok ? `trace ${id} stopped` : (await answer.text()).trim();
   list();
@@ -92,8 +99,10 @@ async function end(id) {
 document.getElementById("begin").onsubmit = async (event) => {
   event.preventDefault();
   status.textContent = "starting…";
+  const by = document.getElementById("by").value;
   const answer = await post("/api/trace/start", {filter: document.getElementById("filter").value,
-                                                 tenant: document.getElementById("tenant").value});
+                                                 tenant: document.getElementById("tenant").value,
+                                                 by: by, value: by ? document.getElementById("value").value : ""});
   if (!answer.ok) { status.textContent = (await answer.text()).trim(); return; }
   const trace = await answer.json();
   follow(trace);
