@@ -163,6 +163,7 @@ class FakePeers(Peers):
         self.endpoints = {}
         self.shunned = {}
         self.peers = {}
+        self.heads = {}
         self.pending = []
         self.unconfirmed = 0
         self.seq = 0

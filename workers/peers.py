@@ -36,6 +36,7 @@ from plexmq import curve, wire
 log = logging.getLogger("plexmq.worker")
 
 PATIENCE = 2.0  # seconds a peer may leave a frame unanswered before it is taken for gone
+HEADS = 10_000  # PEER_MSG heads kept (`Peers.message`): a topic's is made once, not per message
 RETRY = 30.0  # seconds another node's worker that did not answer is shunned (its node's messages cross the router)
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _pack_seq, _unpack_seq = wire.PEER_SEQ.pack, wire.PEER_SEQ.unpack
@@ -128,6 +129,7 @@ class Peers:
         self.endpoints: dict[str, str] = {}  # other nodes' workers, where they take frames (DIRECTORY)
         self.shunned: dict[str, float] = {}  # those that did not answer -> loop.time() to try again
         self.peers: dict[str, Peer] = {}
+        self.heads: dict[tuple[str, bytes, int], bytes] = {}  # (tenant, topic, QoS) -> its PEER_MSG head
         self.pending: list[Peer] = []  # peers with records this turn
         self.unconfirmed = 0  # peers with a frame not yet answered
         self.seq = 0
@@ -162,18 +164,31 @@ class Peers:
         name = tenant.encode()
         peer.batch.add(wire.PEER_RAW_V5 if as_v5 else wire.PEER_RAW, _pack_head(len(name)) + name + topic, packets)
 
-    def message(self, place: str, tenant: str, topic: bytes, payload: bytes, extra: tuple[bytes, int] | None,
-                qos: int) -> tuple[Peer, int]:
-        """A QoS 0 or 1 message (with its 5.0 properties and expiry, if any) for `place`'s subscribers; the
-        peer and the number of the last frame sent to it, which its answer to a later one passes
-        (`Worker.answered`: the publisher's PUBACK waits for it)."""
-        peer = self._peer(place)
-        if not peer.batch:
-            self.pending.append(peer)
-        name = tenant.encode()
-        head = wire.deliver_head(topic, qos, False, False, *(extra or (b"", 0)))
-        peer.batch.add(wire.PEER_MSG, _pack_head(len(name)) + name + head, payload)
-        return peer, peer.sent
+    def message(self, places: tuple[str, ...], tenant: str, topic: bytes, payload: bytes,
+                extra: tuple[bytes, int] | None, qos: int) -> Marks:
+        """A QoS 0 or 1 message (with its 5.0 properties and expiry, if any) for the subscribers of each of
+        `places`: each peer with the number of the last frame sent to it, which its answer to a later one
+        passes (`Worker.answered`: the publisher's PUBACK waits for it). The record's head is made once
+        per message, and once per tenant, topic and QoS while none carries properties (`heads`)."""
+        if extra is None:
+            key = (tenant, topic, qos)
+            head = self.heads.get(key)
+            if head is None:
+                if len(self.heads) >= HEADS:
+                    self.heads.clear()
+                name = tenant.encode()
+                head = self.heads[key] = _pack_head(len(name)) + name + wire.deliver_head(topic, qos, False, False, b"", 0)
+        else:
+            name = tenant.encode()
+            head = _pack_head(len(name)) + name + wire.deliver_head(topic, qos, False, False, *extra)
+        marks = []
+        for place in places:
+            peer = self._peer(place)
+            if not peer.batch:
+                self.pending.append(peer)
+            peer.batch.add(wire.PEER_MSG, head, payload)
+            marks.append((peer, peer.sent))
+        return tuple(marks)
 
     def owed(self) -> Marks:
         """Each peer with something not yet delivered (a frame unanswered, or records not yet sent) and the
@@ -193,7 +208,7 @@ class Peers:
                 peer.since = now
             peer.sent = self.seq
             sock = peer.sock
-            sock.send_multipart((_pack_seq(self.seq), peer.batch.take()), copy=False)
+            sock.send_multipart((_pack_seq(self.seq), peer.batch.take()))
             if sock.getsockopt(_EVENTS) & _POLLIN:  # a send can consume the fd's edge: an answer may be in
                 self.loop.call_soon(self._drain_answers, peer)
         self.pending.clear()

@@ -289,8 +289,7 @@ class Worker:
                 extra = (props, expiry) if props or expiry else None
                 if subs:
                     self.deliver_message(name, payload, qos, False, False, extra, subs)
-                marks = tuple([self.peers.message(place, conn.tenant, name, payload, extra, qos)  # type: ignore[union-attr]  # peers found: it has them
-                               for place in peers])
+                marks = self.peers.message(peers, conn.tenant, name, payload, extra, qos) if peers else ()  # type: ignore[union-attr]  # peers found: it has them
                 if qos:
                     code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
                     if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
