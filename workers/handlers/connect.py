@@ -48,6 +48,7 @@ from plexmq.workers.tls import unfit_username
 if TYPE_CHECKING:
     from plexmq.workers.connection import Connection
     from plexmq.workers.tenant_limits import Limits
+    from plexmq.workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
 
@@ -211,6 +212,16 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
         conn.send5(partial(v5.encode_connack, False, _AS_V5.get(code, code)), {props.REASON_STRING: reason, **(told or {})},
                    CONNACK_OPTIONAL)
     conn.close(logged or reason)
+
+
+def refuse_unserved(worker: Worker, now: float) -> None:
+    """(each second, on a node) While no router serves the link, the CONNECTs waiting for its answer are
+    refused as a new one is (3.1.1 0x03, 5.0 0x88 "no router: ..."): the answer will not come. One waits
+    so when it came before the worker knew its join unanswered, or before it held the bans."""
+    missing = worker.link.missing(now)
+    if missing:
+        for conn in [conn for conn in worker.conns.values() if conn.state == CONNECTING]:
+            refuse(conn, SERVER_UNAVAILABLE, f"no router: {missing}")
 
 
 def refusal_name(code: int) -> str:
