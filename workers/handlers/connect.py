@@ -154,12 +154,15 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
 
 def _bridge(conn: Connection, connect: Connect, client_id: str, token: bytes, tenant: str) -> None:
     """A CONNECT with a bridge's client id: accepted with the token the acceptor gave that bridge alone
-    (compared in constant time), refused without it, so that no client takes the bridge's session."""
+    (compared in constant time), refused without it, so that no client takes the bridge's session.
+    Its window (and its session's, in the router) is the Receive Maximum it asks for."""
     if connect.password is None or not hmac.compare_digest(connect.password, token):
         return refuse(conn, BAD_CREDENTIALS, "bad user name or password", logged=f"client id {client_id!r} is a bridge's")
     declared = conn.worker.settings.tenants.declared.get(tenant)
     if _take_tenant(conn, Refused(DISABLED, tenant) if declared and not declared.enabled else Found(tenant, None), connect):
         conn.client_id = client_id
+        if conn.v5 is not None:  # its window is its Receive Maximum, max_inflight or not: the more it holds
+            conn.window = conn.v5.receive_max  # while the remote acknowledges, the faster it forwards
         accept(conn, connect)
 
 
