@@ -31,6 +31,7 @@ from plexmq.bench.brokers import BrokerSpec, RunningBroker
 from plexmq.bench.durability import DISCONNECT, read_packet
 from plexmq.bench.failover import client
 from plexmq.bench.monitor import BrokerMonitor, cpu_seconds
+from plexmq.mqtt.framing import frame
 from plexmq.mqtt.v4 import decode_publish, encode_puback, encode_subscribe, publish_header
 
 TOPIC = b"bench/stream"
@@ -39,6 +40,7 @@ SEQ = struct.Struct(">I")
 KINDS = ("plexmq", "mosquitto")
 BRIDGE_WAIT = 30.0  # seconds for the bridge to carry its first probe
 QUIET = 5.0  # seconds without an arrival after the last PUBLISH: the rest is lost
+MAX_PACKET = 1 << 20
 
 
 def local_spec(kind: str, remote_port: int, qos: int, n: int, log_dir: str) -> BrokerSpec:
@@ -86,18 +88,22 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
 
     async def receive() -> None:
         nonlocal last
+        pending = bytearray()
         while True:
-            first, body = await read_packet(sub_r)
-            if first & 0xF0 != 0x30:
-                continue
-            topic, pid, payload = decode_publish(first & 0x0F, body)
-            if pid:
-                sub_w.write(encode_puback(pid))
-            if topic.encode() != TOPIC:
-                probed.set()
-                continue
-            seqs.append(SEQ.unpack_from(payload)[0])
-            last = time.perf_counter()
+            acks, before = [], len(seqs)
+            for first, body in await read_packets(sub_r, pending):
+                if first & 0xF0 != 0x30:
+                    continue
+                topic, pid, payload = decode_publish(first & 0x0F, body)
+                if pid:
+                    acks.append(encode_puback(pid))
+                if topic.encode() != TOPIC:
+                    probed.set()
+                    continue
+                seqs.append(SEQ.unpack_from(payload)[0])
+            sub_w.write(b"".join(acks))
+            if len(seqs) > before:
+                last = time.perf_counter()
             if len(seqs) >= n:
                 done.set()
 
@@ -120,6 +126,7 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
                 await pub_w.drain()
         else:
             sent = acked = 0
+            pending = bytearray()
             while acked < n:
                 out = []
                 while sent < n and sent - acked < window:
@@ -128,9 +135,8 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
                     sent += 1
                 if out:
                     pub_w.write(b"".join(out))
-                first, _body = await asyncio.wait_for(read_packet(pub_r), QUIET)
-                if first == 0x40:
-                    acked += 1
+                packets = await asyncio.wait_for(read_packets(pub_r, pending), QUIET)
+                acked += sum(1 for first, _body in packets if first == 0x40)
         published = time.perf_counter()
         while not done.is_set() and time.perf_counter() - max(last, published) < QUIET:
             with contextlib.suppress(TimeoutError):
@@ -148,6 +154,23 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
             "seconds": round(elapsed, 3), "msgs_per_s": round(distinct / elapsed) if elapsed > 0 else 0,
             "local_us_per_msg": round(1e6 * (cpu_after - cpu_before) / n, 1),
             "bridge_us_per_msg": round(1e6 * (bridge_after - bridge_before) / n, 1)}
+
+
+async def read_packets(reader: asyncio.StreamReader, pending: bytearray) -> list[tuple[int, bytes]]:
+    """The whole packets of the next read (at least one), as (first byte, body); the rest of the read
+    stays in `pending`. One await per read, not per packet: the client must not be what the bench measures."""
+    packets: list[tuple[int, bytes]] = []
+    while not packets:
+        data = await reader.read(1 << 16)
+        if not data:
+            raise EOFError("the broker closed the connection")
+        pending += data
+        pos = 0
+        while (found := frame(pending, pos, MAX_PACKET)) is not None:
+            first, start, pos = found
+            packets.append((first, bytes(pending[start:pos])))
+        del pending[:pos]
+    return packets
 
 
 def measure(kind: str, qos: int, n: int, window: int, size: int, log_dir: str) -> dict:
