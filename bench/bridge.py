@@ -8,7 +8,9 @@ most `--window` unacknowledged). Reported per (broker, QoS): msgs/s from the fir
 arrival on the remote, messages lost, duplicated and out of order, and the local side's CPU per message:
 every process of the local plexmq (acceptor, router, worker, bridge; the bridge alone beside it), or
 the local mosquitto's one process (its bridge included). The remote's and the clients' CPU are not
-counted. Brokers alternate, `--rounds` times; the summary takes medians.
+counted. Brokers alternate, `--rounds` times; the summary takes medians. mosquitto here keeps its
+bridge's queue in memory only (persistence false); plexmq journals its bridge's session, so that it
+survives kill -9: `--memory` adds plexmq with `--no-persistence` to the rotation, like for like.
 """
 
 from __future__ import annotations
@@ -31,24 +33,29 @@ from plexmq.bench.brokers import BrokerSpec, RunningBroker
 from plexmq.bench.durability import DISCONNECT, read_packet
 from plexmq.bench.failover import client
 from plexmq.bench.monitor import BrokerMonitor, cpu_seconds
+from plexmq.mqtt.framing import frame
 from plexmq.mqtt.v4 import decode_publish, encode_puback, encode_subscribe, publish_header
 
 TOPIC = b"bench/stream"
 PROBE = b"bench/probe"
 SEQ = struct.Struct(">I")
 KINDS = ("plexmq", "mosquitto")
+# --memory's third broker: plexmq with --no-persistence, its bridge's queue in memory only, as mosquitto's
+# is here (persistence false); plexmq's default journals it to survive kill -9 of any of its processes
+MEMORY = "plexmq-memory"
 BRIDGE_WAIT = 30.0  # seconds for the bridge to carry its first probe
 QUIET = 5.0  # seconds without an arrival after the last PUBLISH: the rest is lost
+MAX_PACKET = 1 << 20
 
 
 def local_spec(kind: str, remote_port: int, qos: int, n: int, log_dir: str) -> BrokerSpec:
     """The local broker, bridged to the remote, with room to queue every message (none dropped there)."""
-    if kind == "plexmq":
+    if kind in ("plexmq", MEMORY):
         conf = os.path.join(log_dir, f"bridge-{remote_port}.toml")
         with open(conf, "w") as f:
             f.write(f'max_queued_messages = {n}\n[bridges.remote]\naddress = ["127.0.0.1:{remote_port}"]\n'
                     f'out = [{{filter = "bench/#", qos = {qos}}}]\n')
-        return BrokerSpec("plexmq", "plexmq", extra=["--config", conf])
+        return BrokerSpec("plexmq", "plexmq", extra=["--config", conf, *(["--no-persistence"] if kind == MEMORY else [])])
     return BrokerSpec("mosquitto", "mosquitto", max_queued=n,
                       conf=f"connection remote\naddress 127.0.0.1:{remote_port}\ntopic bench/# out {qos}\n"
                            "cleansession true\nnotifications false\n")
@@ -86,18 +93,22 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
 
     async def receive() -> None:
         nonlocal last
+        pending = bytearray()
         while True:
-            first, body = await read_packet(sub_r)
-            if first & 0xF0 != 0x30:
-                continue
-            topic, pid, payload = decode_publish(first & 0x0F, body)
-            if pid:
-                sub_w.write(encode_puback(pid))
-            if topic.encode() != TOPIC:
-                probed.set()
-                continue
-            seqs.append(SEQ.unpack_from(payload)[0])
-            last = time.perf_counter()
+            acks, before = [], len(seqs)
+            for first, body in await read_packets(sub_r, pending):
+                if first & 0xF0 != 0x30:
+                    continue
+                topic, pid, payload = decode_publish(first & 0x0F, body)
+                if pid:
+                    acks.append(encode_puback(pid))
+                if topic.encode() != TOPIC:
+                    probed.set()
+                    continue
+                seqs.append(SEQ.unpack_from(payload)[0])
+            sub_w.write(b"".join(acks))
+            if len(seqs) > before:
+                last = time.perf_counter()
             if len(seqs) >= n:
                 done.set()
 
@@ -120,6 +131,7 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
                 await pub_w.drain()
         else:
             sent = acked = 0
+            pending = bytearray()
             while acked < n:
                 out = []
                 while sent < n and sent - acked < window:
@@ -128,9 +140,8 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
                     sent += 1
                 if out:
                     pub_w.write(b"".join(out))
-                first, _body = await asyncio.wait_for(read_packet(pub_r), QUIET)
-                if first == 0x40:
-                    acked += 1
+                packets = await asyncio.wait_for(read_packets(pub_r, pending), QUIET)
+                acked += sum(1 for first, _body in packets if first == 0x40)
         published = time.perf_counter()
         while not done.is_set() and time.perf_counter() - max(last, published) < QUIET:
             with contextlib.suppress(TimeoutError):
@@ -150,6 +161,23 @@ async def stream(local_port: int, remote_port: int, qos: int, n: int, window: in
             "bridge_us_per_msg": round(1e6 * (bridge_after - bridge_before) / n, 1)}
 
 
+async def read_packets(reader: asyncio.StreamReader, pending: bytearray) -> list[tuple[int, bytes]]:
+    """The whole packets of the next read (at least one), as (first byte, body); the rest of the read
+    stays in `pending`. One await per read, not per packet: the client must not be what the bench measures."""
+    packets: list[tuple[int, bytes]] = []
+    while not packets:
+        data = await reader.read(1 << 16)
+        if not data:
+            raise EOFError("the broker closed the connection")
+        pending += data
+        pos = 0
+        while (found := frame(pending, pos, MAX_PACKET)) is not None:
+            first, start, pos = found
+            packets.append((first, bytes(pending[start:pos])))
+        del pending[:pos]
+    return packets
+
+
 def measure(kind: str, qos: int, n: int, window: int, size: int, log_dir: str) -> dict:
     """One run on a fresh remote and a fresh local broker, both stopped after it."""
     remote = RunningBroker(BrokerSpec("remote", "mosquitto", max_queued=n), log_dir)
@@ -165,34 +193,38 @@ def measure(kind: str, qos: int, n: int, window: int, size: int, log_dir: str) -
 
 
 def summary(runs: list[dict]) -> dict:
-    """Per QoS: each broker's median msgs/s and CPU, plexmq's ratio, and whether the goal holds
-    (plexmq at least twice mosquitto's bridge throughput, and 0 lost at QoS 1)."""
+    """Per QoS: each broker's median msgs/s and CPU, plexmq's ratio (and plexmq-memory's, where it ran),
+    and whether the goal holds (plexmq at least twice mosquitto's bridge throughput, and 0 lost at QoS 1)."""
     out: dict = {}
     for qos in sorted({r["qos"] for r in runs}):
         row: dict = {}
-        for kind in KINDS:
+        for kind in dict.fromkeys(r["broker"] for r in runs):
             mine = [r for r in runs if r["broker"] == kind and r["qos"] == qos]
             row[kind] = {"msgs_per_s": round(statistics.median(r["msgs_per_s"] for r in mine)),
                          "local_us_per_msg": statistics.median(r["local_us_per_msg"] for r in mine),
                          "lost": sum(r["lost"] for r in mine)}
         base = row["mosquitto"]["msgs_per_s"]
         row["ratio"] = round(row["plexmq"]["msgs_per_s"] / base, 2) if base else None
+        if MEMORY in row:
+            row["memory_ratio"] = round(row[MEMORY]["msgs_per_s"] / base, 2) if base else None
         row["goal_met"] = bool(row["ratio"] and row["ratio"] >= 2 and (qos == 0 or row["plexmq"]["lost"] == 0))
         out[f"qos{qos}"] = row
     return out
 
 
 def table(runs: list[dict], summed: dict) -> str:
-    lines = [f"{'broker':<10} {'qos':>3} {'messages':>8} {'msgs/s':>8} {'lost':>6} {'dup':>5} {'disorder':>8} "
+    lines = [f"{'broker':<13} {'qos':>3} {'messages':>8} {'msgs/s':>8} {'lost':>6} {'dup':>5} {'disorder':>8} "
              f"{'local us/msg':>12} {'bridge us/msg':>13}"]
     for r in runs:
-        bridge = f"{r['bridge_us_per_msg']:>13}" if r["broker"] == "plexmq" else f"{'-':>13}"
-        lines.append(f"{r['broker']:<10} {r['qos']:>3} {r['messages']:>8,} {r['msgs_per_s']:>8,} {r['lost']:>6,} "
+        bridge = f"{r['bridge_us_per_msg']:>13}" if r["broker"] != "mosquitto" else f"{'-':>13}"
+        lines.append(f"{r['broker']:<13} {r['qos']:>3} {r['messages']:>8,} {r['msgs_per_s']:>8,} {r['lost']:>6,} "
                      f"{r['duplicates']:>5,} {r['out_of_order']:>8,} {r['local_us_per_msg']:>12} {bridge}")
     for name, row in summed.items():
         lines.append(f"{name}: plexmq {row['plexmq']['msgs_per_s']:,} msgs/s, mosquitto {row['mosquitto']['msgs_per_s']:,} "
                      f"msgs/s (medians): ratio {row['ratio']}, goal (>= 2x, 0 lost at QoS 1) "
-                     f"{'met' if row['goal_met'] else 'NOT met'}")
+                     f"{'met' if row['goal_met'] else 'NOT met'}"
+                     + (f"; plexmq-memory {row[MEMORY]['msgs_per_s']:,} msgs/s: ratio {row['memory_ratio']}"
+                        if MEMORY in row else ""))
     lines.append("local us/msg: CPU of every local plexmq process (bridge included) or of the local mosquitto; "
                  "bridge us/msg: plexmq's bridge process alone")
     return "\n".join(lines)
@@ -205,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=100, help="QoS 1: unacknowledged PUBLISH (100)")
     parser.add_argument("-s", "--size", type=int, default=64, help="payload bytes (64)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each broker and QoS, alternating (1)")
+    parser.add_argument("--memory", action="store_true",
+                        help=f"also {MEMORY}: plexmq with --no-persistence, the bridge's queue in memory as mosquitto's")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (table to stderr)")
     ns = parser.parse_args(argv)
     if min(ns.qos0_messages, ns.qos1_messages, ns.window, ns.rounds) < 1:
@@ -212,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = tempfile.mkdtemp(prefix="plexbench-bridge-")
     counts = {0: ns.qos0_messages, 1: ns.qos1_messages}
     runs = [measure(kind, qos, counts[qos], ns.window, ns.size, log_dir)
-            for _ in range(ns.rounds) for qos in counts for kind in KINDS]
+            for _ in range(ns.rounds) for qos in counts for kind in (*KINDS, *([MEMORY] if ns.memory else []))]
     summed = summary(runs)
     text = table(runs, summed)
     if ns.json:

@@ -42,6 +42,7 @@ class BrokerSpec:
     # mosquitto persistence in it (default: plexmq a fresh one that stop() removes, mosquitto none)
     data_dir: str = ""
     conf: str = ""  # more lines for mosquitto.conf (a bridge: bench/bridge.py)
+    direct: bool = False  # kind "nodes": QoS 0 between them worker to worker (bench/topology.py --direct)
 
 
 def free_port() -> int:
@@ -85,7 +86,8 @@ class RunningBroker:
         elif spec.kind == "nodes":
             self.ports.append(free_port())
             cmd = [sys.executable, "-m", "plexmq.bench.topology", "--ports", ",".join(map(str, self.ports)),
-                   "--workers", str(spec.workers), *(f"--node-arg={arg}" for arg in spec.extra)]
+                   "--workers", str(spec.workers), *(["--direct"] if spec.direct else []),
+                   *(f"--node-arg={arg}" for arg in spec.extra)]
         else:
             conf = os.path.join(log_dir, f"{spec.name}-{self.port}.conf")
             with open(conf, "w") as f:

@@ -23,13 +23,14 @@ PER_WORKER = 18_000  # connections a plexmq worker takes under the 20,000 open-f
 
 
 def spec(name: str, workers: int, max_queued: int, extra: list[str]) -> BrokerSpec:
-    if name == "plexmq-nodes":  # the same worker count, over two nodes of one router (bench/topology.py)
-        return BrokerSpec(name, "nodes", workers=max(workers // 2, 1), max_queued=max_queued, extra=extra)
+    if name in ("plexmq-nodes", "plexmq-nodes-direct"):  # the same worker count, over two nodes of one router
+        return BrokerSpec(name, "nodes", workers=max(workers // 2, 1), max_queued=max_queued, extra=extra,
+                          direct=name.endswith("direct"))  # bench/topology.py
     if name.startswith("plexmq"):
         return BrokerSpec(name, "plexmq", workers=workers, max_queued=max_queued, extra=extra)
     if name in ("mosquitto", "mosquitto-nodelay"):
         return BrokerSpec(name, "mosquitto", nodelay=name.endswith("nodelay"), max_queued=max_queued)
-    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}, plexmq-nodes")
+    raise SystemExit(f"unknown broker {name!r}: one of {', '.join(BROKERS)}, plexmq-nodes, plexmq-nodes-direct")
 
 
 def plexmq_workers(scen: str, connections: int, default: int) -> int:

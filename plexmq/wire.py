@@ -36,7 +36,8 @@ import orjson
 # 9: HELLO says the worker's direct endpoint, DIRECTORY (the other nodes' workers a worker may send to
 # itself), BANS and BANS_ACK (the banned clients, checked by the workers); DELIVER_RAW leads with its
 # packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures, TRACES entries name the
-# publishers traced
+# publishers traced; CONNECT says the connection's window (a 5.0 client's Receive Maximum bounds its
+# session's in the router, a bridge's is its own)
 PROTOCOL = 9
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -229,6 +230,9 @@ class Connect(NamedTuple):
     expiry: int  # seconds the session outlives the connection (5.0; -1: persistent_client_expiration)
     will_extra: list | None  # a 5.0 will's [delay, properties as they travel in hex, message expiry interval]
     tenant: str = ""  # the tenant the connection belongs to ("": the default tenant, plexmq/tenants.py)
+    # QoS 1/2 deliveries in flight to it at most (the worker's `Outbound.window`: max_inflight, a 5.0
+    # client's Receive Maximum below it, a bridge's Receive Maximum); 0: the router's max_inflight
+    window: int = 0
 
     def encode(self) -> bytes:
         fields = list(self)

@@ -107,7 +107,7 @@ class Router(Lifecycle, Subscribing):
         self.links = Links(link_timeout)
         self.raw_dirty: list[Dest] = []
         self.journal = Journal(store)
-        self.outbox = Outbox(self.journal, max_inflight, max_inflight + max_queued, max_queued_bytes)
+        self.outbox = Outbox(self.journal, max_inflight, max_queued, max_queued_bytes)
         self.expiration = expiration  # seconds an offline persistent session is kept (0: forever)
         self.reports: dict[str, dict] = {}  # worker label -> its last STATS (with "at": when it came)
         self.topic_rates = TopicRates(time.monotonic())  # the workers' sampled topics (the console's busiest)

@@ -229,7 +229,7 @@ class Lifecycle:
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
-         will_extra, tenant_name) = wire.Connect.decode(header)  # the fields are said there
+         will_extra, tenant_name, window) = wire.Connect.decode(header)  # the fields are said there
         if tenant_name in self.dropped:  # its worker has not applied the reload yet: nothing of it is made again
             self.out(worker).close(conn_id)
             return
@@ -271,6 +271,7 @@ class Lifecycle:
             self.journal.session_dropped(session)
         session.persistent = persistent
         session.expiry = expiry
+        session.window = window
         sessions[client_id] = session
         self.journal.session_saved(session, time.time())
         session.worker = worker

@@ -294,7 +294,7 @@ def apply_reload(router: Router, running: dict) -> float | None:
         if name not in config["tenants"] and table["on_remove"] == "drop":
             router.drop_tenant(name)
     running["tenants"] = config["tenants"]
-    router.outbox.limit = config["max_inflight"] + config["max_queued_messages"]
+    router.outbox.max_queued = config["max_queued_messages"]
     router.outbox.max_bytes = config["max_queued_bytes"]
     router.expiration = parse_duration(config["persistent_client_expiration"] or "0")
     apply_tenants(router, config)

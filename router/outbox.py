@@ -55,16 +55,17 @@ class Pending(Message):
 
 class Outbox:
     """Every session's outbox, under the broker's limits: `window` messages in flight to a client
-    (max_inflight), `limit` kept in all (max_inflight + max_queued_messages), `max_bytes` of payload
-    (max_queued_bytes, 0: no limit); `dropped` counts what a full outbox refused. A tenant with a
-    max_queued_messages of its own is in `capped`: its sessions keep `window` + that many."""
+    (max_inflight; a session whose CONNECT said a window of its own, `Session.window`, has that one),
+    `max_queued` kept beyond its window (max_queued_messages), `max_bytes` of payload (max_queued_bytes,
+    0: no limit); `dropped` counts what a full outbox refused. A tenant with a max_queued_messages of
+    its own is in `capped`: its sessions keep that many beyond their window."""
 
-    __slots__ = ("journal", "window", "limit", "max_bytes", "dropped", "capped")
+    __slots__ = ("journal", "window", "max_queued", "max_bytes", "dropped", "capped")
 
-    def __init__(self, journal: Journal, window: int, limit: int, max_bytes: int) -> None:
+    def __init__(self, journal: Journal, window: int, max_queued: int, max_bytes: int) -> None:
         self.journal = journal
         self.window = window
-        self.limit = limit
+        self.max_queued = max_queued
         self.max_bytes = max_bytes
         self.dropped = 0
         self.capped: dict[str, Tenant] = {}  # tenant name -> the tenant, where it sets max_queued_messages
@@ -73,9 +74,10 @@ class Outbox:
         """Keep a QoS 1/2 message: its packet id when it may be sent now, 0 when it waits for room in
         the client's window (or for the client), -1 when dropped (the outbox is full)."""
         unacked = session.unacked
+        window = session.window or self.window
         capped = self.capped
         tenant = capped.get(session.tenant) if capped else None
-        limit = self.limit if tenant is None else self.window + tenant.limits.max_queued_messages
+        limit = window + (self.max_queued if tenant is None else tenant.limits.max_queued_messages)
         if len(unacked) >= limit or self.max_bytes and session.bytes + len(message.payload) > self.max_bytes:
             if tenant is not None and len(unacked) >= limit:
                 tenant.hit("max_queued_messages")
@@ -91,7 +93,7 @@ class Outbox:
             pid = pid + 1 if pid < MAX_PACKET_ID else first
         session.next_pid = pid + 1 if pid < MAX_PACKET_ID else first
         unacked[pid] = message
-        if session.worker is not None and session.inflight < self.window:
+        if session.worker is not None and session.inflight < window:
             message.state = SENT
             session.inflight += 1
             self.journal.message_kept(session, pid, message)
@@ -118,7 +120,7 @@ class Outbox:
         """Send what waited for room in the session's window; what expired while it waited goes
         (a message whose onward delivery has not started is deleted at its expiry, MQTT 5)."""
         journal = self.journal
-        window = self.window
+        window = session.window or self.window
         unacked = session.unacked
         now = time.time()
         while True:

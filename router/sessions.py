@@ -39,8 +39,9 @@ class Will:
 class Session:
     """A client id's state in the router; `worker` is None while a persistent session is offline."""
 
-    __slots__ = ("client_id", "persistent", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "next_pid",
-                 "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local", "tenant")
+    __slots__ = ("client_id", "persistent", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "window",
+                 "next_pid", "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local",
+                 "tenant")
 
     def __init__(self, client_id: str, persistent: bool, tenant: str = "") -> None:
         self.client_id = client_id
@@ -55,7 +56,10 @@ class Session:
         # packet ids of QUEUED messages, oldest first; the empty tuple until one waits (most sessions
         # never queue, and an empty deque costs 760 bytes)
         self.queued: deque[int] | tuple[()] = ()
-        self.inflight = 0  # SENT or RELEASING messages: the client's window is full at max_inflight
+        self.inflight = 0  # SENT or RELEASING messages: the client's window is full at `window`
+        # the most in flight to its connection, as its CONNECT said (plexmq/wire.py: Connect.window):
+        # max_inflight, a 5.0 client's Receive Maximum below it, a bridge's own; 0: max_inflight
+        self.window = 0
         self.next_pid = 1
         self.incoming: set[int] | tuple[()] = ()  # QoS 2 packet ids received and not yet released
         self.will: Will | None = None

@@ -49,7 +49,7 @@ def text(browser, element_id: str) -> str:  # noqa: ANN001
         return ""
 
 
-def attack_page(console: str, path: str, body: dict[str, str]) -> bytes:
+def attack_page(console: str, path: str, body: dict[str, object]) -> bytes:
     """A page of another origin that posts `body` (JSON) to `path` of `console` as soon as it loads,
     first as a credentialed fetch, then as a form in its place (the text/plain JSON trick). The
     attacker's site: tests/conftest.py `attacker`."""
@@ -65,3 +65,15 @@ const sent = () => {{ document.getElementById("fetched").textContent = "sent";
 fetch("{console}{path}", {{method: "POST", credentials: "include", mode: "no-cors",
   headers: {{"Content-Type": "text/plain"}}, body: '{sent}'}}).then(sent, sent);
 </script></body></html>""".encode()
+
+
+def forge(browser, attacker: tuple, console: str, path: str, body: dict[str, object]) -> None:  # noqa: ANN001
+    """The logged-in operator's browser opens the attacker's site, whose page posts `body` to `path` of
+    `console` (`attack_page`); returns once the console has refused the form (the fetch before it is
+    refused the same way, unseen)."""
+    site, set_page = attacker
+    set_page(attack_page(console, path, body))
+    browser.get(site + "/")
+    wait_for(lambda: browser.current_url.startswith(console + "/api/"), 10, "the forged form posted (after the fetch)")
+    wait_for(lambda: "is not this endpoint" in browser.find_element("tag name", "body").text, 10,
+             "the forged form's refusal")

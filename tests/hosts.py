@@ -15,7 +15,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -334,8 +334,10 @@ def _can_make_namespaces() -> str | None:
     return None
 
 
-def open_net(tmp_path: Path) -> Iterator[Net]:
-    """A router and nodes n1, n2 (joined) for one test or module; everything removed afterwards."""
+def open_net(tmp_path: Path, nodes: Callable[[Net, str], str] | None = None,
+             names: tuple[str, ...] = ("n1", "n2")) -> Iterator[Net]:
+    """A router and nodes `names` (joined) for one test or module, each with the config lines `nodes`
+    gives it (none by default); everything removed afterwards."""
     reason = _can_make_namespaces()
     if reason:
         pytest.skip(f"network namespaces unavailable: {reason}")
@@ -343,9 +345,9 @@ def open_net(tmp_path: Path) -> Iterator[Net]:
     try:
         net.open()
         net.start_router()
-        for name in ("n1", "n2"):  # side by side: both join while the second starts
-            net.start_node(name, join=False)
-        for name in ("n1", "n2"):
+        for name in names:  # side by side: all join while the last starts
+            net.start_node(name, join=False, config=nodes(net, name) if nodes else "")
+        for name in names:
             net.wait_joined(name)
         yield net
     finally:

@@ -290,14 +290,15 @@ class WorkerEnd:
 
     def connect(self, conn: int, client_id: str, clean: bool = True, *, connack_sent: int = 0, fresh: bool | None = None,
                 expiry: int = -1, username: str | None = None, will: tuple[str, bytes, int, bool] | None = None,
-                will_extra: list | None = None, tenant: str = "") -> None:
+                will_extra: list | None = None, tenant: str = "", window: int = 0) -> None:
         """CONNECT of a client that asked for a clean session or not: `connack_sent` 0 asks for a SESSION;
         else the worker sent the CONNACK itself (a new clean session's connection, or one registered
         again) and `connack_sent` is its next packet id. `fresh` (default: `clean`): an earlier session
-        is discarded. `will`: (topic, payload, qos, retain). `tenant`: the connection's ("": the default)."""
+        is discarded. `will`: (topic, payload, qos, retain). `tenant`: the connection's ("": the default).
+        `window`: the connection's (0: max_inflight)."""
         topic, payload, qos, retain = will if will is not None else (None, b"", 0, False)
         self.link.connect(wire.Connect(conn, client_id, not clean, username, topic, qos, retain, connack_sent,
-                                       clean if fresh is None else fresh, expiry, will_extra, tenant), payload)
+                                       clean if fresh is None else fresh, expiry, will_extra, tenant, window), payload)
         self.send()
 
     def subscribe(self, conn: int, pid: int, filters: list[tuple[str, int]]) -> None:

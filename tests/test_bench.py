@@ -373,3 +373,16 @@ def test_bridge_counts_every_message_across_both_bridges(capsys) -> None:
         if run["qos"]:
             assert run["duplicates"] == 0 and run["out_of_order"] == 0, run
     assert result["summary"]["qos0"]["ratio"] > 0 and result["summary"]["qos1"]["ratio"] > 0
+
+
+@pytest.mark.skipif(not os.path.exists(brokers.MOSQUITTO), reason="mosquitto not installed")
+def test_bridge_memory_runs_plexmq_at_mosquittos_durability(capsys) -> None:
+    """`--memory` adds plexmq with --no-persistence (its bridge's queue in memory, as mosquitto's in the bench)
+    to the rotation: it carries every message too, and the summary gives its ratio beside the journaled one."""
+    status = bridge_bench.main(["--qos0-messages", "50", "--qos1-messages", "50", "--memory", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    memory = [r for r in result["runs"] if r["broker"] == bridge_bench.MEMORY]
+    assert sorted(r["qos"] for r in memory) == [0, 1]
+    assert all(r["received"] == 50 and r["lost"] == 0 for r in memory), memory
+    assert result["summary"]["qos1"]["memory_ratio"] > 0

@@ -163,22 +163,22 @@ def queued_while_remote_down(tmp_path: Path, mosquitto: Mosquitto, brokers: list
 
 def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path, mosquitto: Mosquitto,
                                                                  brokers: list[Broker]) -> None:
-    """300 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds at
-    once: the rest wait in its session on the router, as `plexmq bridges`, /metrics and $SYS say) all
-    reach it, in order, once it is back."""
-    b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, 'prefix = "site1/"', 300)
-    assert listed(tmp_path, ["280", "20", "0", "0", "0"])[8:10] == ["remote", "down:"]  # 20: the router's window
+    """1,100 QoS 1 messages acknowledged locally while the remote is down (more than the bridge holds
+    at once, 1,000: its session's window, above max_inflight; the rest wait in its session on the
+    router, as `plexmq bridges`, /metrics and $SYS say) all reach it, in order, once it is back."""
+    b, _publisher = queued_while_remote_down(tmp_path, mosquitto, brokers, 'prefix = "site1/"', 1100)
+    assert listed(tmp_path, ["100", "1000", "0", "0", "0"])[8:10] == ["remote", "down:"]
     scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
-    assert 'plexmq_bridge_queued_messages{bridge="cloud"} 280.0' in scraped
+    assert 'plexmq_bridge_queued_messages{bridge="cloud"} 100.0' in scraped
     assert 'plexmq_bridge_connected{bridge="cloud"} 0.0' in scraped
     operator = Client(b.port, "operator")
     operator.subscribe("$SYS/broker/bridges/#")
     figures = {m.topic: m.payload.decode() for m in (operator.get(timeout=10) for _ in range(5))}
     assert {topic: figures[f"$SYS/broker/bridges/cloud/{topic}"] for topic in ("queued", "sent", "received", "dropped")} \
-        == {"queued": "280", "sent": "0", "received": "0", "dropped": "0"}
+        == {"queued": "100", "sent": "0", "received": "0", "dropped": "0"}
     assert figures["$SYS/broker/bridges/cloud/state"].startswith("remote down: ")
     mosquitto.start()
-    assert received(watcher(mosquitto.port, "site1/#"), 300) == [str(i) for i in range(300)]
+    assert received(watcher(mosquitto.port, "site1/#"), 1100) == [str(i) for i in range(1100)]
 
 
 def test_qos_2_both_ways_through_a_mosquitto_restarted_arrives_exactly_once(tmp_path: Path, mosquitto: Mosquitto,

@@ -143,6 +143,24 @@ def test_client_receive_maximum_narrows_the_window():
     assert [m.payload for m in c.packets()] == [b"1"]
 
 
+def test_the_window_goes_to_the_router_and_a_bridges_is_its_receive_maximum():
+    """A connection's CONNECT tells the router its window (its session's there): max_inflight, a 5.0
+    client's Receive Maximum below it; a bridge's is the Receive Maximum it asks for, above max_inflight."""
+    h = ConnectionHarness(max_inflight=10, bridges={"plexmq-bridge-b": (b"token", "")})
+    windows = []
+    for client_id, password, receive_maximum in (("plain", None, 50), ("small", None, 5), ("plexmq-bridge-b", b"token", 50)):
+        c = h.open()
+        c.send(v5.encode_connect(client_id, False, 60, password=password, protocol_level=5,
+                                 properties={props.RECEIVE_MAXIMUM: receive_maximum, props.SESSION_EXPIRY_INTERVAL: 60}))
+        [connect] = h.records()
+        windows.append(wire.Connect(*connect.fields).window)
+    assert windows == [10, 5, 50]
+    h.from_router(session(c.conn_id, False))
+    c.packets()
+    h.from_router(*[deliver(b"t", b"%d" % n, 1, [(c.conn_id, 1, wire.ROUTER_PIDS_FROM + n)]) for n in range(60)])
+    assert len(c.packets()) == 50
+
+
 def test_paused_transport_queues_and_resumes_in_order():
     """While the transport is backed up, deliveries queue (bounded: QoS 0 is dropped first) and the
     client is not read; once it drains, they are written in order."""

@@ -35,7 +35,7 @@ START_LIMIT = 20.0
 
 class FakeRouter(threading.Thread):
     """A ROUTER socket on loopback that records every frame a worker sends (`frames`: join, records)
-    and answers per `mode`: "silent", "active" (a BEAT to each frame) or "standby" (STANDBY naming
+    and answers per `mode`: "silent", "active" (a BEAT to each frame, after an empty BANS to a HELLO) or "standby" (STANDBY naming
     `active`, tagged seq 0 as a standby does)."""
 
     def __init__(self, keys: Path, mode: str = "silent", active: str = "") -> None:
@@ -63,7 +63,10 @@ class FakeRouter(threading.Thread):
             self.frames.append((join, list(wire.records(frame))))
             if self.mode == "active":
                 seqs[join] = seqs.get(join, -1) + 1
-                self.sock.send_multipart((identity, wire.LINK.pack(join, seqs[join]), wire.record(wire.BEAT, b"")))
+                answer = wire.record(wire.BEAT, b"")
+                if any(kind == wire.HELLO for kind, _h, _p in self.frames[-1][1]):  # a join learns the bans, as from a router
+                    answer = wire.record(wire.BANS, wire.Bans(1, True, [], []).encode()) + answer
+                self.sock.send_multipart((identity, wire.LINK.pack(join, seqs[join]), answer))
             elif self.mode == "standby":
                 answer = wire.Standby("fake", self.active).encode()
                 self.sock.send_multipart((identity, wire.LINK.pack(join, 0), wire.record(wire.STANDBY, answer)))
@@ -253,7 +256,9 @@ def test_the_live_sessions_are_registered_again_at_the_router_the_worker_follows
     first, second = FakeRouter(keys, "active"), FakeRouter(keys, "active")
     fakes += [first, second]
     _node, port = start_node(processes, tmp_path, keys, [first.endpoint, second.endpoint])
-    client = Client(port, f"follow-{uid()}")  # a clean 3.1.1 session: the worker answers it itself
+    wait_for(lambda: any(kind == wire.BANS_ACK for _join, records in first.frames for kind, _h, _p in records),
+             START_LIMIT, "the worker to hold the bans")
+    client = Client(port, f"follow-{uid()}")  # a clean 3.1.1 session: the worker, which has the bans, answers it itself
     try:
         wait_for(lambda: any(kind == wire.CONNECT for _join, records in first.frames for kind, _h, _p in records),
                  START_LIMIT, "the CONNECT at the first router")

@@ -13,7 +13,7 @@ from plexmq.mqtt import properties as P
 from plexmq.mqtt import v5
 from tests.conftest import Broker, wait_for
 from tests.mqtt import Client, RawClient
-from tests.steps import raw5, recv_publish, subscribe5, uid
+from tests.steps import connect, publish, raw5, recv_publish, subscribe5, uid
 
 
 def expired(broker: Broker, client_id: str) -> None:
@@ -154,3 +154,32 @@ def test_a_will_without_delay_carries_its_properties_at_once(broker: Broker) -> 
     assert (got_topic, payload) == (topic, b"bye")
     assert props == {P.PAYLOAD_FORMAT_INDICATOR: 1, P.RESPONSE_TOPIC: "replies/x", P.CORRELATION_DATA: b"\x00\x01"}
     watcher.close()
+
+
+def test_receive_maximum_is_the_sessions_window_across_a_reconnect(broker: Broker) -> None:
+    """A persistent 5.0 session with Receive Maximum 5: never more than 5 deliveries unacknowledged,
+    and the router's window for its session is 5 too, not max_inflight (20): after a reconnect only
+    the 5 that were sent come again with DUP, the others come for the first time (DUP 0) as acks
+    make room."""
+    client_id, topic = f"rm5-{uid()}", f"v5/window/{uid()}"
+    told = {P.SESSION_EXPIRY_INTERVAL: 300, P.RECEIVE_MAXIMUM: 5}
+    c, (_present, code, _props) = raw5(broker.port, client_id, properties=told)
+    assert code == 0
+    assert subscribe5(c, 1, [(topic, 1)]) == [1]
+    publisher = connect(broker.port)
+    for n in range(12):
+        publish(publisher, topic, b"%d" % n, qos=1, packet_id=n + 1)  # its PUBACK: kept in the session
+    assert [recv_publish(c)[2] for _ in range(5)] == [b"0", b"1", b"2", b"3", b"4"]  # none acknowledged
+    c.close()
+    c, (present, code, _props) = raw5(broker.port, client_id, clean_start=False, properties=told)
+    assert (present, code) == (True, 0)
+    unacked: list[int] = []
+    got: list[tuple[bytes, bool]] = []
+    while len(got) < 12:
+        _topic, packet_id, payload, _props, first = recv_publish(c)
+        got.append((payload, bool(first & 0x08)))
+        unacked.append(packet_id)
+        assert len(unacked) <= 5
+        if len(unacked) == 5 or len(got) == 12:
+            c.send(v5.encode_ack(v5.PUBACK, unacked.pop(0)))
+    assert got == [(b"%d" % n, n < 5) for n in range(12)]

@@ -18,30 +18,20 @@ import pytest
 
 from plexmq.acceptor import config as cfg
 from tests.conftest import wait_for
-from tests.hosts import Net, _can_make_namespaces, make_keys, sh
+from tests.hosts import Net, make_keys, open_net, sh
 from tests.mqtt import RawClient
 from tests.steps import publish, receive, subscribe, sync, uid
 
 DIRECT_PORT = 7000
 
 
+def direct_bind(net: Net, name: str) -> str:
+    """n1 and n2 bind a direct endpoint on their back address, n3 none."""
+    return f'direct_bind = "tcp://{net.host(name).back_ip}:{DIRECT_PORT}"\n' if name != "n3" else ""
+
+
 def open_direct_net(tmp_path: Path) -> Iterator[Net]:
-    """A router, n1 and n2 with a direct endpoint, n3 without."""
-    reason = _can_make_namespaces()
-    if reason:
-        pytest.skip(f"network namespaces unavailable: {reason}")
-    net = Net(tmp_path)
-    try:
-        net.open()
-        net.start_router()
-        for name in ("n1", "n2", "n3"):
-            direct = f'direct_bind = "tcp://{net.host(name).back_ip}:{DIRECT_PORT}"\n' if name != "n3" else ""
-            net.start_node(name, join=False, config=direct)
-        for name in ("n1", "n2", "n3"):
-            net.wait_joined(name)
-        yield net
-    finally:
-        net.close()
+    yield from open_net(tmp_path, direct_bind, ("n1", "n2", "n3"))
 
 
 @pytest.fixture(scope="module")

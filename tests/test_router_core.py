@@ -163,6 +163,29 @@ def test_window_holds_max_inflight_and_opens_one_per_ack():
     assert session.inflight == 3 and list(session.queued) == [7]
 
 
+def test_a_session_has_the_window_its_connection_says():
+    """The window a CONNECT says is its session's: a 5.0 client's Receive Maximum below max_inflight
+    (5 of 10), a bridge's above it (30); max_queued_messages are kept beyond it, the rest dropped."""
+    h = RouterHarness(max_inflight=10, max_queued=4)
+    small, bridge, pub = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
+    for end, window in ((small, 5), (bridge, 30)):
+        end.connect(1, f"dev{window}", clean=False, window=window)
+        end.subscribe(1, 1, [("t", 1)])
+        h.turn()
+        end.take()
+    for n in range(1, 41):
+        pub.pub(9, "t", b"%d" % n, qos=1, pid=n)
+    h.turn()
+    assert [pid for *_, pid in small.delivered(1)] == [1, 2, 3, 4, 5]
+    assert [pid for *_, pid in bridge.delivered(1)] == list(range(1, 31))
+    kept = [len(h.router.default.sessions[client_id].unacked) for client_id in ("dev5", "dev30")]
+    assert kept == [5 + 4, 30 + 4]
+    small.ack(1, 2)
+    h.turn()
+    assert [pid for *_, pid in small.delivered(1)] == [6]  # one ack, one more: the window stays 5
+
+
 def test_qos2_resend_after_reconnect_is_pubrel_for_what_was_received():
     """A QoS 2 delivery the client acknowledged with PUBREC comes back as RESEND_REL (PUBREL), one
     it had not as the PUBLISH again with DUP, in the order they were kept."""

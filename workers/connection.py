@@ -360,7 +360,7 @@ class Connection(Outbound, asyncio.Protocol):
         link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
                                   max(self.inflight, default=0) + 1 if connack_sent else 0, fresh, expiry, will_extra,
-                                  self.tenant),
+                                  self.tenant, self.window),
                      will.payload if will else b"")
         if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])

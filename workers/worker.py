@@ -47,6 +47,7 @@ from plexmq.workers.auth.logins import Auth
 from plexmq.workers.connection import Connection, peer_name
 from plexmq.workers.counters import Counters
 from plexmq.workers.follow import Follower
+from plexmq.workers.handlers import connect
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
@@ -602,6 +603,8 @@ class Worker:
             log.info("worker %d: the ACL table changed: its %d connections take the new rules", self.worker_id,
                      len(self.conns))
         link = self.link
+        if self.node:
+            connect.refuse_unserved(self, now)
         if not link.answered and now - link.opened_at >= UNANSWERED_WARNING and not link.warned:
             link.warned = True  # once per join: the operator has the reason
             log.warning("no answer from the router at %s for %.0f s: is it up and reachable, are this node's keys "

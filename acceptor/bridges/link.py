@@ -1,7 +1,7 @@
 """One MQTT client connection of a bridge, on plexmq's own codec: CONNECT and its CONNACK, then
-packets read whole (`read`) and written as they are (`send`), with PINGREQ while it is quiet and a
-close when the peer says nothing for 1.5 keepalives. The bridge decides every acknowledgement itself:
-nothing is answered here but CONNACK's wait."""
+packets read whole (`read`) and written (`send`: gathered, one socket write per loop turn), with
+PINGREQ while it is quiet and a close when the peer says nothing for 1.5 keepalives. The bridge
+decides every acknowledgement itself: nothing is answered here but CONNACK's wait."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ class Link:
         self.level = level
         self.keepalive = keepalive
         self.buffer = bytearray()
+        self.out: list[bytes] = []  # what this loop turn sends, written at its end (`_flush`)
         self.session_present = False
         self.window = 65535  # QoS 1 PUBLISHes the peer takes unacknowledged (5.0: its Receive Maximum)
         self.max_qos = 2
@@ -114,7 +115,16 @@ class Link:
             self.heard = asyncio.get_running_loop().time()
 
     def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        """Written at the end of the loop turn with the turn's other packets: a write per packet cost
+        the bridge a third of its CPU at QoS 1 (a PUBLISH one way and a PUBACK the other each)."""
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self.out.append(data)
+
+    def _flush(self) -> None:
+        if self.out:
+            self.writer.write(b"".join(self.out))
+            self.out.clear()
 
     def _ping_later(self) -> None:
         """PINGREQ every half keepalive; a peer silent for 1.5 keepalives is gone (the read then ends)."""
@@ -131,6 +141,7 @@ class Link:
     def close(self) -> None:
         if self._pinger is not None:
             self._pinger.cancel()
+        self._flush()  # a last DISCONNECT goes first
         self.writer.close()
 
 

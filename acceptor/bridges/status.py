@@ -2,7 +2,7 @@
 bridge process writes in the run dir once a second (plexmq/bridge_status.py) and the queues the router writes beside
 it (router/ops/stats.py): the broker of `--config` (its run_dir), or the one bridge process of this user.
 `queued`: the messages waiting in the router for the bridge's local session, not yet sent to it; `held`:
-those the bridge has taken and the other broker not yet acknowledged (at most the router's window)."""
+those the bridge has taken and the other broker not yet acknowledged (at most its local session's window, 1,000)."""
 
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ from plexmq.workers.tls import unfit_username
 if TYPE_CHECKING:
     from plexmq.workers.connection import Connection
     from plexmq.workers.tenant_limits import Limits
+    from plexmq.workers.worker import Worker
 
 log = logging.getLogger("plexmq.worker")
 
@@ -153,12 +154,15 @@ def handle_connect(conn: Connection, flags: int, body: bytes) -> None:
 
 def _bridge(conn: Connection, connect: Connect, client_id: str, token: bytes, tenant: str) -> None:
     """A CONNECT with a bridge's client id: accepted with the token the acceptor gave that bridge alone
-    (compared in constant time), refused without it, so that no client takes the bridge's session."""
+    (compared in constant time), refused without it, so that no client takes the bridge's session.
+    Its window (and its session's, in the router) is the Receive Maximum it asks for."""
     if connect.password is None or not hmac.compare_digest(connect.password, token):
         return refuse(conn, BAD_CREDENTIALS, "bad user name or password", logged=f"client id {client_id!r} is a bridge's")
     declared = conn.worker.settings.tenants.declared.get(tenant)
     if _take_tenant(conn, Refused(DISABLED, tenant) if declared and not declared.enabled else Found(tenant, None), connect):
         conn.client_id = client_id
+        if conn.v5 is not None:  # its window is its Receive Maximum, max_inflight or not: the more it holds
+            conn.window = conn.v5.receive_max  # while the remote acknowledges, the faster it forwards
         accept(conn, connect)
 
 
@@ -211,6 +215,16 @@ def refuse(conn: Connection, code: int, reason: str, told: props.Properties | No
         conn.send5(partial(v5.encode_connack, False, _AS_V5.get(code, code)), {props.REASON_STRING: reason, **(told or {})},
                    CONNACK_OPTIONAL)
     conn.close(logged or reason)
+
+
+def refuse_unserved(worker: Worker, now: float) -> None:
+    """(each second, on a node) While no router serves the link, the CONNECTs waiting for its answer are
+    refused as a new one is (3.1.1 0x03, 5.0 0x88 "no router: ..."): the answer will not come. One waits
+    so when it came before the worker knew its join unanswered, or before it held the bans."""
+    missing = worker.link.missing(now)
+    if missing:
+        for conn in [conn for conn in worker.conns.values() if conn.state == CONNECTING]:
+            refuse(conn, SERVER_UNAVAILABLE, f"no router: {missing}")
 
 
 def refusal_name(code: int) -> str:
