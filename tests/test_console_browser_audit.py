@@ -12,9 +12,10 @@ from pathlib import Path
 
 import orjson
 
+from plexmq.acceptor.status import scrape
 from plexmq.router.ops.alarms import DROPPED
 from plexmq.workers.auth.passwords import set_password
-from tests.cli import CHEAP
+from tests.cli import CHEAP, metrics_url
 from tests.conftest import Broker, wait_for
 from tests.console import PASSWORD, ask, console_broker, event_until, session
 from tests.console_browser import (  # skips the module without selenium and chromium
@@ -38,7 +39,12 @@ def log_in_as(browser, url: str, user: str) -> None:  # noqa: ANN001  selenium's
 
 
 def overflow(b: Broker, url: str, cookie: dict[str, str]) -> dict:
-    """A subscriber that never acknowledges and ten messages for it: the drop alarm, as an event has it."""
+    """A subscriber that never acknowledges and ten messages for it: the drop alarm, as an event has it.
+    Once the router has seen both workers (its metrics name them): drops a worker already had when first
+    seen raise nothing."""
+    metrics = metrics_url(b)
+    wait_for(lambda: len({dict(labels)["worker"] for name, labels in scrape(metrics)
+                          if name == "plexmq_clients_connected"}) == 2, 10, "both workers in the router's figures")
     topic = f"browser/audit/{uid()}"
     sub = connect(b.port)
     assert subscribe(sub, 1, [(topic, 1)]) == [1]

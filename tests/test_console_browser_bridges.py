@@ -12,6 +12,7 @@ import orjson
 from tests.conftest import Broker, free_port, wait_for
 from tests.console import PASSWORD, ask, console_broker, session
 from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
+from plexmq.acceptor.bridges.bridge import LOCAL_WINDOW
 from tests.mqtt import Client
 
 
@@ -24,12 +25,13 @@ def test_an_operator_sees_a_bridge_down_with_its_queue(start_broker: Callable[..
                                    'out = [{filter = "x/#"}]\n')
     wait_for(lambda: b.output().count(": local up (session new") == 2, 30, "both bridges' local links up")
     publisher = Client(b.port, "publisher")
-    for i in range(30):
+    for i in range(LOCAL_WINDOW + 10):
         publisher.publish("data/x", str(i), qos=1)
     log_in(browser, url, PASSWORD)
     wait_for(lambda: browser.current_url == url + "/", 10, "the overview")
     browser.find_element(By.LINK_TEXT, "Bridges").click()
-    wait_for(lambda: "10 20 0 0 0" in text(browser, "bridges"), 20, "10 queued in the router, 20 held (its window)")
+    wait_for(lambda: f"10 {LOCAL_WINDOW} 0 0 0" in text(browser, "bridges"), 20,
+             f"10 queued in the router, {LOCAL_WINDOW} held (its window)")
     rows = {row.find_element(By.TAG_NAME, "td").text: row.text for row in
             browser.find_element(By.ID, "bridges").find_elements(By.TAG_NAME, "tr")}
     assert sorted(rows) == ["cloud", "other"]
