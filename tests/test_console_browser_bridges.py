@@ -9,10 +9,10 @@ from pathlib import Path
 
 import orjson
 
+from plexmq.acceptor.bridges.bridge import LOCAL_WINDOW
 from tests.conftest import Broker, free_port, wait_for
 from tests.console import PASSWORD, ask, console_broker, session
 from tests.console_browser import By, log_in, text  # skips the module without selenium and chromium
-from plexmq.acceptor.bridges.bridge import LOCAL_WINDOW
 from tests.mqtt import Client
 
 
