@@ -1,7 +1,8 @@
 """Worker to worker (workers/peers.py, issue 35): a QoS 0 or 1 message whose topic only workers' own
-subscribers want goes to their workers straight, and nothing overtakes it through the router. In-process, over
-the connection harness (its peers a `FakePeers`: each frame kept, each answer given by the test), and
-end to end: cross-worker messages flow with the router stopped."""
+subscribers want goes to their workers straight, and so does a QoS 2 one of a session that ends with
+its connection (exactly once: the connection keeps its ids until PUBREL); nothing overtakes it through
+the router. In-process, over the connection harness (its peers a `FakePeers`: each frame kept, each
+answer given by the test), and end to end: cross-worker messages flow with the router stopped."""
 
 from __future__ import annotations
 
@@ -9,23 +10,28 @@ import asyncio
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import paho.mqtt.client as paho
 import psutil
 
 from plexmq import wire
 from plexmq.acceptor.config import curve_keys
+from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
 from tests.conftest import Broker, free_port
-from tests.connection_harness import ConnectionHarness, FakePeers, routed, routes
+from tests.connection_harness import Client, ConnectionHarness, FakePeers, routed, routes, suback
+from tests.mqtt import Client as Paho
 from tests.mqtt import RawClient
 from tests.steps import ping, publish, raw_on, receive, subscribe, uid
 
 
-def direct() -> tuple[ConnectionHarness, FakePeers]:
-    """Worker w0 with its table known: `t` served on worker w1 alone, `r` by w1 and the router."""
-    h = ConnectionHarness(direct=True)
+def direct(**settings: Any) -> tuple[ConnectionHarness, FakePeers]:
+    """Worker w0 (its settings the defaults but `settings`) with its table known: `t` served on worker
+    w1 alone, `r` by w1 and the router."""
+    h = ConnectionHarness(direct=True, **settings)
     h.from_router(routes(1, True, [["", "t", ["w1"]], ["", "r", ["w1", ""]]]))
     peers = h.worker.peers
     assert isinstance(peers, FakePeers)
@@ -88,6 +94,124 @@ def test_a_denied_qos2_publish_behind_a_puback_waiting_for_a_peer_gets_a_pubrec(
     peers.answer("w1")
     h.turn()
     assert [(packet.kind, packet.pid) for packet in c.packets()] == [(p.PUBACK, 1), (p.PUBREC, 2)]
+
+
+def peer_qos(frame: bytes) -> list[int]:
+    """The QoS of each PEER_MSG record of a frame to a peer."""
+    found = []
+    for kind, header, _payload in wire.records(frame):
+        if kind == wire.PEER_MSG:
+            start = wire.PEER_HEAD.size + wire.PEER_HEAD.unpack_from(header)[0]
+            found.append(wire.unpack_deliver(header, start)[0] & 3)
+    return found
+
+
+def subscribed_here(h: ConnectionHarness, topic_filter: str, qos: int) -> Client:
+    """A client of this worker whose subscription the router placed here (served by the worker itself)."""
+    sub = h.client("sub")
+    sub.send(p.encode_subscribe(1, [(topic_filter, qos)]))
+    h.from_router(suback(sub.conn_id, 1, [qos], [[topic_filter, qos]]))
+    assert [packet.kind for packet in sub.packets()] == [p.SUBACK]
+    return sub
+
+
+def acks(c: Client) -> list[tuple[int, int]]:
+    return [(packet.kind, packet.pid) for packet in c.packets()]
+
+
+def test_a_clean_sessions_qos2_message_goes_to_local_subscribers_and_peers_with_its_pubrec_after_their_answer() -> None:
+    """Nothing reaches the router: not the message, not its PUBREL (the connection held its id)."""
+    h, peers = direct()
+    sub = subscribed_here(h, "t", 2)
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"once", 2, packet_id=1))
+    h.turn()
+    assert h.records() == []
+    [delivered] = sub.packets()
+    assert (delivered.kind, delivered.qos, delivered.payload) == (p.PUBLISH, 2, b"once")
+    [(place, frame)] = peers.frames
+    assert place == "w1" and peer_qos(frame) == [2]
+    assert c.packets() == [], "PUBREC before the peer delivered"
+    peers.answer("w1")
+    h.turn()
+    assert acks(c) == [(p.PUBREC, 1)]
+    c.send(p.encode_pubrel(1))
+    assert acks(c) == [(p.PUBCOMP, 1)] and h.records() == []
+    assert c.conn.incoming == {}
+
+
+def test_a_qos2_resend_before_pubrel_is_delivered_once_and_acknowledged_in_order() -> None:
+    """A DUP resend of an id delivered here, before its PUBREC and after, gets only a PUBREC (behind a
+    PUBACK still waiting for its peer); after PUBREL the id is new again."""
+    h, peers = direct()
+    sub = subscribed_here(h, "t", 2)
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"one", 2, packet_id=1) + p.encode_publish(b"t", b"two", 1, packet_id=2))
+    c.send(p.encode_publish(b"t", b"one", 2, dup=True, packet_id=1))
+    assert [packet.payload for packet in sub.packets()] == [b"one", b"two"]
+    assert [peer_qos(frame) for _place, frame in peers.frames] == [[2, 1]]
+    assert c.packets() == []
+    peers.answer("w1")
+    h.turn()
+    assert acks(c) == [(p.PUBREC, 1), (p.PUBACK, 2), (p.PUBREC, 1)]
+    c.send(p.encode_publish(b"t", b"one", 2, dup=True, packet_id=1))
+    assert acks(c) == [(p.PUBREC, 1)] and sub.packets() == [] and len(peers.frames) == 1
+    c.send(p.encode_pubrel(1))
+    assert acks(c) == [(p.PUBCOMP, 1)]
+    c.send(p.encode_publish(b"t", b"three", 2, packet_id=1))
+    assert [packet.payload for packet in sub.packets()] == [b"three"]
+    assert h.records() == []
+
+
+def test_a_qos2_id_the_router_took_goes_back_to_it_when_resent_and_is_released_there() -> None:
+    """`r` is served by the router too: its QoS 2 message and the resend go there (the router drops the
+    duplicate), and its PUBREL becomes REL; the id delivered here gets none."""
+    h, peers = direct()
+    c = h.client("pub")
+    c.send(p.encode_publish(b"t", b"here", 2, packet_id=1))
+    peers.answer("w1")
+    h.turn()
+    assert acks(c) == [(p.PUBREC, 1)]
+    c.send(p.encode_publish(b"r", b"routed", 2, packet_id=2))
+    c.send(p.encode_publish(b"r", b"routed", 2, dup=True, packet_id=2))
+    c.send(p.encode_publish(b"t", b"here", 2, dup=True, packet_id=1))  # waits its turn behind the router's
+    assert [(r.kind, r.fields[1:3]) for r in h.records()] == [("PUB", (2, 2)), ("PUB", (2, 2))]
+    assert c.packets() == []
+    h.from_router(routed(2))
+    assert acks(c) == [(p.PUBREC, 2), (p.PUBREC, 2), (p.PUBREC, 1)]
+    c.send(p.encode_pubrel(1) + p.encode_pubrel(2))
+    assert acks(c) == [(p.PUBCOMP, 1), (p.PUBCOMP, 2)]
+    assert [(r.kind, tuple(r.fields)[1:]) for r in h.records()] == [("REL", (2,))]
+
+
+def test_a_persistent_publishers_qos2_message_goes_to_the_router() -> None:
+    """Its ids outlive the connection (a resend may come on the next one): the router keeps them."""
+    h, peers = direct()
+    c = h.client("pub", clean=False)
+    c.send(p.encode_publish(b"t", b"kept", 2, packet_id=1))
+    assert [(r.kind, r.fields[1:3]) for r in h.records()] == [("PUB", (1, 2))] and peers.frames == []
+    h.from_router(routed(1))
+    assert acks(c) == [(p.PUBREC, 1)]
+    c.send(p.encode_pubrel(1))
+    assert acks(c) == [(p.PUBCOMP, 1)] and [r.kind for r in h.records()] == ["REL"]
+
+
+def test_a_v5_clean_sessions_qos2_messages_delivered_here_count_against_the_receive_maximum_until_pubrel() -> None:
+    h, peers = direct(receive_maximum=2)
+    c = h.client("pub5", version=5)
+    c.send(v5.encode_publish(b"t", b"1", 2, packet_id=1) + v5.encode_publish(b"t", b"2", 2, packet_id=2))
+    c.send(v5.encode_publish(b"t", b"1", 2, dup=True, packet_id=1))  # a resend: no more of the maximum
+    peers.answer("w1")
+    h.turn()
+    assert acks(c) == [(p.PUBREC, 1), (p.PUBREC, 2), (p.PUBREC, 1)]
+    c.send(v5.encode_ack(p.PUBREL, 1))
+    assert acks(c) == [(p.PUBCOMP, 1)]
+    c.send(v5.encode_publish(b"t", b"3", 2, packet_id=3))
+    assert c.packets() == []  # room for it: not refused
+    c.send(v5.encode_publish(b"t", b"4", 2, packet_id=4))
+    [refused] = c.packets()
+    assert refused.kind == p.DISCONNECT and refused.body[:1] == bytes((reasons.RECEIVE_MAXIMUM_EXCEEDED,))
+    assert [r.kind for r in h.records()] == ["GONE"]
 
 
 def test_what_goes_to_the_router_waits_until_the_peers_have_delivered_what_they_were_sent() -> None:
@@ -187,13 +311,13 @@ def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_la
         loop.close()
 
 
-def pair_across(b: Broker) -> tuple[str, RawClient, RawClient, psutil.Process]:
-    """A topic, its subscriber (QoS 1) on worker 1 and a publisher on worker 0, and the router, which
+def pair_across(b: Broker, qos: int = 1) -> tuple[str, RawClient, RawClient, psutil.Process]:
+    """A topic, its subscriber (at `qos`) on worker 1 and a publisher on worker 0, and the router, which
     has confirmed all the publisher's worker sent it (a QoS 1 PUBACK) when this returns."""
     topic = f"peers/{uid()}"
     sub = raw_on(b, want=1)
     sub.connect(f"peers-sub-{uid()}")
-    assert subscribe(sub, 1, [(topic, 1)]) == [1]
+    assert subscribe(sub, 1, [(topic, qos)]) == [qos]
     pub = raw_on(b, want=0)
     pub.connect(f"peers-pub-{uid()}")
     publish(pub, topic, b"warm", 1)
@@ -220,6 +344,60 @@ def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Cal
     assert "taken for gone" not in b.output(), "a peer's answers were not read"
     for c in (sub, pub):
         c.close()
+
+
+def test_a_clean_sessions_qos2_messages_cross_workers_exactly_once_with_the_router_stopped(
+        start_broker: Callable[..., Broker]) -> None:
+    """Each completes (PUBREC, PUBREL, PUBCOMP) without the router, and arrives once, in order; a resend
+    before PUBREL is not delivered again."""
+    b = start_broker("--workers", "2")
+    topic, sub, pub, router = pair_across(b, 2)
+    router.send_signal(signal.SIGSTOP)
+    try:
+        payloads = [b"m%d" % i for i in range(100)]
+        for i, payload in enumerate(payloads):
+            publish(pub, topic, payload, 2, packet_id=i % 7 + 1)  # ids used again once released
+        for dup in (False, True):  # the resend: only its PUBREC again
+            pub.send(p.encode_publish(topic.encode(), b"last", 2, dup=dup, packet_id=9))
+            assert pub.recv() == (0x50, b"\x00\x09")
+        pub.send(p.encode_pubrel(9))
+        assert pub.recv() == (0x70, b"\x00\x09")
+        got = receive(sub, payloads=[*payloads, b"last"])
+        assert [m.payload for m in got] == [*payloads, b"last"] and {m.qos for m in got} == {2}
+    finally:
+        router.send_signal(signal.SIGCONT)
+    for c in (sub, pub):
+        c.close()
+
+
+def test_paho_v5_qos2_crosses_workers_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "2")
+    topic = f"peers/{uid()}"
+    sub = Paho(b.port, f"peers-sub5-{uid()}", protocol=paho.MQTTv5)
+    assert sub.subscribe(topic, 2) == [2]
+    sub_worker = b.worker_holding(sub.client.socket().getsockname()[1])  # type: ignore[union-attr]  # connected
+    spare: list[Paho] = []
+    while True:  # the balancer puts the next one on the less loaded worker: keep those that land beside it
+        assert len(spare) < 16, "16 connections in a row on the subscriber's worker"
+        pub = Paho(b.port, f"peers-pub5-{uid()}", protocol=paho.MQTTv5)
+        if b.worker_holding(pub.client.socket().getsockname()[1]) != sub_worker:  # type: ignore[union-attr]  # connected
+            break
+        spare.append(pub)
+    pub.publish(topic, b"warm", 1)  # the router has confirmed all this worker sent it: PUBACK
+    assert sub.get().payload == b"warm"
+    router = b.router()
+    assert router is not None
+    router.send_signal(signal.SIGSTOP)
+    try:
+        payloads = [b"v5-%d" % i for i in range(50)]
+        for payload in payloads:
+            pub.publish(topic, payload, 2)  # waits for its PUBCOMP
+        got = [sub.get() for _ in payloads]
+        assert [(m.payload, m.qos) for m in got] == [(payload, 2) for payload in payloads]
+    finally:
+        router.send_signal(signal.SIGCONT)
+    for c in (sub, pub, *spare):
+        c.disconnect()
 
 
 def test_without_direct_delivery_the_router_carries_it(start_broker: Callable[..., Broker], tmp_path: Path) -> None:

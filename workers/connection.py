@@ -54,7 +54,7 @@ class Connection(Outbound, asyncio.Protocol):
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
                  "v5", "tenant", "local_name", "routes", "limits", "cert_tenant", "tally",
-                 "messages_in", "bytes_in", "connected_at")
+                 "messages_in", "bytes_in", "connected_at", "incoming")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -81,6 +81,9 @@ class Connection(Outbound, asyncio.Protocol):
         self.deadline = deadline
         self.wheel_slot = -1
         self.persistent = False
+        # a session that ends with the connection: its QoS 2 packet ids received and not yet released
+        # (PUBREL), each with the path it took: True the router's, False this worker's (`Worker.publish`)
+        self.incoming: dict[int, bool] = {}
         self.disconnected = False  # a DISCONNECT arrived: no will
         self.kicked = False  # closed by the router (takeover): it handled the will already
         self.will: p.Will | None = None
@@ -438,8 +441,9 @@ class Connection(Outbound, asyncio.Protocol):
             return
         if qos == 1:
             negotiated.receiving -= 1
-        elif code >= 0x80:
-            negotiated.releasing.discard(packet_id)  # a refused QoS 2 flow ends here: no PUBREL comes
+        elif code >= 0x80:  # a refused QoS 2 flow ends here: no PUBREL comes
+            negotiated.releasing.discard(packet_id)
+            self.incoming.pop(packet_id, None)
         self.write(v5.encode_ack(p.PUBACK if qos == 1 else p.PUBREC, packet_id, code))
 
     # -- closing -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Records from the other workers of this host (workers/peers.py): QoS 0 and 1 messages their clients published
+"""Records from the other workers of this host (workers/peers.py): QoS 0, 1 and 2 messages their clients published
 to topics this worker's own subscribers want, delivered here as the worker delivers its own clients'
 (`Worker.deliver_raw`, `Worker.deliver_message`: read access judged at delivery, shedding counted), to
 the subscriptions it serves itself in the publisher's tenant (`LocalRoutes.local`)."""

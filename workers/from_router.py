@@ -70,8 +70,8 @@ def deliver(worker: Worker, header: bytes, payload: bytes) -> None:
 
 def routed(worker: Worker, header: bytes, payload: bytes) -> None:
     """ROUTED: the router took this many QoS 1/2 PUBs (of so many PUB and PUB0 records): now the
-    publishers get PUBACK or PUBREC, in the order they sent them (denied ones, which the router never
-    saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10;
+    publishers get PUBACK or PUBREC, in the order they sent them (denied ones and QoS 2 resends delivered
+    here, which the router never saw, in their turn); those at the unmatched positions among them (5.0 only) reached nobody: 0x10;
     those at a position with REFUSED_AT were refused for their tenant's limit: 0x97.
     A ROUTED of an earlier join is ignored: what it confirmed has been sent again since."""
     link = worker.link
@@ -82,9 +82,9 @@ def routed(worker: Worker, header: bytes, payload: bytes) -> None:
     awaiting = worker.awaiting
     position = 0
     while awaiting and (count or awaiting[0][4] is None):
-        conn, packet_id, qos, _retain, topic, _payload, _props, _expiry = awaiting.popleft()
+        conn, packet_id, qos, _retain, topic, _payload, _props, expiry = awaiting.popleft()
         if topic is None:
-            code = reasons.NOT_AUTHORIZED
+            code = expiry  # a placeholder's reason code (`Worker._acknowledge_in_turn`)
         else:
             code = 0
             if unmatched:  # rare: only exceptions travel

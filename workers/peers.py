@@ -1,13 +1,13 @@
 """The worker's direct links to the other workers of its host, and to those of other nodes (issue 35):
 a message whose topic only workers' own subscribers want goes from the publisher's worker straight
-to theirs, not through the router (docs/architecture.md §4, "Worker to worker"): QoS 0 and 1 to the
-workers of its host, QoS 0 to those of other nodes.
+to theirs, not through the router (docs/architecture.md §4, "Worker to worker"): QoS 0, 1 and 2 (of a
+session that ends with its connection) to the workers of its host, QoS 0 to those of other nodes.
 
 Each worker binds a ZeroMQ ROUTER, its inbox, at `ipc://RUN_DIR/peer-w<id>.ipc`, and connects a
 DEALER to a peer's inbox the first time it sends there. One frame per peer per loop turn carries that
 turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its number (PEER_SEQ); the
 receiver delivers them to the subscribers it serves itself and sends the number back, and a QoS 1
-publisher's PUBACK waits for that answer. A frame not yet answered is *unconfirmed*: while any is,
+publisher's PUBACK (QoS 2: PUBREC) waits for that answer. A frame not yet answered is *unconfirmed*: while any is,
 the worker's frame to the router waits if it holds a message (`Worker.flush`), so that none
 overtakes, through the router, one still on its way to a peer. A peer of this host that answers
 nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
@@ -17,7 +17,7 @@ keys) and tell the router (HELLO), which tells every worker where the others' ar
 worker sends to another node's worker itself only when both have one. Such a peer that answers
 nothing for PATIENCE is *shunned* for RETRY seconds: what was on its way is dropped (QoS 0: at most
 once) and the messages for its node cross the router, which reaches every node. QoS 1 between nodes
-always crosses the router: a PUBACK there means the router holds the message, which a cut between
+(and 2) always crosses the router: a PUBACK there means the router holds the message, which a cut between
 two nodes that both still reach the router cannot lose.
 """
 
@@ -166,9 +166,9 @@ class Peers:
 
     def message(self, places: tuple[str, ...], tenant: str, topic: bytes, payload: bytes,
                 extra: tuple[bytes, int] | None, qos: int) -> Marks:
-        """A QoS 0 or 1 message (with its 5.0 properties and expiry, if any) for the subscribers of each of
+        """A QoS 0, 1 or 2 message (with its 5.0 properties and expiry, if any) for the subscribers of each of
         `places`: each peer with the number of the last frame sent to it, which its answer to a later one
-        passes (`Worker.answered`: the publisher's PUBACK waits for it). The record's head is made once
+        passes (`Worker.answered`: the publisher's PUBACK or PUBREC waits for it). The record's head is made once
         per message, and once per tenant, topic and QoS while none carries properties (`heads`)."""
         if extra is None:
             key = (tenant, topic, qos)

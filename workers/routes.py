@@ -22,7 +22,7 @@ from plexmq.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
 Subscriber = tuple[int, int, int]  # conn id, granted QoS, packet id (0: the connection numbers it), as on the wire
-# the local subscribers; the other workers that want a QoS 0 message, and those that want a QoS 1 one (None:
+# the local subscribers; the other workers that want a QoS 0 message, and those that want a QoS 1 or 2 one (None:
 # the router must route it)
 Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None, tuple[str, ...] | None]
 
@@ -45,7 +45,7 @@ class LocalRoutes:
 
     def targets(self, topic: bytes) -> Targets | None:
         """The local subscribers of a message to `topic` (empty: none) and the other workers that serve
-        the rest, for QoS 0 and for QoS 1 (empty: none; None: something else wants it, the router or a
+        the rest, for QoS 0 and for QoS 1 or 2 (empty: none; None: something else wants it, the router or a
         worker this one does not reach, and the router must route it), or None while the table is not known."""
         if not self.known:
             return None
@@ -68,7 +68,7 @@ class LocalRoutes:
         return tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(topic.decode()).items()])  # type: ignore[misc]  # conn ids
 
     def _peers(self, places: Iterable[str]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
-        """The peers a QoS 0 and a QoS 1 message go to (None: the router routes it)."""
+        """The peers a QoS 0 and a QoS 1 or 2 message go to (None: the router routes it)."""
         peers = tuple(places)
         if not peers:
             return peers, peers

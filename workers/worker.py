@@ -75,12 +75,13 @@ SUPPORTED: props.Properties = {props.RETAIN_AVAILABLE: 1, props.WILDCARD_SUBSCRI
                                props.SUBSCRIPTION_IDENTIFIER_AVAILABLE: 1, props.SHARED_SUBSCRIPTION_AVAILABLE: 1}
 
 
-# conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: denied by the
-# ACL, acknowledged in its turn
+# conn, packet id, qos, retain, topic, payload, MQTT 5 properties, expiry; topic None: not for the router
+# (denied by the ACL, or a QoS 2 resend delivered here), acknowledged in its turn with the reason code
+# in expiry's place
 Awaiting = tuple["Connection", int, int, bool, bytes | None, bytes, bytes, int]
-# a QoS 1 PUBLISH sent to peers: its connection, packet id, QoS, reason code, and each peer with the number
-# of the last frame sent to it before the one that carried it (an answer past it: delivered); an ACL-denied
-# (QoS 1 or 2) or local one behind it waits its turn with no peer
+# a QoS 1 or 2 PUBLISH sent to peers: its connection, packet id, QoS, reason code, and each peer with the
+# number of the last frame sent to it before the one that carried it (an answer past it: delivered); an
+# ACL-denied, local or resent one behind it waits its turn with no peer
 PeerAck = tuple["Connection", int, int, int, Marks]
 
 
@@ -136,7 +137,7 @@ class Worker:
         self.peers = Peers(loop, os.path.dirname(self.config_path), self.identity, partial(from_peers.deliver, self),
                            self.answered, self.routes.reach, self.direct, config.get("router_curve")) \
             if config["direct_delivery"] else None
-        self.peer_acks: deque[PeerAck] = deque()  # PUBACKs of QoS 1 messages sent to peers, in order
+        self.peer_acks: deque[PeerAck] = deque()  # PUBACKs and PUBRECs of messages sent to peers, in order
         # ROUTES_ACKs waiting for the peers to deliver what they were sent before: (generation, marks)
         self.routes_acks: deque[tuple[int, Marks]] = deque()
         self.auth = Auth(config, loop)
@@ -266,8 +267,10 @@ class Worker:
 
     def publish(self, conn: Connection, topic: str, packet_id: int, qos: int, retain: bool, payload: bytes,
                 props: bytes = b"", expiry: int = 0) -> None:
-        """A PUBLISH of `conn`, delivered here when only local subscribers want it (`local_path`; QoS 0
-        and 1, not retained), else to the router; `props` and `expiry` as plexmq/wire.py carries them.
+        """A PUBLISH of `conn`, delivered here when only workers' own subscribers want it (`_deliver_here`),
+        else to the router; `props` and `expiry` as plexmq/wire.py carries them. A QoS 2 PUBLISH of a
+        session that ends with its connection is kept in `conn.incoming` with its path until PUBREL, so
+        that a resend before it takes the same path (here: only its PUBREC again; the router drops it).
         Each counts down `sample_in`: one in SAMPLE is tallied for the busiest topics (workers/topic_sample.py);
         while a console trace is live, it is watched (workers/trace_watch.py)."""
         name = topic.encode()
@@ -282,25 +285,45 @@ class Worker:
                 to_archive = self.remember_topic(name)
             if to_archive:
                 self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
-        if qos < 2 and not retain and self.local_path(conn):
-            found = conn.routes.targets(name)
-            subs, peers = (found[0], found[2] if qos else found[1]) if found is not None else ((), None)
-            if peers is not None:  # only workers' own subscribers want it: this one's, and its peers'
-                self._count_local(conn, 1, len(subs))
-                extra = (props, expiry) if props or expiry else None
-                if subs:
-                    self.deliver_message(name, payload, qos, False, False, extra, subs)
-                marks = self.peers.message(peers, conn.tenant, name, payload, extra, qos) if peers else ()  # type: ignore[union-attr]  # peers found: it has them
-                if qos:
-                    code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
-                    if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
-                        self.peer_acks.append((conn, packet_id, qos, code, marks))
-                    else:
-                        conn.acknowledge(packet_id, qos, code)
-                return
+        if qos == 2 and not conn.persistent:  # a persistent session's ids outlive the connection: the router keeps them
+            took = conn.incoming.get(packet_id)
+            if took is False:  # a resend of one delivered here
+                return self._acknowledge_in_turn(conn, packet_id, qos, 0)
+            if took is None:
+                delivered_here = self._deliver_here(conn, name, packet_id, qos, retain, payload, props, expiry)
+                conn.incoming[packet_id] = not delivered_here
+                if delivered_here:
+                    return
+        elif qos < 2 and self._deliver_here(conn, name, packet_id, qos, retain, payload, props, expiry):
+            return
         self.link.pub(conn.conn_id, packet_id, qos, retain, name, payload, props, expiry, qos > 0 and conn.v5 is not None)
         if qos:
             self.awaiting.append((conn, packet_id, qos, retain, name, payload, props, expiry))
+
+    def _deliver_here(self, conn: Connection, name: bytes, packet_id: int, qos: int, retain: bool, payload: bytes,
+                      props: bytes, expiry: int) -> bool:
+        """Deliver a message that is not retained, when the router may be skipped (`local_path`) and only
+        workers' own subscribers want it: to this one's, and to the peers' (QoS 1 and 2 only to those of
+        this host: `LocalRoutes.targets`); its PUBACK or PUBREC goes once the peers have answered. False:
+        the router must route it."""
+        if retain or not self.local_path(conn):
+            return False
+        found = conn.routes.targets(name)
+        subs, peers = (found[0], found[2] if qos else found[1]) if found is not None else ((), None)
+        if peers is None:
+            return False
+        self._count_local(conn, 1, len(subs))
+        extra = (props, expiry) if props or expiry else None
+        if subs:
+            self.deliver_message(name, payload, qos, False, False, extra, subs)
+        marks = self.peers.message(peers, conn.tenant, name, payload, extra, qos) if peers else ()  # type: ignore[union-attr]  # peers found: it has them
+        if qos:
+            code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
+            if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
+                self.peer_acks.append((conn, packet_id, qos, code, marks))
+            else:
+                conn.acknowledge(packet_id, qos, code)
+        return True
 
     def _count_local(self, conn: Connection, count: int, copies: int) -> None:
         """Messages of `conn` delivered without the router (here, or by the peers it sent them to, which
@@ -489,14 +512,18 @@ class Worker:
         """A PUBLISH the ACL refuses: dropped and counted, but acknowledged as 3.1.1 requires (5.0: with 0x87)."""
         self.counters.denied += 1
         conn.tally.denied += 1
-        if not qos:
-            return
+        if qos:
+            self._acknowledge_in_turn(conn, packet_id, qos, reasons.NOT_AUTHORIZED)
+
+    def _acknowledge_in_turn(self, conn: Connection, packet_id: int, qos: int, code: int) -> None:
+        """PUBACK or PUBREC with `code` for a PUBLISH that goes nowhere (denied, or a QoS 2 resend
+        delivered already), after those of the PUBLISHes before it (`awaiting`, `peer_acks`)."""
         if self.awaiting:
-            self.awaiting.append((conn, packet_id, qos, False, None, b"", b"", 0))
+            self.awaiting.append((conn, packet_id, qos, False, None, b"", b"", code))
         elif self.peer_acks:
-            self.peer_acks.append((conn, packet_id, qos, reasons.NOT_AUTHORIZED, ()))
+            self.peer_acks.append((conn, packet_id, qos, code, ()))
         else:
-            conn.acknowledge(packet_id, qos, reasons.NOT_AUTHORIZED)
+            conn.acknowledge(packet_id, qos, code)
 
     # -- the acceptor channel and housekeeping ----------------------------------------------------
 

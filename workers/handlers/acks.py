@@ -58,11 +58,13 @@ def handle_pubrec(conn: Connection, flags: int, body: bytes) -> None:
 
 
 def handle_pubrel(conn: Connection, flags: int, body: bytes) -> None:
-    """The client releases a QoS 2 message it sent: the router forgets its id (received exactly once)."""
+    """The client releases a QoS 2 message it sent: its id is forgotten (received exactly once), by the
+    router if it took it (a persistent session's always do), else by the connection (`Worker.publish`)."""
     packet_id = _decode(conn, v4.PUBREL, flags, body)[0]
     if conn.v5 is not None:
         conn.v5.releasing.discard(packet_id)
-    conn.worker.link.rel(conn.conn_id, packet_id)
+    if conn.persistent or conn.incoming.pop(packet_id, False):
+        conn.worker.link.rel(conn.conn_id, packet_id)
     conn.write(v4.encode_pubcomp(packet_id))
 
 
