@@ -173,10 +173,16 @@ def test_the_remote_stopped_and_back_gets_every_message_in_order(tmp_path: Path,
     assert 'plexmq_bridge_connected{bridge="cloud"} 0.0' in scraped
     operator = Client(b.port, "operator")
     operator.subscribe("$SYS/broker/bridges/#")
-    figures = {m.topic: m.payload.decode() for m in (operator.get(timeout=10) for _ in range(5))}
-    assert {topic: figures[f"$SYS/broker/bridges/cloud/{topic}"] for topic in ("queued", "sent", "received", "dropped")} \
-        == {"queued": "100", "sent": "0", "received": "0", "dropped": "0"}
-    assert figures["$SYS/broker/bridges/cloud/state"].startswith("remote down: ")
+    figures: dict[str, str] = {}
+
+    def said() -> bool:  # the latest figures, as $SYS publishes them each sys_interval
+        message = operator.get(timeout=10)
+        figures[message.topic] = message.payload.decode()
+        return len(figures) == 5 and figures["$SYS/broker/bridges/cloud/state"].startswith("remote down: ") and \
+            figures["$SYS/broker/bridges/cloud/queued"] == "100"
+    wait_for(said, 30, "$SYS to say the remote down with 100 queued")
+    assert {topic: figures[f"$SYS/broker/bridges/cloud/{topic}"] for topic in ("sent", "received", "dropped")} \
+        == {"sent": "0", "received": "0", "dropped": "0"}
     mosquitto.start()
     assert received(watcher(mosquitto.port, "site1/#"), 1100) == [str(i) for i in range(1100)]
 
