@@ -286,12 +286,15 @@ class Worker:
             if to_archive:
                 self.archive_packets(conn, archived_publish(conn.level, name, payload, qos, retain, packet_id, props))
         if qos == 2 and not conn.persistent:  # a persistent session's ids outlive the connection: the router keeps them
-            took = conn.incoming.get(packet_id)
+            incoming = conn.incoming
+            if incoming is None:
+                incoming = conn.incoming = {}
+            took = incoming.get(packet_id)
             if took is False:  # a resend of one delivered here
                 return self._acknowledge_in_turn(conn, packet_id, qos, 0)
             if took is None:
                 delivered_here = self._deliver_here(conn, name, packet_id, qos, retain, payload, props, expiry)
-                conn.incoming[packet_id] = not delivered_here
+                incoming[packet_id] = not delivered_here
                 if delivered_here:
                     return
         elif qos < 2 and self._deliver_here(conn, name, packet_id, qos, retain, payload, props, expiry):

@@ -63,7 +63,7 @@ def handle_pubrel(conn: Connection, flags: int, body: bytes) -> None:
     packet_id = _decode(conn, v4.PUBREL, flags, body)[0]
     if conn.v5 is not None:
         conn.v5.releasing.discard(packet_id)
-    if conn.persistent or conn.incoming.pop(packet_id, False):
+    if conn.persistent or (conn.incoming is not None and conn.incoming.pop(packet_id, False)):
         conn.worker.link.rel(conn.conn_id, packet_id)
     conn.write(v4.encode_pubcomp(packet_id))
 
