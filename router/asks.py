@@ -9,14 +9,17 @@ answer comes. Whatever the ask holds when `done` is set is its answer: the threa
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
 
 ASK_WAIT = 5.0  # seconds a thread waits for the loop's (and the workers') answer
+SCAN = 100_000  # sessions, filters or groups one page's ask looks at (`Paged.scanned`)
 
 
 class Ask:
@@ -31,6 +34,24 @@ class Ask:
 
 
 Asks = queue.Queue[Ask]
+
+
+class Paged(Ask):
+    """A page (`offset`, `limit`) of what one scan found, `total` of them; `complete`: nothing left unscanned."""
+
+    def __init__(self, tenant: str | None, offset: int, limit: int) -> None:
+        super().__init__()
+        self.tenant = tenant
+        self.offset = offset
+        self.limit = limit
+        self.total = 0
+        self.complete = True
+        self.rows: list = []
+
+    def scanned(self, items: Iterable, size: int) -> Iterator:
+        """At most SCAN of `items` (of `size` in all)."""
+        self.complete = size <= SCAN
+        return itertools.islice(items, SCAN)
 
 
 def ask(asks: Asks, question: Ask) -> bool:

@@ -2,9 +2,9 @@
 subscriptions; removed by an operator as expiry would remove them, `Lifecycle.remove_session`), the
 busiest subscription filters, the busiest topics and the shared subscription groups.
 
-Each read is an ask (router/asks.py) answered at once on the router's loop, and each is bounded: it
-scans at most SCAN sessions, filters or groups (`complete` says whether that was all of them) and
-sorts only what one page shows. A tenant admin sees and removes only the tenant's (`session.tenant`),
+Each read is an ask (router/asks.py: `Paged`) answered at once on the router's loop, and each is
+bounded: it scans at most SCAN sessions, filters or groups (`complete` says whether that was all of
+them) and sorts only what one page shows. A tenant admin sees and removes only the tenant's (`session.tenant`),
 a broker admin every tenant's or one (`tenant=NAME`, "" the default tenant).
 
 The busiest topics are an estimate of messages per second, and why: most messages never reach the
@@ -21,10 +21,9 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from plexmq.router.asks import Ask, ask
+from plexmq.router.asks import SCAN, Ask, Paged, ask
 from plexmq.router.console.http import Page, Reply, Routes, json, json_body, query, text
 from plexmq.router.ops import audit
 
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("plexmq.router")
 
-SCAN = 100_000  # sessions, filters or groups one ask looks at
 PAGE = 100  # rows of a page unless asked for fewer (at most MAX_PAGE)
 MAX_PAGE = 500
 MAX_OFFSET = 10_000  # a page starts no further (the ask sorts offset + limit rows)
@@ -50,24 +48,6 @@ def _tenants(router: Router, tenant: str | None) -> list[Tenant]:
         return list(router.tenants.values())
     found = router.tenants.get(tenant)
     return [] if found is None else [found]
-
-
-class Paged(Ask):
-    """A page (`offset`, `limit`) of what one scan found, `total` of them; `complete`: nothing left unscanned."""
-
-    def __init__(self, tenant: str | None, offset: int, limit: int) -> None:
-        super().__init__()
-        self.tenant = tenant
-        self.offset = offset
-        self.limit = limit
-        self.total = 0
-        self.complete = True
-        self.rows: list = []
-
-    def scanned(self, items: Iterable, size: int) -> Iterator:
-        """At most SCAN of `items` (of `size` in all)."""
-        self.complete = size <= SCAN
-        return itertools.islice(items, SCAN)
 
 
 class OfflineSessions(Paged):

@@ -9,8 +9,9 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING
 
+from plexmq.router.asks import Paged
 from plexmq.router.console.http import Page, Reply, Routes, query, text
-from plexmq.router.console.sessions import Paged, _bounds, _page, _scope, _tenants
+from plexmq.router.console.sessions import _bounds, _page, _scope, _tenants
 
 if TYPE_CHECKING:
     from plexmq.router.console.app import Console

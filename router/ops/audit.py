@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import astuple, dataclass
 from typing import TYPE_CHECKING
 
-from plexmq.router.asks import Ask, Asks
+from plexmq.router.asks import Ask, Asks, Paged
 
 if TYPE_CHECKING:
     from plexmq.router.core import Router
@@ -93,16 +93,8 @@ class Audited(Ask):
         self.done.set()
 
 
-class AuditPage(Ask):
+class AuditPage(Paged):
     """A page of the log (`Audit.page`)."""
-
-    def __init__(self, tenant: str | None, offset: int, limit: int) -> None:
-        super().__init__()
-        self.tenant = tenant
-        self.offset = offset
-        self.limit = limit
-        self.total = 0
-        self.rows: list[dict] = []
 
     def start(self, router: Router) -> None:
         self.total, self.rows = router.audit.page(self.tenant, self.offset, self.limit, time.time())
