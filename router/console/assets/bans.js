@@ -6,12 +6,6 @@ const PAGE = 100;
 const summary = document.getElementById("summary"), outcome = document.getElementById("outcome");
 let offset = 0;
 
-function cell(value) {
-  const td = document.createElement("td");
-  td.textContent = value;
-  return td;
-}
-
 function when(at) {
   return new Date(at * 1000).toISOString().replace("T", " ").slice(0, 19);
 }
@@ -29,14 +23,10 @@ async function list() {
   const shown = page.bans.length ? (page.offset + 1) + "–" + (page.offset + page.bans.length) + " of " : "";
   summary.textContent = shown + page.total + " bans";
   document.getElementById("bans").replaceChildren(...page.bans.map(([tenant, kind, value, reason, expires, by, created]) => {
-    const tr = document.createElement("tr"), td = document.createElement("td"), button = document.createElement("button");
+    const tr = document.createElement("tr");
     tr.append(cell(tenant === "*" ? "every tenant" : tenant || "(default)"), cell(kind), cell(value), cell(reason),
-              cell(expires ? when(expires) : "never"), cell(by), cell(when(created)));
-    button.textContent = "Lift";
-    button.className = "lift act";
-    button.onclick = () => lift(tenant, kind, value);
-    td.append(button);
-    tr.append(td);
+              cell(expires ? when(expires) : "never"), cell(by), cell(when(created)),
+              actionCell("Lift", "lift act", () => lift(tenant, kind, value)));
     return tr;
   }));
   document.getElementById("previous").disabled = offset === 0;

@@ -4,12 +4,6 @@
 const REFRESH = 2000;
 const summary = document.getElementById("summary");
 
-function cell(value) {
-  const td = document.createElement("td");
-  td.textContent = value;
-  return td;
-}
-
 async function show() {
   let answer;
   try {

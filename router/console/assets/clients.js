@@ -33,22 +33,9 @@ async function search() {
     (listing.complete ? "" : " (a worker did not answer)");
   document.getElementById("clients").replaceChildren(...listing.clients.map(client => {
     const tr = document.createElement("tr"), clientId = client[at.client_id], tenant = client[at.tenant];
-    for (const field of SHOWN) {
-      const td = document.createElement("td");
-      td.textContent = shown(field, client[at[field]]);
-      tr.append(td);
-    }
-    const page = document.createElement("a");  // the client's own page
-    page.href = "/client?" + new URLSearchParams({id: clientId, tenant: tenant});
-    page.className = "client";
-    page.textContent = clientId;
-    tr.firstChild.replaceChildren(page);
-    const td = document.createElement("td"), button = document.createElement("button");
-    button.textContent = "Disconnect";
-    button.className = "disconnect";
-    button.onclick = () => disconnect(clientId, tenant);
-    td.append(button);
-    tr.append(td);
+    tr.append(...SHOWN.map(field => cell(shown(field, client[at[field]]))),
+              actionCell("Disconnect", "disconnect", () => disconnect(clientId, tenant)));
+    tr.firstChild.replaceWith(clientCell(clientId, tenant));
     return tr;
   }));
   for (const th of document.querySelectorAll("#columns th[data-sort]")) {

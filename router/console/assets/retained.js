@@ -7,12 +7,6 @@ const PAGE = 100;
 const summary = document.getElementById("summary");
 let offset = 0, viewed = null;
 
-function cell(value) {
-  const td = document.createElement("td");
-  td.textContent = value;
-  return td;
-}
-
 function expiry(at) {
   return at ? new Date(at * 1000).toISOString() : "never";
 }
@@ -30,13 +24,9 @@ async function browse() {
   const shown = page.messages.length ? (page.offset + 1) + "–" + (page.offset + page.messages.length) + " of " : "";
   summary.textContent = shown + (page.whole ? "" : "at least ") + page.total + " retained messages";
   document.getElementById("messages").replaceChildren(...page.messages.map(([topic, qos, size, expires, tenant]) => {
-    const tr = document.createElement("tr"), td = document.createElement("td"), button = document.createElement("button");
-    tr.append(cell(topic), cell(qos), cell(size), cell(expiry(expires)), cell(tenant));
-    button.textContent = "View";
-    button.className = "view";
-    button.onclick = () => view(topic, tenant);
-    td.append(button);
-    tr.append(td);
+    const tr = document.createElement("tr");
+    tr.append(cell(topic), cell(qos), cell(size), cell(expiry(expires)), cell(tenant),
+              actionCell("View", "view", () => view(topic, tenant)));
     return tr;
   }));
   document.getElementById("previous").disabled = offset === 0;

@@ -9,11 +9,7 @@ let offset = 0;
 
 function row(values) {
   const tr = document.createElement("tr");
-  for (const value of values) {
-    const td = document.createElement("td");
-    td.textContent = value;
-    tr.append(td);
-  }
+  tr.append(...values.map(cell));
   return tr;
 }
 
@@ -42,17 +38,8 @@ async function sessions() {
     (page.complete ? "" : " among the first sessions looked at");
   document.getElementById("sessions").replaceChildren(...page.rows.map(([clientId, tenant, queued, bytes, ends, subs]) => {
     const tr = row([clientId, tenantName(tenant), queued, bytes, ends === null ? "never" : new Date(ends * 1000).toLocaleString(), subs]);
-    const page = document.createElement("a");  // the client's own page: its session, subscriptions, outbox
-    page.href = "/client?" + new URLSearchParams({id: clientId, tenant: tenant});
-    page.className = "client";
-    page.textContent = clientId;
-    tr.firstChild.replaceChildren(page);
-    const td = document.createElement("td"), button = document.createElement("button");
-    button.textContent = "Remove";
-    button.className = "remove";
-    button.onclick = () => remove(clientId, tenant);
-    td.append(button);
-    tr.append(td);
+    tr.firstChild.replaceWith(clientCell(clientId, tenant));
+    tr.append(actionCell("Remove", "remove", () => remove(clientId, tenant)));
     return tr;
   }));
   document.getElementById("previous").disabled = offset === 0;

@@ -21,17 +21,8 @@ async function search() {
     (said.complete ? "" : " among the first sessions looked at");
   document.getElementById("subscriptions").replaceChildren(...said.rows.map(([tenant, clientId, filter, qos, online, persistent]) => {
     const tr = document.createElement("tr");
-    for (const value of [tenant === "" ? "(default)" : tenant, filter, clientId, qos,
-                         (online ? "online" : "offline") + (persistent ? ", persistent" : "")]) {
-      const td = document.createElement("td");
-      td.textContent = value;
-      tr.append(td);
-    }
-    const page = document.createElement("a");  // the client's own page
-    page.href = "/client?" + new URLSearchParams({id: clientId, tenant: tenant});
-    page.className = "client";
-    page.textContent = clientId;
-    tr.children[2].replaceChildren(page);
+    tr.append(cell(tenant === "" ? "(default)" : tenant), cell(filter), clientCell(clientId, tenant), cell(qos),
+              cell((online ? "online" : "offline") + (persistent ? ", persistent" : "")));
     return tr;
   }));
   document.getElementById("previous").disabled = offset === 0;
