@@ -37,8 +37,9 @@ import orjson
 # itself), BANS and BANS_ACK (the banned clients, checked by the workers); DELIVER_RAW leads with its
 # packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures, TRACES entries name the
 # publishers traced; CONNECT says the connection's window (a 5.0 client's Receive Maximum bounds its
-# session's in the router, a bridge's is its own)
-PROTOCOL = 9
+# session's in the router, a bridge's is its own); 10: SUBACK places a subscription with MQTT 5 options or
+# an identifier on its worker too, with its routing grant where 9 had the QoS
+PROTOCOL = 10
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -473,7 +474,7 @@ class Suback(NamedTuple):
     conn_id: int
     packet_id: int
     codes: list[int]  # one per filter, the worker encodes them for the client's version
-    placed: list[list]  # [filter, QoS its worker serves it with, or -1: the router does]
+    placed: list[list]  # [filter, the routing grant its worker serves it with (plexmq/grants.py), or -1: the router does]
 
     def encode(self) -> bytes:
         return orjson.dumps(tuple(self))

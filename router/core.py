@@ -322,16 +322,11 @@ class Router(Lifecycle, Subscribing):
         self.received += count
         tenant.received += count
         if targets.special or targets.groups:  # each packet resolved for each of them
-            pos = 0
-            body_at = 2 + len(topic) + form  # 5.0: after the empty property block
-            while pos < len(packets):
-                _first, start, stop = framing.frame(packets, pos, 1 << 28)  # type: ignore[misc]  # whole packets: never None
-                payload = packets[start + body_at:stop]
+            for payload in framing.run_payloads(packets, len(topic), bool(form)):
                 for session, matched in targets.special:
                     self._deliver_special(session, matched, topic, payload, 0, False, b"", 0, (worker, conn_id))
                 for group in targets.groups:
                     self._share(group, topic, payload, 0, False, b"", 0)
-                pos = stop
 
     def _on_pub0_v5(self, worker: bytes, header: bytes, packets: bytes) -> None:
         """A run of a 5.0 client: kept in its own form, so that 5.0 subscribers get it as it is."""

@@ -1,10 +1,10 @@
 """The route table the router pushes to every worker, so that a worker can deliver a message to its own
 subscribers without a hop through the router when nothing else needs it (docs/architecture.md §4).
 
-A subscription's *place* is the worker of its connection when that worker alone can serve it: a plain
-subscription (no MQTT 5 options or identifiers, not shared) of a clean session, made while connected
-there. Every other subscription (persistent sessions, shared groups, MQTT 5 options) has the router's
-place, `ROUTER`. The table maps each filter to its places, counted (a filter of one subscription to
+A subscription's *place* is the worker of its connection when that worker alone can serve it: a
+subscription that is not shared, of a clean session, made while connected there (MQTT 5 options and
+identifiers included: the worker resolves them, workers/routes.py). Every other subscription
+(persistent sessions, shared groups) has the router's place, `ROUTER`. The table maps each filter to its places, counted (a filter of one subscription to
 that place alone: a dict of one is 232 bytes, and most filters have one subscriber). A worker delivers
 a message itself only when no filter that matches its topic has a place other than its own; otherwise
 the router routes it, to everyone, as before. Filters are per tenant: the table is keyed by

@@ -52,7 +52,7 @@ class Subscribing:
         out = self.out(worker)
         now = time.time()
         codes = []
-        local = []  # [filter, QoS, or -1 where the router serves it]: what its worker serves itself
+        local = []  # [filter, routing grant, or -1 where the router serves it]: what its worker serves itself
         placed = False  # whether a filter got a new place: the SUBACK waits for the other workers
         retained: list[tuple[Message, int, bytes]] = []
         most = tenant.limits.max_subscriptions
@@ -67,7 +67,7 @@ class Subscribing:
             codes.append(grants.suback_code(grant))
             new, added = self._subscribe(session, topic_filter, grant)
             placed = placed or added
-            local.append([topic_filter, grant & 3 if topic_filter in session.local else -1])
+            local.append([topic_filter, grants.routing(grant) if topic_filter in session.local else -1])
             self.journal.subscription_added(session, topic_filter, grant)
             # retained messages are never sent to a shared subscription (MQTT 5, section 4.8.2)
             if packet_id and grants.sends_retained(grant, new) and topic_filter not in tenant.groups:
@@ -123,7 +123,7 @@ class Subscribing:
         if share is None:
             routing = grants.routing(grant)
             tenant.trie.add(topic_filter, session, routing)
-            if not session.persistent and routing < 4 and session.worker is not None:  # plain: its worker can serve it
+            if not session.persistent and session.worker is not None:  # not shared, of a clean session: its worker can serve it
                 if not session.local:
                     session.local = set()
                 session.local.add(topic_filter)

@@ -284,13 +284,15 @@ class HarnessWorker(Worker):
 
 class Packet(NamedTuple):
     """A packet written to the client: its type, its flags (a PUBLISH's: dup << 3 | qos << 1 | retain),
-    its packet id (0: none), and for a PUBLISH its topic and payload; `body`: the rest, undecoded."""
+    its packet id (0: none), and for a PUBLISH its topic and payload (and a 5.0 one's properties);
+    `body`: the rest, undecoded."""
     kind: int
     flags: int
     pid: int = 0
     topic: str = ""
     payload: bytes = b""
     body: bytes = b""
+    props: dict | None = None
 
     @property
     def qos(self) -> int:
@@ -314,11 +316,12 @@ def parse(data: bytes, v5_client: bool = False) -> list[Packet]:
         first, start, stop = found
         kind, flags, body = first >> 4, first & 15, bytes(data[start:stop])
         if kind == p.PUBLISH:
+            props = None
             if v5_client:
-                topic, pid, payload, _props = v5.decode_publish(flags, body, from_server=True)
+                topic, pid, payload, props = v5.decode_publish(flags, body, from_server=True)
             else:
                 topic, pid, payload = p.decode_publish(flags, body)
-            packets.append(Packet(kind, flags, pid, topic, bytes(payload)))
+            packets.append(Packet(kind, flags, pid, topic, bytes(payload), props=props))
         elif kind in _WITH_PID:
             packets.append(Packet(kind, flags, int.from_bytes(body[:2], "big"), body=body[2:]))
         else:

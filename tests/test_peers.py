@@ -14,11 +14,16 @@ from typing import Any
 
 import paho.mqtt.client as paho
 import psutil
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from plexmq import wire
+from plexmq import grants, wire
 from plexmq.acceptor.config import curve_keys
+from plexmq.mqtt import properties as P
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
+from plexmq.workers import from_peers
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
 from tests.conftest import Broker, free_port
@@ -117,6 +122,72 @@ def subscribed_here(h: ConnectionHarness, topic_filter: str, qos: int) -> Client
 
 def acks(c: Client) -> list[tuple[int, int]]:
     return [(packet.kind, packet.pid) for packet in c.packets()]
+
+
+def subscribed_v5(h: ConnectionHarness, topic_filter: str, options: int, identifier: int = 0) -> Client:
+    """A 5.0 client of this worker whose subscription with MQTT 5 `options` (and `identifier`) the router
+    placed here, as it places a clean session's (router/subscribing.py): with its routing grant."""
+    sub = h.client(f"sub5-{uid()}", version=5)
+    sub.send(v5.encode_subscribe(1, [(topic_filter, options)],
+                                 {P.SUBSCRIPTION_IDENTIFIER: identifier} if identifier else None))
+    h.from_router(suback(sub.conn_id, 1, [options & 3], [[topic_filter, grants.make(options & 15, identifier)]]))
+    assert [packet.kind for packet in sub.packets()] == [p.SUBACK]
+    h.records()  # its SUBSCRIBE, which the router answered
+    return sub
+
+
+def delivered_to(c: Client) -> list[tuple[bytes, int, object]]:
+    """(payload, QoS, subscription identifiers or None) of each PUBLISH written to `c`."""
+    return [(packet.payload, packet.qos, (packet.props or {}).get(P.SUBSCRIPTION_IDENTIFIER))
+            for packet in c.packets() if packet.kind == p.PUBLISH]
+
+
+def test_subscriptions_with_mqtt5_options_are_served_here_each_message_resolved_for_each() -> None:
+    """No local, an identifier and a lower QoS, without the router: the no-local subscriber hears nothing
+    it published itself, in a run of QoS 0 packets or alone (and its PUBACK says a subscription matched,
+    as the router's would); the other gets each with its identifier, at the QoS it was granted."""
+    h, peers = direct()
+    own = subscribed_v5(h, "x", 1 | grants.NO_LOCAL)
+    other = subscribed_v5(h, "x/#", 0, identifier=7)
+    own.send(v5.encode_publish(b"x", b"run-1") + v5.encode_publish(b"x", b"run-2") +
+             v5.encode_publish(b"x", b"one", 1, packet_id=5))
+    h.turn()
+    assert h.records() == [] and peers.frames == []
+    assert [(packet.kind, packet.pid, packet.body) for packet in own.packets()] == [(p.PUBACK, 5, b"")]
+    assert delivered_to(other) == [(b"run-1", 0, [7]), (b"run-2", 0, [7]), (b"one", 0, [7])]
+    pub = h.client("pub4")
+    pub.send(p.encode_publish(b"x", b"from another", 1, packet_id=1))
+    h.turn()
+    assert h.records() == [] and acks(pub) == [(p.PUBACK, 1)]
+    assert delivered_to(own)[0][:2] == (b"from another", 1) and delivered_to(other) == [(b"from another", 0, [7])]
+
+
+def peer_frame(*records: tuple[int, bytes, bytes]) -> bytes:
+    """A frame from a peer of the default tenant: (kind, topic, payload) records, as workers/peers.py makes them."""
+    batch = wire.Batch()
+    for kind, topic, payload in records:
+        head = wire.PEER_HEAD.pack(0)
+        batch.add(kind, head + (wire.deliver_head(topic, 1, False, False, b"", 0) if kind == wire.PEER_MSG else topic),
+                  payload)
+    return batch.take()
+
+
+def test_a_peers_messages_reach_subscriptions_with_mqtt5_options_here_each_with_its_own() -> None:
+    """What another worker sends (a QoS 1 message, a run of QoS 0 packets) goes to this worker's
+    subscribers with identifiers, each with its own, and with no local (another worker's client
+    published it): the router has none of it."""
+    h, _peers = direct()
+    seven = subscribed_v5(h, "y/+", 1, identifier=7)
+    nine = subscribed_v5(h, "y/z", 2 | grants.NO_LOCAL, identifier=9)
+    plain = subscribed_here(h, "y/z", 0)
+    h.records()
+    run = p.encode_publish(b"y/z", b"a") + p.encode_publish(b"y/z", b"b")
+    from_peers.deliver(h.worker, peer_frame((wire.PEER_MSG, b"y/z", b"q1"), (wire.PEER_RAW, b"y/z", run)))
+    h.turn()
+    assert h.records() == []
+    assert delivered_to(seven) == [(b"q1", 1, [7]), (b"a", 0, [7]), (b"b", 0, [7])]
+    assert delivered_to(nine) == [(b"q1", 1, [9]), (b"a", 0, [9]), (b"b", 0, [9])]
+    assert [(packet.payload, packet.qos) for packet in plain.packets()] == [(b"q1", 0), (b"a", 0), (b"b", 0)]
 
 
 def test_a_clean_sessions_qos2_message_goes_to_local_subscribers_and_peers_with_its_pubrec_after_their_answer() -> None:
@@ -272,14 +343,14 @@ def test_other_nodes_workers_get_qos0_messages_directly_once_reached_and_qos1_on
     tables.apply(True, [["", "a", ["n1/w1"]], ["", "b", ["n2/w0"]], ["", "c", ["n1/w1", "n2/w0"]],
                         ["", "d", ["n2/w0", ""]]])
     t = tables.default
-    assert t.targets(b"a") == ((), ("n1/w1",), ("n1/w1",))
-    assert t.targets(b"b") == ((), None, None)
+    assert t.targets(b"a") == ((), ("n1/w1",), ("n1/w1",), ())
+    assert t.targets(b"b") == ((), None, None, ())
     tables.reach({"n2/w0"})
-    assert t.targets(b"b") == ((), ("n2/w0",), None)
-    assert t.targets(b"c") == ((), ("n1/w1", "n2/w0"), None)
-    assert t.targets(b"d") == ((), None, None)
+    assert t.targets(b"b") == ((), ("n2/w0",), None, ())
+    assert t.targets(b"c") == ((), ("n1/w1", "n2/w0"), None, ())
+    assert t.targets(b"d") == ((), None, None, ())
     tables.reach(set())
-    assert t.targets(b"b") == ((), None, None) and t.targets(b"c") == ((), None, None)
+    assert t.targets(b"b") == ((), None, None, ()) and t.targets(b"c") == ((), None, None, ())
 
 
 def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_later(tmp_path: Path) -> None:
@@ -370,30 +441,71 @@ def test_a_clean_sessions_qos2_messages_cross_workers_exactly_once_with_the_rout
         c.close()
 
 
-def test_paho_v5_qos2_crosses_workers_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
-    b = start_broker("--workers", "2")
-    topic = f"peers/{uid()}"
-    sub = Paho(b.port, f"peers-sub5-{uid()}", protocol=paho.MQTTv5)
-    assert sub.subscribe(topic, 2) == [2]
+def paho_v5_across(b: Broker, sub: Paho) -> tuple[Paho, list[Paho]]:
+    """A 5.0 publisher on another worker than `sub`'s, and the connections that landed beside `sub` first."""
     sub_worker = b.worker_holding(sub.client.socket().getsockname()[1])  # type: ignore[union-attr]  # connected
     spare: list[Paho] = []
     while True:  # the balancer puts the next one on the less loaded worker: keep those that land beside it
         assert len(spare) < 16, "16 connections in a row on the subscriber's worker"
         pub = Paho(b.port, f"peers-pub5-{uid()}", protocol=paho.MQTTv5)
         if b.worker_holding(pub.client.socket().getsockname()[1]) != sub_worker:  # type: ignore[union-attr]  # connected
-            break
+            return pub, spare
         spare.append(pub)
-    pub.publish(topic, b"warm", 1)  # the router has confirmed all this worker sent it: PUBACK
+
+
+def stopped_router(b: Broker, topic: str, sub: Paho, pub: Paho) -> psutil.Process:
+    """The router, once it has confirmed all `pub`'s worker sent it (a QoS 1 PUBACK) and `sub` has that message."""
+    pub.publish(topic, b"warm", 1)
     assert sub.get().payload == b"warm"
     router = b.router()
     assert router is not None
     router.send_signal(signal.SIGSTOP)
+    return router
+
+
+def test_paho_v5_qos2_crosses_workers_with_the_router_stopped(start_broker: Callable[..., Broker]) -> None:
+    b = start_broker("--workers", "2")
+    topic = f"peers/{uid()}"
+    sub = Paho(b.port, f"peers-sub5-{uid()}", protocol=paho.MQTTv5)
+    assert sub.subscribe(topic, 2) == [2]
+    pub, spare = paho_v5_across(b, sub)
+    router = stopped_router(b, topic, sub, pub)
     try:
         payloads = [b"v5-%d" % i for i in range(50)]
         for payload in payloads:
             pub.publish(topic, payload, 2)  # waits for its PUBCOMP
         got = [sub.get() for _ in payloads]
         assert [(m.payload, m.qos) for m in got] == [(payload, 2) for payload in payloads]
+    finally:
+        router.send_signal(signal.SIGCONT)
+    for c in (sub, pub, *spare):
+        c.disconnect()
+
+
+def test_paho_v5_subscription_identifiers_and_no_local_cross_workers_with_the_router_stopped(
+        start_broker: Callable[..., Broker]) -> None:
+    """A subscription with an identifier and no local, served by its worker: another worker's messages
+    arrive with the identifier while the router is stopped, and the subscriber's own do not come back."""
+    b = start_broker("--workers", "2")
+    topic = f"peers/{uid()}"
+    sub = Paho(b.port, f"peers-sub5-{uid()}", protocol=paho.MQTTv5)
+    identifier = Properties(PacketTypes.SUBSCRIBE)
+    identifier.SubscriptionIdentifier = 42
+    sub.client.subscribe(topic, options=SubscribeOptions(qos=1, noLocal=True), properties=identifier)
+    assert sub.subacks.get(timeout=5) == [1]
+    pub, spare = paho_v5_across(b, sub)
+    router = stopped_router(b, topic, sub, pub)
+    try:
+        payloads = [b"id-%d" % i for i in range(50)]
+        for i, payload in enumerate(payloads):
+            pub.publish(topic, payload, i % 2)
+        got = [sub.get() for _ in payloads]
+        ids = [m.properties.SubscriptionIdentifier for m in got]  # type: ignore[union-attr]  # 5.0: set
+        assert [(m.payload, m.qos) for m in got] == [(payload, i % 2) for i, payload in enumerate(payloads)]
+        assert ids == [[42]] * len(payloads)
+        sub.publish(topic, b"its own", 1)  # PUBACK without the router
+        pub.publish(topic, b"marker", 1)
+        assert sub.get().payload == b"marker", "a no-local subscriber got its own message"
     finally:
         router.send_signal(signal.SIGCONT)
     for c in (sub, pub, *spare):

@@ -330,3 +330,24 @@ def test_every_acknowledgement_leaves_after_the_commit(tmp_path):
     acks = [s for s in h.sent if any(isinstance(r, (Session, Suback, Unsuback, Routed)) for r in s.records)]
     assert len(acks) >= 5
     assert not [s for s in acks if s.uncommitted]
+
+
+# -- where a subscription is served ------------------------------------------------------------------
+
+
+def test_a_clean_sessions_subscriptions_with_mqtt5_options_are_placed_on_its_worker_and_a_persistent_ones_with_the_router():
+    """Its worker resolves no local, retain as published and identifiers itself (workers/routes.py): the
+    SUBACK places each there with its routing grant (retain handling left out); a shared one and those
+    of a persistent session stay the router's."""
+    h = RouterHarness()
+    w0 = h.worker("w0")
+    connected(h, w0, 1, "clean")
+    options = [("a", 1 | 0x04), ("b", 2 | 0x08 | 0x20 | 7 << 8), ("$share/g/c", 1), ("d", 0)]
+    w0.subscribe(1, 1, options)
+    h.turn()
+    [placed] = [r.placed for r in w0.take() if isinstance(r, Suback)]
+    assert placed == [["a", 5], ["b", 2 | 0x08 | 7 << 8], ["$share/g/c", -1], ["d", 0]]
+    connected(h, w0, 2, "durable", clean=False)
+    w0.subscribe(2, 1, options[:2])
+    h.turn()
+    assert [r.placed for r in w0.take() if isinstance(r, Suback)] == [[["a", -1], ["b", -1]]]

@@ -106,7 +106,7 @@ def test_a_whole_table_empties_the_tenants_it_does_not_name() -> None:
     h = ConnectionHarness(tenants=TENANTS)
     h.from_router(routes(1, True, [["acme", "t", ["elsewhere"]]]))
     acme = h.worker.routes.of("acme")
-    assert acme.targets(b"t") == ((), None, None)  # no subscriber here; the router routes it
+    assert acme.targets(b"t") == ((), None, None, ())  # no subscriber here; the router routes it
     h.from_router(routes(2, True, [["beta", "t", ["elsewhere"]]]))
-    assert acme.targets(b"t") == ((), (), ()) and h.worker.routes.of("beta").targets(b"t") == ((), None, None)
-    assert h.worker.routes.default.targets(b"t") == ((), (), ())
+    assert acme.targets(b"t") == ((), (), (), ()) and h.worker.routes.of("beta").targets(b"t") == ((), None, None, ())
+    assert h.worker.routes.default.targets(b"t") == ((), (), (), ())

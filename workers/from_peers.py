@@ -1,7 +1,8 @@
 """Records from the other workers of this host (workers/peers.py): QoS 0, 1 and 2 messages their clients published
 to topics this worker's own subscribers want, delivered here as the worker delivers its own clients'
 (`Worker.deliver_raw`, `Worker.deliver_message`: read access judged at delivery, shedding counted), to
-the subscriptions it serves itself in the publisher's tenant (`LocalRoutes.local`)."""
+the subscriptions it serves itself in the publisher's tenant (`LocalRoutes.local`); those with MQTT 5
+options or identifiers each resolved for its own (`Worker.deliver_special`)."""
 
 from __future__ import annotations
 
@@ -39,15 +40,22 @@ def deliver(worker: Worker, frame: bytes) -> None:
         else:
             topic = header[start:]
             count = packets_in(payload)
-        subs = routes.served_here(topic)
-        if not subs:
+        subs, special = routes.served_here(topic)
+        if not (subs or special):
             continue
         if worker.shedding and not qos:
-            worker.shed += count * len(subs)
+            worker.shed += count * (len(subs) + len(special))
             continue
-        worker.counters.tally(tenant).sent += count * len(subs)
+        copies = count * len(subs)
         if kind == wire.PEER_MSG:
-            worker.deliver_message(topic, payload, qos, False, False, extra, subs)
+            if subs:
+                worker.deliver_message(topic, payload, qos, False, False, extra, subs)
+            if special:
+                copies += worker.deliver_special(special, topic, payload, qos, extra)
         else:
-            worker.deliver_raw(subs, payload, count, kind == wire.PEER_RAW_V5)
+            if subs:
+                worker.deliver_raw(subs, payload, count, kind == wire.PEER_RAW_V5)
+            if special:
+                copies += worker.deliver_special_run(special, topic, payload, kind == wire.PEER_RAW_V5)
+        worker.counters.tally(tenant).sent += copies
     worker.flush_soon()

@@ -175,11 +175,11 @@ def suback(worker: Worker, header: bytes, payload: bytes) -> None:
         return
     conn.answered()
     asked = conn.subs or {}
-    for topic_filter, qos in placed:
-        if qos < 0 or topic_filter not in asked:
+    for topic_filter, grant in placed:
+        if grant < 0 or topic_filter not in asked:
             conn.routes.unsubscribe(conn_id, topic_filter)
         else:
-            conn.routes.subscribe(conn_id, topic_filter, qos)
+            conn.routes.subscribe(conn_id, topic_filter, grant)
     if conn.v5 is None:
         conn.write(p.encode_suback(packet_id, [code if code < 0x80 else 0x80 for code in codes]))
     else:

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from plexmq.grants import Matched
 from plexmq.trie import SubscriptionTrie
 
 CACHE_SIZE = 100_000
 Subscriber = tuple[int, int, int]  # conn id, granted QoS, packet id (0: the connection numbers it), as on the wire
-# the local subscribers; the other workers that want a QoS 0 message, and those that want a QoS 1 or 2 one (None:
-# the router must route it)
-Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None, tuple[str, ...] | None]
+Special = tuple[int, Matched]  # a local subscriber with MQTT 5 options or identifiers: conn id, its grants
+# the local subscribers of plain subscriptions; the other workers that want a QoS 0 message, and those that
+# want a QoS 1 or 2 one (None: the router must route it); the local subscribers whose subscriptions have MQTT 5
+# options or identifiers (each message resolved for each: `Worker.deliver_special`)
+Targets = tuple[tuple[Subscriber, ...], tuple[str, ...] | None, tuple[str, ...] | None, tuple[Special, ...]]
 
 
 class LocalRoutes:
@@ -39,33 +42,46 @@ class LocalRoutes:
         self.far = far  # the other nodes' workers it sends QoS 0 messages to itself (`RouteTables.reach`)
         self.remote = SubscriptionTrie()  # filter -> its places other than this worker (the router's: "")
         self.placed: dict[str, tuple[str, ...]] = {}  # filter -> the places `remote` holds for it
-        self.local = SubscriptionTrie()  # conn id -> granted QoS: the subscriptions served here
+        self.local = SubscriptionTrie()  # conn id -> routing grant: the subscriptions served here
         self.known = False  # whether the table came since the last HELLO: until then all goes to the router
         self.cache: dict[bytes, Targets] = {}
 
     def targets(self, topic: bytes) -> Targets | None:
-        """The local subscribers of a message to `topic` (empty: none) and the other workers that serve
-        the rest, for QoS 0 and for QoS 1 or 2 (empty: none; None: something else wants it, the router or a
-        worker this one does not reach, and the router must route it), or None while the table is not known."""
+        """The local subscribers of a message to `topic` (plain ones; empty: none), the other workers that
+        serve the rest, for QoS 0 and for QoS 1 or 2 (empty: none; None: something else wants it, the router
+        or a worker this one does not reach, and the router must route it), and the local subscribers with
+        MQTT 5 options or identifiers; or None while the table is not known."""
         if not self.known:
             return None
         found = self.cache.get(topic)
         if found is None:
             name = topic.decode()
-            found = (tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(name).items()]),  # type: ignore[misc]  # conn ids
-                     *self._peers(self.remote.match(name)))  # type: ignore[arg-type]  # places
+            plain, special = self._here(name)
+            q0, q1 = self._peers(self.remote.match(name))  # type: ignore[arg-type]  # places
+            found = (plain, q0, q1, special)
             if len(self.cache) >= CACHE_SIZE:
                 self.cache.clear()
             self.cache[topic] = found
         return found
 
-    def served_here(self, topic: bytes) -> tuple[Subscriber, ...]:
+    def _here(self, name: str) -> tuple[tuple[Subscriber, ...], tuple[Special, ...]]:
+        """The local subscribers of a message to topic `name`: those whose subscriptions are plain, and the others."""
+        plain: list[Subscriber] = []
+        special: list[Special] = []
+        for conn_id, matched in self.local.match(name).items():
+            if matched.__class__ is int and matched < 4:
+                plain.append((conn_id, matched, 0))  # type: ignore[arg-type]  # conn ids, an int
+            else:
+                special.append((conn_id, matched))  # type: ignore[arg-type]  # conn ids
+        return tuple(plain), tuple(special)
+
+    def served_here(self, topic: bytes) -> tuple[tuple[Subscriber, ...], tuple[Special, ...]]:
         """The subscribers this worker serves itself of a message to `topic` that another worker of this
-        host sent it (workers/from_peers.py), whatever else wants it."""
+        host sent it (workers/from_peers.py), whatever else wants it: plain ones, and the others."""
         found = self.targets(topic)
         if found is not None:
-            return found[0]
-        return tuple([(conn_id, granted, 0) for conn_id, granted in self.local.match(topic.decode()).items()])  # type: ignore[misc]  # conn ids
+            return found[0], found[3]
+        return self._here(topic.decode())
 
     def _peers(self, places: Iterable[str]) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
         """The peers a QoS 0 and a QoS 1 or 2 message go to (None: the router routes it)."""
@@ -101,8 +117,9 @@ class LocalRoutes:
         """A new router: until its table comes, every message goes to it."""
         self.known = False
 
-    def subscribe(self, conn_id: int, topic_filter: str, qos: int) -> None:
-        self.local.add(topic_filter, conn_id, qos)
+    def subscribe(self, conn_id: int, topic_filter: str, grant: int) -> None:
+        """A subscription served here, with its routing grant (plexmq/grants.py: QoS, MQTT 5 options, identifier)."""
+        self.local.add(topic_filter, conn_id, grant)
         self.cache.clear()
 
     def unsubscribe(self, conn_id: int, topic_filter: str) -> None:

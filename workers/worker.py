@@ -24,13 +24,13 @@ import orjson
 import psutil
 import uvloop
 
-from plexmq import wire
+from plexmq import grants, wire
 from plexmq.archive_format import archived_publish, sender
 from plexmq.bans import BanSet
 from plexmq.files import Access
 from plexmq.mqtt import PROTOCOLS, reasons, v5
 from plexmq.mqtt import properties as props
-from plexmq.mqtt.framing import packets_in
+from plexmq.mqtt.framing import packets_in, run_payloads
 from plexmq.process import (
     become_child,
     child_config,
@@ -53,7 +53,7 @@ from plexmq.workers.link import RouterLink, local_address
 from plexmq.workers.negotiated import Negotiated
 from plexmq.workers.outbound import Extra, Forms, Outbound
 from plexmq.workers.peers import Marks, Peers, delivered, direct_endpoint
-from plexmq.workers.routes import RouteTables, Subscriber
+from plexmq.workers.routes import RouteTables, Special, Subscriber
 from plexmq.workers.settings import Settings
 from plexmq.workers.sockets import Poller
 from plexmq.workers.states import CLOSED, CONNECTED, CONNECTING
@@ -312,16 +312,21 @@ class Worker:
         if retain or not self.local_path(conn):
             return False
         found = conn.routes.targets(name)
-        subs, peers = (found[0], found[2] if qos else found[1]) if found is not None else ((), None)
+        if found is None:
+            return False
+        subs, peers, special = found[0], found[2] if qos else found[1], found[3]
         if peers is None:
             return False
-        self._count_local(conn, 1, len(subs))
         extra = (props, expiry) if props or expiry else None
+        copies = len(subs)
         if subs:
             self.deliver_message(name, payload, qos, False, False, extra, subs)
+        if special:
+            copies += self.deliver_special(special, name, payload, qos, extra, conn.conn_id)
+        self._count_local(conn, 1, copies)
         marks = self.peers.message(peers, conn.tenant, name, payload, extra, qos) if peers else ()  # type: ignore[union-attr]  # peers found: it has them
         if qos:
-            code = 0 if subs or peers else reasons.NO_MATCHING_SUBSCRIBERS
+            code = 0 if subs or peers or special else reasons.NO_MATCHING_SUBSCRIBERS  # (no local counts as matched)
             if marks or self.peer_acks:  # after the peers' answers, and in the order of its PUBLISH
                 self.peer_acks.append((conn, packet_id, qos, code, marks))
             else:
@@ -345,17 +350,20 @@ class Worker:
         if self.watching:
             trace_watch.see_run(self, conn, topic, count, packets, as_v5)
         found = conn.routes.targets(topic) if self.local_path(conn) else None
-        subs, peers = found[:2] if found is not None else ((), None)
-        if peers is None:
+        if found is None or found[1] is None:
             self.link.pub0(conn.conn_id, topic, count, packets, as_v5)
             return
+        subs, peers, special = found[0], found[1], found[3]
         if self.shedding:
             self._count_local(conn, count, 0)
-            self.shed += count * len(subs)
+            self.shed += count * (len(subs) + len(special))
         else:
-            self._count_local(conn, count, count * len(subs))
+            copies = count * len(subs)
             if subs:
                 self.deliver_raw(subs, packets, count, as_v5)
+            if special:
+                copies += self.deliver_special_run(special, topic, packets, as_v5, conn.conn_id)
+            self._count_local(conn, count, copies)
         for place in peers:
             self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
 
@@ -485,6 +493,33 @@ class Worker:
                         continue  # expired
                     packet = qos0_packets[version] = head + payload
             conn.deliver(topic, payload, eff, retain, dup, packet_id, packet, extra, forms)
+
+    def deliver_special(self, special: Iterable[Special], topic: bytes, payload: bytes, qos: int, extra: Extra | None,
+                        publisher: int = 0) -> int:
+        """One message that is not retained to local subscribers whose subscriptions have MQTT 5 options or
+        identifiers, each resolved for its own (plexmq/grants.py: its QoS, its identifiers; none for no
+        local when it is the `publisher`'s connection); how many it went to."""
+        copies = 0
+        for conn_id, matched in special:
+            resolved = grants.resolve(matched, qos, False, conn_id == publisher)
+            if resolved is None:
+                continue
+            eff, _retain, ids = resolved
+            own = extra
+            if ids:
+                own = (extra[0] + ids, extra[1]) if extra is not None else (ids, 0)
+            self.deliver_message(topic, payload, eff, False, False, own, ((conn_id, eff, 0),))
+            copies += 1
+        return copies
+
+    def deliver_special_run(self, special: Iterable[Special], topic: bytes, packets: bytes, as_v5: bool,
+                            publisher: int = 0) -> int:
+        """A raw run of plain QoS 0 packets (`deliver_raw`) to subscribers with MQTT 5 options or identifiers:
+        each packet resolved for each (`deliver_special`); how many copies went."""
+        copies = 0
+        for payload in run_payloads(packets, len(topic), as_v5):
+            copies += self.deliver_special(special, topic, payload, 0, None, publisher)
+        return copies
 
     def _withhold(self, conn: Connection, packet_id: int, count: int) -> None:
         """Messages the client may not read (its rules changed since it subscribed, or it resumed a
