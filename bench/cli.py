@@ -89,6 +89,8 @@ def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
     parser.add_argument("--persistent-subs", action="store_true",
                         help="subscribers connect with clean session 0 and stable ids <client-prefix>s<i> "
                              "(their sessions, and what is queued for them, outlive the run)")
+    parser.add_argument("--sub-identifier", type=int, default=0,
+                        help="5.0: subscribers subscribe with this subscription identifier, 1 to 268435455 (0: none)")
     parser.add_argument("--topic-prefix", default="bench")
     parser.add_argument("--procs", type=int, default=0, help="generator processes (default: cores, more for fds)")
     parser.add_argument("--source-addrs", type=int, default=-1,
@@ -132,6 +134,8 @@ def check(opts: Options) -> str | None:
         return "--window must be at least 1 for QoS 1/2"
     if opts.window > 65535:
         return "--window must be at most 65535 (packet identifiers)"
+    if opts.sub_identifier and (opts.protocol != 5 or not 0 < opts.sub_identifier < 1 << 28):
+        return "--sub-identifier is for --protocol 5, 1 to 268435455"
     if opts.duration <= 0:
         return "--duration must be positive"
     if opts.scenario in ("conn", "p2p") and opts.clients < 0 or min(opts.pubs, opts.subs) < 0:

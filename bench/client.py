@@ -259,7 +259,7 @@ class Subscriber(Client):
 
     def on_connected(self) -> None:
         opts = self.agent.opts
-        packet = wire.subscribe(opts.protocol, 1, opts.filter(self.index), opts.qos)
+        packet = wire.subscribe(opts.protocol, 1, opts.filter(self.index), opts.qos, opts.sub_identifier)
         self.transport.write(packet)  # type: ignore[union-attr]  # connected
 
     def on_packet(self, first: int, data: bytes, start: int, stop: int) -> None:

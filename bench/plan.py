@@ -39,6 +39,7 @@ class Options:
     client_prefix: str = "plexbench-"
     username: str = ""  # every client logs in with it ("": none), e.g. "bench@acme" for a tenant
     persistent_subs: bool = False  # subscribers connect with clean session 0 and ids stable across runs
+    sub_identifier: int = 0  # 5.0: subscribers subscribe with this subscription identifier (0: none)
     topic_prefix: str = "bench"
     procs: int = 0  # 0: one per core (more when the fd limit needs more)
     source_addrs: int = -1  # -1: automatic above 25k connections; 0: never

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from plexmq.mqtt import v4, v5
 from plexmq.mqtt.framing import MalformedPacket, read_varint
-from plexmq.mqtt.properties import SESSION_EXPIRY_INTERVAL
+from plexmq.mqtt.properties import SESSION_EXPIRY_INTERVAL, SUBSCRIPTION_IDENTIFIER
 
 LEVELS = (4, 5)
 NAMES = {4: "3.1.1", 5: "5.0"}
@@ -46,9 +46,11 @@ def properties_end(data: bytes, pos: int) -> int:
     return pos + length
 
 
-def subscribe(level: int, packet_id: int, topic_filter: str, qos: int) -> bytes:
+def subscribe(level: int, packet_id: int, topic_filter: str, qos: int, identifier: int = 0) -> bytes:
+    """`identifier`: 5.0's subscription identifier (0: none)."""
     if level == 5:
-        return v5.encode_subscribe(packet_id, [(topic_filter, qos)])
+        return v5.encode_subscribe(packet_id, [(topic_filter, qos)],
+                                   {SUBSCRIPTION_IDENTIFIER: identifier} if identifier else None)
     return v4.encode_subscribe(packet_id, [(topic_filter, qos)])
 
 

@@ -4,11 +4,12 @@ subscribers without a hop through the router when nothing else needs it (docs/ar
 A subscription's *place* is the worker of its connection when that worker alone can serve it: a
 subscription that is not shared, of a clean session, made while connected there (MQTT 5 options and
 identifiers included: the worker resolves them, workers/routes.py). Every other subscription
-(persistent sessions, shared groups) has the router's place, `ROUTER`. The table maps each filter to its places, counted (a filter of one subscription to
-that place alone: a dict of one is 232 bytes, and most filters have one subscriber). A worker delivers
-a message itself only when no filter that matches its topic has a place other than its own; otherwise
-the router routes it, to everyone, as before. Filters are per tenant: the table is keyed by
-(tenant, filter), and a worker matches a topic only against its publisher's tenant's filters.
+(persistent sessions, shared groups) has the router's place, `ROUTER`. The table maps each filter to
+its places, counted (a filter of one subscription to that place alone: a dict of one is 232 bytes, and
+most filters have one subscriber). A worker delivers a message itself only when no filter that matches
+its topic has a place other than its own; otherwise the router routes it, to everyone, as before.
+Filters are per tenant: the table is keyed by (tenant, filter), and a worker matches a topic only
+against its publisher's tenant's filters.
 
 Each turn's changes go to every worker as one `ROUTES` record of a new generation, at the head of its
 frame; a worker that says HELLO gets the whole table. Workers acknowledge each generation

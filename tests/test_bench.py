@@ -206,6 +206,8 @@ def test_protocol_5_runs_count_every_delivery(start_broker, capsys) -> None:
     assert fanin0["sent"] > 100 and fanin0["received"] == fanin0["expected"] and fanin0["ok"]
     fanout = _run(broker, "fanout", protocol=5, pubs=1, subs=20, duration=0.7, qos=2)
     assert fanout["sent"] > 50 and fanout["received"] == 20 * fanout["sent"] and fanout["ok"]
+    ided = _run(broker, "p2p", protocol=5, clients=4, qos=1, duration=0.5, sub_identifier=7)  # read past its property
+    assert ided["ok"] and ided["received"] == ided["expected"] > 0
     kept = _run(broker, "fanin", protocol=5, pubs=2, subs=1, qos=1, duration=0.5, persistent_subs=True,
                 client_prefix="p5bench-")
     assert kept["ok"] and kept["received"] == kept["expected"] > 0 and kept["protocol"] == "5.0"
