@@ -27,10 +27,10 @@ from plexmq.workers import from_peers
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
 from tests.conftest import Broker, free_port
-from tests.connection_harness import Client, ConnectionHarness, FakePeers, routed, routes, suback
+from tests.connection_harness import Client, ConnectionHarness, FakePeers, parse, routed, routes, suback
 from tests.mqtt import Client as Paho
 from tests.mqtt import RawClient
-from tests.steps import ping, publish, raw_on, receive, subscribe, uid
+from tests.steps import ping, publish, raw_on, receive, subscribe, uid, worker_of
 
 
 def direct(**settings: Any) -> tuple[ConnectionHarness, FakePeers]:
@@ -415,6 +415,29 @@ def test_workers_deliver_to_each_other_with_the_router_stopped(start_broker: Cal
     assert "taken for gone" not in b.output(), "a peer's answers were not read"
     for c in (sub, pub):
         c.close()
+
+
+def test_a_sigkill_of_the_publishers_worker_loses_no_message_it_acknowledged_on_its_way_to_another_worker(
+        start_broker: Callable[..., Broker], tmp_path: Path) -> None:
+    """A QoS 1 PUBACK leaves only once the subscriber's worker has the message (its answer), so a
+    worker killed with a window of messages on their way to another worker has acknowledged none it
+    had not handed over: each one acknowledged arrives (the subscriber's queue holds them all)."""
+    config = tmp_path / "plexmq.toml"
+    config.write_text("max_queued_messages = 100000\n")
+    b = start_broker("--workers", "2", "--config", str(config))
+    topic, sub, pub, _router = pair_across(b)
+    victim = b.workers()[worker_of(b, pub)]
+    n = 30_000  # more than it handles before the kill lands
+    pub.send(b"".join(p.encode_publish(topic.encode(), b"m%05d" % i, 1, packet_id=i + 1) for i in range(n)))
+    assert pub.recv()[0] == 0x40  # the first PUBACK: the rest are on their way
+    victim.kill()
+    rest = parse(pub.read_until_closed())
+    acked = [1] + [packet.pid for packet in rest if packet.kind == p.PUBACK]
+    assert acked == list(range(1, len(acked) + 1)), "PUBACKs out of order"
+    assert len(acked) < n, "every message acknowledged before the kill: it tested nothing"
+    got = receive(sub, payloads=[b"m%05d" % (pid - 1) for pid in acked])
+    assert [m.payload for m in got][:len(acked)] == [b"m%05d" % i for i in range(len(acked))]
+    sub.close()
 
 
 def test_a_clean_sessions_qos2_messages_cross_workers_exactly_once_with_the_router_stopped(
