@@ -23,6 +23,7 @@ from plexmq.acceptor.config import curve_keys
 from plexmq.mqtt import properties as P
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
+from plexmq.mqtt.framing import packets_in
 from plexmq.workers import from_peers
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
@@ -52,6 +53,8 @@ def peer_records(frame: bytes) -> list[tuple[int, bytes, bytes]]:
             _flags, length = wire.unpack_deliver(header, start)
             start += wire.DELIVER_HEAD.size
             header = header[:start + length]
+        else:
+            start += wire.COUNT.size  # the packets' count
         found.append((kind, header[start:], payload))
     return found
 
@@ -167,8 +170,10 @@ def peer_frame(*records: tuple[int, bytes, bytes]) -> bytes:
     batch = wire.Batch()
     for kind, topic, payload in records:
         head = wire.PEER_HEAD.pack(0)
-        batch.add(kind, head + (wire.deliver_head(topic, 1, False, False, b"", 0) if kind == wire.PEER_MSG else topic),
-                  payload)
+        if kind == wire.PEER_MSG:
+            batch.add(kind, head + wire.deliver_head(topic, 1, False, False, b"", 0), payload)
+        else:
+            batch.add(kind, head + wire.COUNT.pack(packets_in(payload)) + topic, payload)
     return batch.take()
 
 
@@ -365,7 +370,7 @@ def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_la
     try:
         peers.directory({"n1/w0": "tcp://127.0.0.1:1", "n2/w0": f"tcp://127.0.0.1:{free_port()}"})
         assert reached == [{"n2/w0"}]  # its own node's workers take ipc, not the directory
-        peers.raw("n2/w0", "", b"t", p.encode_publish(b"t", b"x"), False)
+        peers.raw("n2/w0", "", b"t", p.encode_publish(b"t", b"x"), 1, False)
         peers.send()
         assert peers.unconfirmed == 1 and not answers
         now = loop.time()

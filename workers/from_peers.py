@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from plexmq import wire
-from plexmq.mqtt.framing import packets_in
 
 if TYPE_CHECKING:
     from plexmq.workers.worker import Worker
@@ -18,6 +17,7 @@ _head_size = wire.PEER_HEAD.size
 _unpack_head = wire.PEER_HEAD.unpack_from
 _unpack_deliver = wire.unpack_deliver
 _deliver_size = wire.DELIVER_HEAD.size
+_unpack_count, _count_size = wire.COUNT.unpack_from, wire.COUNT.size
 
 
 def deliver(worker: Worker, frame: bytes) -> None:
@@ -38,8 +38,8 @@ def deliver(worker: Worker, frame: bytes) -> None:
                 extra = (props, expiry)
             count = 1
         else:
-            topic = header[start:]
-            count = packets_in(payload)
+            count = _unpack_count(header, start)[0]
+            topic = header[start + _count_size:]
         subs, special = routes.served_here(topic)
         if not (subs or special):
             continue

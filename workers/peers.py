@@ -40,7 +40,7 @@ HEADS = 10_000  # PEER_MSG heads kept (`Peers.message`): a topic's is made once,
 RETRY = 30.0  # seconds another node's worker that did not answer is shunned (its node's messages cross the router)
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _pack_seq, _unpack_seq = wire.PEER_SEQ.pack, wire.PEER_SEQ.unpack
-_pack_head = wire.PEER_HEAD.pack
+_pack_head, _pack_count = wire.PEER_HEAD.pack, wire.COUNT.pack
 
 
 def inbox_path(run_dir: str, place: str) -> str:
@@ -156,13 +156,14 @@ class Peers:
             self.loop.add_reader(peer.fd, self._drain_answers, peer)
         return peer
 
-    def raw(self, place: str, tenant: str, topic: bytes, packets: bytes, as_v5: bool) -> None:
-        """A run of plain QoS 0 packets to `topic` of a client of `tenant`, for `place`'s subscribers."""
+    def raw(self, place: str, tenant: str, topic: bytes, packets: bytes, count: int, as_v5: bool) -> None:
+        """A run of `count` plain QoS 0 packets to `topic` of a client of `tenant`, for `place`'s subscribers."""
         peer = self._peer(place)
         if not peer.batch:
             self.pending.append(peer)
         name = tenant.encode()
-        peer.batch.add(wire.PEER_RAW_V5 if as_v5 else wire.PEER_RAW, _pack_head(len(name)) + name + topic, packets)
+        peer.batch.add(wire.PEER_RAW_V5 if as_v5 else wire.PEER_RAW,
+                       _pack_head(len(name)) + name + _pack_count(count) + topic, packets)
 
     def message(self, places: tuple[str, ...], tenant: str, topic: bytes, payload: bytes,
                 extra: tuple[bytes, int] | None, qos: int) -> Marks:

@@ -365,7 +365,7 @@ class Worker:
                 copies += self.deliver_special_run(special, topic, packets, as_v5, conn.conn_id)
             self._count_local(conn, count, copies)
         for place in peers:
-            self.peers.raw(place, conn.tenant, topic, packets, as_v5)  # type: ignore[union-attr]  # peers found: it has them
+            self.peers.raw(place, conn.tenant, topic, packets, count, as_v5)  # type: ignore[union-attr]  # peers found: it has them
 
     def answered(self) -> None:
         """A peer answered: the PUBACKs and ROUTES_ACKs whose peers have all delivered go, in order; and
