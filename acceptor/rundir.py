@@ -19,8 +19,9 @@ log = logging.getLogger("plexmq.acceptor")
 
 LOCK_FILE = "run.lock"
 PREFIX = "plexmq-"  # a run dir of the broker's own (run_dir = ""): PREFIX and mkdtemp's 8 characters
-# what a broker puts there (peer-w<id>.ipc: each worker's inbox from the others, workers/peers.py)
-OURS = ("config.json", "config.json.part", "router.ipc", "peer-w*.ipc", "admin-*.token", "admin-*.token.part")
+# what a broker puts there (peer-w<id>.sock: each worker's inbox from the others of its host, workers/host_links.py;
+# peer-w<id>.ipc in versions before the link PROTOCOL 10)
+OURS = ("config.json", "config.json.part", "router.ipc", "peer-w*.sock", "peer-w*.ipc", "admin-*.token", "admin-*.token.part")
 
 
 class RunDirError(Exception):

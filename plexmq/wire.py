@@ -38,7 +38,8 @@ import orjson
 # packets' COUNT, LIST_CLIENTS sorts, CLIENTS rows carry the client's figures, TRACES entries name the
 # publishers traced; CONNECT says the connection's window (a 5.0 client's Receive Maximum bounds its
 # session's in the router, a bridge's is its own); 10: SUBACK places a subscription with MQTT 5 options or
-# an identifier on its worker too, with its routing grant where 9 had the QoS; PEER_RAW says its packets' COUNT
+# an identifier on its worker too, with its routing grant where 9 had the QoS; PEER_RAW says its packets' COUNT;
+# the workers of one host speak over Unix sockets (workers/host_links.py), not ZeroMQ
 PROTOCOL = 10
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -95,8 +96,9 @@ DIRECTORY = 37
 BANS = 38  # Bans: the banned clients, the whole set at a join, else a change (router/bans.py); answer BANS_ACK
 # worker -> worker of the same host (ipc), or of another node when both say a direct endpoint (tcp, QoS 0
 # only; workers/peers.py): a message for the subscribers the receiving worker serves itself (its
-# `LocalRoutes.local`), which it matches against its own table of the tenant; each frame leads with
-# PEER_SEQ, which the receiver sends back once it has delivered the frame
+# `LocalRoutes.local`), which it matches against its own table of the tenant; each frame carries its number
+# (between nodes PEER_SEQ; workers/host_links.py frames those of one host), which the receiver sends back once
+# it has delivered the frame
 PEER_RAW = 40  # PEER_HEAD (tenant length) + tenant + COUNT (packets) + topic; payload: plain QoS 0 PUBLISH packets as received
 PEER_RAW_V5 = 41  # as PEER_RAW, the packets of a 5.0 client
 PEER_MSG = 42  # PEER_HEAD + tenant + DELIVER_HEAD (flags: QoS 0 or 1) + topic [+ EXTRA + properties]; payload: the message's

@@ -41,7 +41,7 @@ from plexmq.workers.connection import Connection
 from plexmq.workers.counters import Counters
 from plexmq.workers.keepalive import TimerWheel
 from plexmq.workers.link import RouterLink
-from plexmq.workers.peers import Peer, Peers
+from plexmq.workers.peers import AnyPeer, Peer, Peers
 from plexmq.workers.routes import RouteTables
 from plexmq.workers.settings import Settings
 from plexmq.workers.topic_sample import SAMPLE, TopicSample
@@ -149,7 +149,7 @@ class FakeLink(RouterLink):
 
 
 class FakePeers(Peers):
-    """The worker's direct links to its peers without ZeroMQ: the real record senders (`raw`, `message`,
+    """The worker's direct links to its peers without sockets: the real record senders (`raw`, `message`,
     into each peer's batch) and bookkeeping of what is unconfirmed; each `send` kept in `frames` as
     (place, frame); `answer` is a peer's answer to all it was sent."""
 
@@ -169,12 +169,13 @@ class FakePeers(Peers):
         self.seq = 0
         self.frames: list[tuple[str, bytes]] = []
 
-    def _peer(self, place: str) -> Peer:
+    def _peer(self, place: str) -> AnyPeer:
         peer = self.peers.get(place)
         if peer is None:
-            peer = self.peers[place] = Peer.__new__(Peer)
-            peer.batch, peer.sent, peer.answered, peer.since = wire.Batch(), 0, 0, 0.0
-            peer.sock = _Kept(self.frames, place)
+            kept = self.peers[place] = Peer.__new__(Peer)
+            kept.batch, kept.sent, kept.answered, kept.since = wire.Batch(), 0, 0, 0.0
+            kept.sock = _Kept(self.frames, place)  # keeps what a DEALER would send
+            return kept
         return peer
 
     def answer(self, place: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from plexmq.mqtt import properties as P
 from plexmq.mqtt import reasons, v5
 from plexmq.mqtt import v4 as p
 from plexmq.mqtt.framing import packets_in
-from plexmq.workers import from_peers
+from plexmq.workers import from_peers, host_links
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
 from tests.conftest import Broker, free_port
@@ -369,7 +370,7 @@ def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_la
                              reached.append, f"tcp://127.0.0.1:{free_port()}", curve_keys(""))
     try:
         peers.directory({"n1/w0": "tcp://127.0.0.1:1", "n2/w0": f"tcp://127.0.0.1:{free_port()}"})
-        assert reached == [{"n2/w0"}]  # its own node's workers take ipc, not the directory
+        assert reached == [{"n2/w0"}]  # its own node's workers take Unix sockets, not the directory
         peers.raw("n2/w0", "", b"t", p.encode_publish(b"t", b"x"), 1, False)
         peers.send()
         assert peers.unconfirmed == 1 and not answers
@@ -384,6 +385,62 @@ def test_another_nodes_worker_that_does_not_answer_is_shunned_and_tried_again_la
         assert reached[-1] == set()
     finally:
         peers.close()
+        loop.close()
+
+
+def run_until(loop: asyncio.AbstractEventLoop, done: Callable[[], bool], what: str) -> None:
+    """Turns of `loop` until `done` (10 s at most)."""
+    deadline = loop.time() + 10
+    while not done():
+        assert loop.time() < deadline, f"no {what} in 10 s"
+        loop.run_until_complete(asyncio.sleep(0.001))
+
+
+def test_a_host_peers_frames_arrive_whole_and_in_order_and_are_answered_with_the_last_number(tmp_path: Path) -> None:
+    """Real Unix sockets: frames of a few bytes and one of 4 MB (more than a socket takes at once, so
+    written in parts as it drains, and read in parts) arrive whole, in order; the answers say so."""
+    loop = asyncio.new_event_loop()
+    frames: list[bytes] = []
+    answers: list[int] = []
+    path = host_links.inbox_path(str(tmp_path), "w1")
+    inbox = host_links.HostInbox(loop, path, frames.append)
+    peer = host_links.HostPeer(loop, path, lambda _peer, seq: answers.append(seq), lambda _peer: answers.append(-1))
+    try:
+        sent = [b"one", bytes(range(256)) * (1 << 14), b"three"]
+        for seq, frame in enumerate(sent, 1):
+            assert peer.send(seq, frame) is False
+        assert peer.out, "4 MB taken by the socket at once: nothing was written in parts"
+        run_until(loop, lambda: bool(answers) and answers[-1] == 3, "answer to the last frame")
+        assert frames == sent and answers == sorted(answers) and -1 not in answers
+    finally:
+        peer.close()
+        inbox.close()
+        loop.close()
+    assert not Path(path).exists()
+
+
+def test_a_host_peer_that_is_gone_or_not_there_counts_as_answered_at_once(tmp_path: Path) -> None:
+    """Worker w1's inbox closes (killed): what w0 sends it next counts as delivered without waiting
+    for PATIENCE (nothing here calls `expire`), and so does what it sends a worker that never was."""
+    loop = asyncio.new_event_loop()
+    got: list[bytes] = []
+    answers: list[int] = []
+    w0 = peer_links.Peers(loop, str(tmp_path), b"w0", lambda frame: None, lambda: answers.append(0), lambda _: None)
+    w1 = peer_links.Peers(loop, str(tmp_path), b"w1", got.append, lambda: None, lambda _: None)
+    try:
+        marks = w0.message(("w1",), "", b"t", b"first", None, 1)
+        w0.send()
+        run_until(loop, lambda: peer_links.delivered(marks), "answer from w1")
+        assert len(got) == 1 and w0.unconfirmed == 0
+        w1.close()
+        for place in ("w1", "w9"):
+            marks = w0.message((place,), "", b"t", b"lost", None, 1)
+            w0.send()
+            run_until(loop, partial(peer_links.delivered, marks), f"{place} taken for gone")
+            assert w0.unconfirmed == 0 and place not in w0.peers
+        assert len(got) == 1
+    finally:
+        w0.close()
         loop.close()
 
 

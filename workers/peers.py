@@ -3,35 +3,38 @@ a message whose topic only workers' own subscribers want goes from the publisher
 to theirs, not through the router (docs/architecture.md §4, "Worker to worker"): QoS 0, 1 and 2 (of a
 session that ends with its connection) to the workers of its host, QoS 0 to those of other nodes.
 
-Each worker binds a ZeroMQ ROUTER, its inbox, at `ipc://RUN_DIR/peer-w<id>.ipc`, and connects a
-DEALER to a peer's inbox the first time it sends there. One frame per peer per loop turn carries that
-turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its number (PEER_SEQ); the
-receiver delivers them to the subscribers it serves itself and sends the number back, and a QoS 1
-publisher's PUBACK (QoS 2: PUBREC) waits for that answer. A frame not yet answered is *unconfirmed*: while any is,
-the worker's frame to the router waits if it holds a message (`Worker.flush`), so that none
-overtakes, through the router, one still on its way to a peer. A peer of this host that answers
-nothing for PATIENCE seconds (killed: its clients are gone with it) is taken as answered.
+Each worker has an inbox for the workers of its host (workers/host_links.py: a Unix socket at
+`RUN_DIR/peer-w<id>.sock`) and connects to a peer's the first time it sends there. One frame per peer
+per loop turn carries that turn's records (plexmq/wire.py: PEER_RAW, PEER_RAW_V5, PEER_MSG) behind its
+number; the receiver delivers them to the subscribers it serves itself and sends the number back, and a
+QoS 1 publisher's PUBACK (QoS 2: PUBREC) waits for that answer. A frame not yet answered is
+*unconfirmed*: while any is, the worker's frame to the router waits if it holds a message
+(`Worker.flush`), so that none overtakes, through the router, one still on its way to a peer. A peer of
+this host that answers nothing for PATIENCE seconds (stopped), or whose inbox closes (killed: its
+clients are gone with it), is taken as answered.
 
-A node's workers with `direct_bind` bind a second inbox there (tcp, CURVE with the router link's
-keys) and tell the router (HELLO), which tells every worker where the others' are (DIRECTORY); a
-worker sends to another node's worker itself only when both have one. Such a peer that answers
-nothing for PATIENCE is *shunned* for RETRY seconds: what was on its way is dropped (QoS 0: at most
-once) and the messages for its node cross the router, which reaches every node. QoS 1 between nodes
-(and 2) always crosses the router: a PUBACK there means the router holds the message, which a cut between
-two nodes that both still reach the router cannot lose.
+A node's workers with `direct_bind` bind a second inbox there (a ZeroMQ ROUTER, tcp, CURVE with the
+router link's keys; a DEALER to each such peer, PEER_SEQ leading each frame and its answer) and tell the
+router (HELLO), which tells every worker where the others' are (DIRECTORY); a worker sends to another
+node's worker itself only when both have one. Such a peer that answers nothing for PATIENCE is *shunned*
+for RETRY seconds: what was on its way is dropped (QoS 0: at most once) and the messages for its node
+cross the router, which reaches every node. QoS 1 between nodes (and 2) always crosses the router: a
+PUBACK there means the router holds the message, which a cut between two nodes that both still reach
+the router cannot lose.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
+from functools import partial
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
 
 from plexmq import curve, wire
+from plexmq.workers.host_links import HostInbox, HostPeer, inbox_path
 
 log = logging.getLogger("plexmq.worker")
 
@@ -41,11 +44,6 @@ RETRY = 30.0  # seconds another node's worker that did not answer is shunned (it
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 _pack_seq, _unpack_seq = wire.PEER_SEQ.pack, wire.PEER_SEQ.unpack
 _pack_head, _pack_count = wire.PEER_HEAD.pack, wire.COUNT.pack
-
-
-def inbox_path(run_dir: str, place: str) -> str:
-    """Where the worker of `place` (its identity: `w3`, or `node/w3` on a node) takes its peers' frames."""
-    return os.path.join(run_dir, f"peer-{place.rpartition('/')[2]}.ipc")
 
 
 def direct_endpoint(direct_bind: str, worker_id: int) -> str:
@@ -61,7 +59,7 @@ def delivered(marks: Marks) -> bool:
 
 
 class Peer:
-    """One peer's DEALER and the turn's records for it."""
+    """One peer's DEALER (another node's worker) and the turn's records for it."""
 
     __slots__ = ("sock", "fd", "batch", "sent", "answered", "since")
 
@@ -80,12 +78,19 @@ class Peer:
         self.answered = 0  # the number of the last frame it answered
         self.since = 0.0  # loop.time() when its oldest unanswered frame left (0: none)
 
+    def send(self, seq: int, frame: bytes) -> bool:
+        """Frame number `seq`; whether an answer may be waiting (a send can consume the fd's edge)."""
+        sock = self.sock
+        sock.send_multipart((_pack_seq(seq), frame))
+        return bool(sock.getsockopt(_EVENTS) & _POLLIN)
 
-Marks = tuple[tuple[Peer, int], ...]  # each peer with the last frame number its answers must pass
+
+AnyPeer = Peer | HostPeer
+Marks = tuple[tuple[AnyPeer, int], ...]  # each peer with the last frame number its answers must pass
 
 
 class Peers:
-    """The inboxes, a Peer per worker sent to, and what is unconfirmed."""
+    """The inboxes, a HostPeer or Peer per worker sent to, and what is unconfirmed."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, run_dir: str, identity: bytes,
                  on_frame: Callable[[bytes], None], on_answer: Callable[[], None],
@@ -101,36 +106,29 @@ class Peers:
         self.node = self.own.rpartition("/")[0]
         self.on_frame = on_frame
         self.on_answer = on_answer
-        self.ctx = zmq.Context(io_threads=1)
-        inbox = self.ctx.socket(zmq.ROUTER)
-        inbox.setsockopt(zmq.RCVHWM, 0)
-        inbox.setsockopt(zmq.SNDHWM, 0)
-        inbox.setsockopt(zmq.LINGER, 0)
-        path = inbox_path(run_dir, self.own)
-        if os.path.exists(path):  # left by this worker's predecessor, killed
-            os.unlink(path)
-        inbox.bind(f"ipc://{path}")
-        self.inboxes = [inbox]
+        self.inbox = HostInbox(loop, inbox_path(run_dir, self.own), on_frame)
         self.direct = direct
         self.keys = keys
+        # other nodes' workers: ZeroMQ over tcp, CURVE (only with an endpoint of its own: `directory`)
+        self.ctx: zmq.Context | None = None
         self.auth: ThreadAuthenticator | None = None
+        self.far_fd = -1
         if direct:
-            far = self.ctx.socket(zmq.ROUTER)
+            ctx = self.ctx = zmq.Context(io_threads=1)
+            far = self.far = ctx.socket(zmq.ROUTER)
             far.setsockopt(zmq.RCVHWM, 0)
             far.setsockopt(zmq.SNDHWM, 0)
             far.setsockopt(zmq.LINGER, 0)
-            self.auth = curve.server(self.ctx, far, keys)  # type: ignore[arg-type]  # a node has them
+            self.auth = curve.server(ctx, far, keys)  # type: ignore[arg-type]  # a node has them
             far.bind(direct)
-            self.inboxes.append(far)
-        self.inbox_fds: list[int] = [sock.getsockopt(zmq.FD) for sock in self.inboxes]  # type: ignore[misc]  # an int option
-        for sock, fd in zip(self.inboxes, self.inbox_fds):
-            loop.add_reader(fd, self.drain_inbox, sock)
+            self.far_fd = far.getsockopt(zmq.FD)  # type: ignore[assignment]  # an int option
+            loop.add_reader(self.far_fd, self.drain_inbox, far)
         self.on_reach = on_reach
         self.endpoints: dict[str, str] = {}  # other nodes' workers, where they take frames (DIRECTORY)
         self.shunned: dict[str, float] = {}  # those that did not answer -> loop.time() to try again
-        self.peers: dict[str, Peer] = {}
+        self.peers: dict[str, AnyPeer] = {}
         self.heads: dict[tuple[str, bytes, int], bytes] = {}  # (tenant, topic, QoS) -> its PEER_MSG head
-        self.pending: list[Peer] = []  # peers with records this turn
+        self.pending: list[AnyPeer] = []  # peers with records this turn
         self.unconfirmed = 0  # peers with a frame not yet answered
         self.seq = 0
 
@@ -147,14 +145,24 @@ class Peers:
     def _reach(self) -> None:
         self.on_reach({place for place in self.endpoints if place not in self.shunned})
 
-    def _peer(self, place: str) -> Peer:
+    def _peer(self, place: str) -> AnyPeer:
         peer = self.peers.get(place)
         if peer is None:
             far = self.endpoints.get(place)
-            endpoint = far or f"ipc://{inbox_path(self.run_dir, place)}"
-            peer = self.peers[place] = Peer(self.ctx, endpoint, self.identity, self.keys if far else None)
-            self.loop.add_reader(peer.fd, self._drain_answers, peer)
+            if far:
+                peer = self.peers[place] = Peer(self.ctx, far, self.identity, self.keys)  # type: ignore[arg-type]  # reached: it has one
+                self.loop.add_reader(peer.fd, self._drain_answers, peer)
+            else:
+                peer = self.peers[place] = HostPeer(self.loop, inbox_path(self.run_dir, place), self._answered,
+                                                    partial(self._gone, place))
         return peer
+
+    def _gone(self, place: str, peer: HostPeer) -> None:
+        """A worker of this host that closed its inbox or was not there: killed, its clients gone with it.
+        What it was sent counts as answered; the next message for it connects again."""
+        if self.peers.get(place) is peer:
+            del self.peers[place]
+        self._forget(peer)
 
     def raw(self, place: str, tenant: str, topic: bytes, packets: bytes, count: int, as_v5: bool) -> None:
         """A run of `count` plain QoS 0 packets to `topic` of a client of `tenant`, for `place`'s subscribers."""
@@ -208,15 +216,13 @@ class Peers:
                 self.unconfirmed += 1
                 peer.since = now
             peer.sent = self.seq
-            sock = peer.sock
-            sock.send_multipart((_pack_seq(self.seq), peer.batch.take()))
-            if sock.getsockopt(_EVENTS) & _POLLIN:  # a send can consume the fd's edge: an answer may be in
-                self.loop.call_soon(self._drain_answers, peer)
+            if peer.send(self.seq, peer.batch.take()):
+                self.loop.call_soon(self._drain_answers, peer)  # type: ignore[arg-type]  # only a far Peer says so
         self.pending.clear()
 
     def drain_inbox(self, inbox: zmq.Socket) -> None:
-        """Deliver each peer's frame, then answer it with its number (the ZeroMQ fd is edge-triggered:
-        read until EVENTS says nothing is left)."""
+        """Deliver each frame of another node's worker, then answer it with its number (the ZeroMQ fd is
+        edge-triggered: read until EVENTS says nothing is left)."""
         while inbox.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # an int option
             sender, seq, frame = inbox.recv_multipart(_NOBLOCK)
             self.on_frame(frame)
@@ -229,7 +235,7 @@ class Peers:
             answered = _unpack_seq(sock.recv(_NOBLOCK))[0]
         self._answered(peer, answered)
 
-    def _answered(self, peer: Peer, seq: int) -> None:
+    def _answered(self, peer: AnyPeer, seq: int) -> None:
         if seq <= peer.answered:
             return
         peer.answered = seq
@@ -263,25 +269,31 @@ class Peers:
         """Drop the link to another node's worker and what is on its way there (QoS 0 only): every mark
         on it counts as passed."""
         peer = self.peers.pop(place)
+        assert isinstance(peer, Peer)  # another node's
+        self.loop.remove_reader(peer.fd)
+        peer.sock.close(linger=0)
+        self._forget(peer)
+
+    def _forget(self, peer: AnyPeer) -> None:
+        """A peer no longer sent to: what was on its way is dropped and every mark on it counts as passed."""
         if peer.batch:
             peer.batch.take()
             self.pending.remove(peer)
         if peer.answered < peer.sent:
             self.unconfirmed -= 1
         peer.answered = peer.sent + 1  # past every mark given (`message`, `owed`)
-        self.loop.remove_reader(peer.fd)
-        peer.sock.close(linger=0)
         self.on_answer()
 
     def close(self) -> None:
         for peer in self.peers.values():
-            self.loop.remove_reader(peer.fd)
-        for fd in self.inbox_fds:
-            self.loop.remove_reader(fd)
+            if isinstance(peer, HostPeer):
+                peer.close()
+            else:
+                self.loop.remove_reader(peer.fd)
+        self.inbox.close()
+        if self.far_fd >= 0:
+            self.loop.remove_reader(self.far_fd)
         if self.auth is not None:
             self.auth.stop()
-        self.ctx.destroy(linger=0)
-        try:
-            os.unlink(inbox_path(self.run_dir, self.own))  # a run dir a broker stopped in holds nothing of its own
-        except FileNotFoundError:
-            pass
+        if self.ctx is not None:
+            self.ctx.destroy(linger=0)
