@@ -74,8 +74,9 @@ class RunningBroker:
                 # a store of its own, removed by stop(): never ./plexmq-data, never an earlier run's state
                 self.own_data_dir = os.path.join(log_dir, f"{spec.name}-{self.port}.data")
                 extra += ["--data-dir", self.own_data_dir]
-            if "--console-port" not in extra:  # no web console: its default port is one for every broker here
-                extra += ["--console-port", "-1"]
+            for port_option in ("--console-port", "--metrics-port"):  # their default ports are one for every broker
+                if not any(arg.partition("=")[0] == port_option for arg in extra):  # on this host: none unless asked
+                    extra += [port_option, "-1"]
             if spec.acl_file:
                 conf = os.path.join(log_dir, f"{spec.name}-{self.port}.toml")
                 with open(conf, "w") as f:
