@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable
-from itertools import groupby
 
 from plexmq.files import private_dir, private_file
 from plexmq.router.store import SCHEMA_VERSION, Store, StoreError
@@ -210,8 +209,8 @@ class SqliteStore(Store):
         db = self.db
         try:
             db.execute("BEGIN")
-            for kind, group in groupby(ops, key=lambda change: change[0]):
-                db.executemany(_SQL[kind], [args for _, args in group])
+            for kind, args in op.runs(ops):
+                db.executemany(_SQL[kind], args)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self.failed(exc) from None
