@@ -248,6 +248,22 @@ def test_a_turn_of_interleaved_messages_is_written_in_one_run_per_op(tmp_path: P
     store.close()
 
 
+def test_a_kept_message_comes_back_as_kept_small_or_large(backend: Opener) -> None:
+    """Every field of a stored message, a payload SQLite binds copied (small) or as it is (large)."""
+    store = backend()
+    j, dev = Journal(store), _session("dev")
+    j.session_saved(dev, 1.0)
+    kept = {1: Pending(b"a/small", b"s" * 10, 1, True, b"\x01\x02", 77), 2: Pending(b"a/large", b"L" * 100_000, 2, False)}
+    for pid, message in kept.items():
+        j.message_kept(dev, pid, message)
+    store.commit()
+    store.close()
+    store = backend()
+    unacked = store.load().sessions[""]["dev"].unacked
+    assert {pid: (m.topic, m.payload, m.qos, m.retain, m.props, m.expires_at) for pid, m in unacked.items()} == \
+        {pid: (m.topic, m.payload, m.qos, m.retain, m.props, m.expires_at) for pid, m in kept.items()}
+    store.close()
+
 def test_a_commit_leaves_what_the_turn_s_changes_one_by_one_leave(backend: Opener, tmp_path: Path) -> None:
     """Gathered into runs (journal.runs), a turn's changes leave the store as they would in turn order,
     however they interleave: ids taken again, states changed and sessions dropped between them."""
