@@ -6,6 +6,7 @@ and the config's errors."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
@@ -22,9 +23,13 @@ import psutil
 import pytest
 
 from plexmq.acceptor import config as cfg
+from plexmq.acceptor.bridges.flow import MAPPED, Flow
+from plexmq.acceptor.bridges.link import Link, Login
 from plexmq.acceptor.bridges.rules import first, parse
 from plexmq.bench.brokers import MOSQUITTO, mosquitto_conf
 from plexmq.mqtt import v4 as p4
+from plexmq.mqtt.framing import frame
+from plexmq.mqtt.kinds import PUBLISH
 from tests.bridging import bridged, serve
 from tests.cli import metrics_url, names_line, write
 from tests.conftest import ROOT, Broker, free_port, wait_for
@@ -354,6 +359,58 @@ def test_rules_map_topics() -> None:
     assert [first(out, topic).topic(topic) for topic in ("sensors/a/b", "other")] == ["site1/s/a/b", "all/other"]  # type: ignore[union-attr]
     assert first((parse({"filter": "x/#", "strip": "x/"}),), "x/") is None  # nothing left of the topic
 
+
+
+def test_a_link_takes_a_read_s_packets_in_one_await_and_leaves_what_follows_the_connack() -> None:
+    """A peer that answers CONNECT with CONNACK and two PUBLISHes in one write (a kept session's queue):
+    the CONNACK logs in, both PUBLISHes come from the next `packets` together."""
+    async def run() -> list[tuple[int, int, bytes]]:
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1024)  # the CONNECT
+            writer.write(p4.encode_connack(True, 0) + p4.encode_publish(b"a", b"1", 1, False, False, 1)
+                         + p4.encode_publish(b"b", b"2", 1, False, False, 2))
+            await reader.read(1024)  # until the link closes
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        link = await Link.open("127.0.0.1", port, Login("t", 4, False, 0))
+        try:
+            assert link.session_present
+            return await asyncio.wait_for(link.packets(), 10)
+        finally:
+            link.close()
+            server.close()
+
+    assert [(kind, p4.decode_publish(flags, body)) for kind, flags, body in asyncio.run(run())] == \
+        [(PUBLISH, ("a", 1, b"1")), (PUBLISH, ("b", 2, b"2"))]
+
+
+def test_a_flow_maps_each_topic_by_its_rule_and_remembers_a_bounded_number() -> None:
+    """More topics than a flow remembers (MAPPED), each sent on under its rule's topic, over a real
+    socket pair (Link); one no rule fits is dropped."""
+    topics = [f"s/{i}" for i in range(MAPPED + 10)] + ["other"]
+
+    async def run() -> tuple[list[str], Flow]:
+        near, far = socket.socketpair()
+        link = Link(*await asyncio.open_connection(sock=near), 4, 0)
+        flow = Flow("t", (parse({"filter": "s/#", "rewrite": "s/=site/"}),))
+        flow.destination_up(link)
+        for topic in topics:
+            flow.take(0, 0, topic, b"x", {})
+        link.close()
+        await link.writer.wait_closed()
+        data = bytearray()
+        while chunk := far.recv(1 << 16):
+            data += chunk
+        far.close()
+        sent, pos = [], 0
+        while (found := frame(data, pos, 1 << 20)) is not None:
+            first_byte, start, pos = found
+            sent.append(p4.decode_publish(first_byte & 0x0F, bytes(data[start:pos]))[0])
+        return sent, flow
+
+    sent, flow = asyncio.run(run())
+    assert sent == [f"site/{i}" for i in range(MAPPED + 10)] and flow.dropped == 1 and len(flow.mapped) <= MAPPED
 
 
 def test_the_readme_example_runs_as_printed(tmp_path: Path, mosquitto: Mosquitto, brokers: list[Broker]) -> None:

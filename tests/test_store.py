@@ -5,6 +5,7 @@ version and failures."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -232,6 +233,71 @@ def test_the_audit_log_is_kept_bounded_and_comes_back_after_a_reopen(backend: Op
     assert [(row[0], row[6]) for row in store.load().audit] == [(3, "c3"), (4, "c4"), (5, "c5"), (6, "c6"), (7, "c7")]
     store.close()
 
+
+
+def test_a_turn_of_interleaved_messages_is_written_in_one_run_per_op(tmp_path: Path) -> None:
+    """A QoS 1 flow's turn: new messages kept, older ones acknowledged, one after the other; in turn
+    order that was a run (an executemany) per change."""
+    store = SqliteStore(str(tmp_path / "data"), "normal")
+    j, dev = Journal(store), _session("dev")
+    for pid in range(1, 11):
+        j.message_kept(dev, pid + 100, Pending(b"a", b"new", 1, False))
+        j.message_done(dev, pid)
+    assert [(kind, len(args)) for kind, args in journal.runs(store.ops)] == \
+        [(journal.MESSAGE_SAVE, 10), (journal.MESSAGE_DELETE, 10)]
+    store.close()
+
+
+def test_a_kept_message_comes_back_as_kept_small_or_large(backend: Opener) -> None:
+    """Every field of a stored message, a payload SQLite binds copied (small) or as it is (large)."""
+    store = backend()
+    j, dev = Journal(store), _session("dev")
+    j.session_saved(dev, 1.0)
+    kept = {1: Pending(b"a/small", b"s" * 10, 1, True, b"\x01\x02", 77), 2: Pending(b"a/large", b"L" * 100_000, 2, False)}
+    for pid, message in kept.items():
+        j.message_kept(dev, pid, message)
+    store.commit()
+    store.close()
+    store = backend()
+    unacked = store.load().sessions[""]["dev"].unacked
+    assert {pid: (m.topic, m.payload, m.qos, m.retain, m.props, m.expires_at) for pid, m in unacked.items()} == \
+        {pid: (m.topic, m.payload, m.qos, m.retain, m.props, m.expires_at) for pid, m in kept.items()}
+    store.close()
+
+def test_a_commit_leaves_what_the_turn_s_changes_one_by_one_leave(backend: Opener, tmp_path: Path) -> None:
+    """Gathered into runs (journal.runs), a turn's changes leave the store as they would in turn order,
+    however they interleave: ids taken again, states changed and sessions dropped between them."""
+    rng = random.Random(36)
+    store, one_by_one = backend(), SqliteStore(str(tmp_path / "one-by-one"), "normal")
+    j = Journal(store)
+    sessions = [_session("dev"), _session("dev", "acme"), _session("other")]
+
+    def messages(s: SqliteStore | PgStore) -> list[tuple]:  # every row, a dropped session's left over too
+        return sorted(s._rows("SELECT tenant, client_id, packet_id, payload, state, seq FROM messages"))
+
+    for turn in range(30):
+        for _ in range(rng.randrange(1, 40)):
+            session, pid, pick = rng.choice(sessions), rng.randrange(1, 5), rng.random()
+            if pick < 0.35:
+                j.message_kept(session, pid, Pending(b"t", f"{turn}.{pid}".encode(), 1, False))
+            elif pick < 0.5:
+                j.message_sent(session, pid)
+            elif pick < 0.6:
+                j.message_received(session, pid)
+            elif pick < 0.9:
+                j.message_done(session, pid)
+            elif pick < 0.95:
+                j.session_saved(session, float(turn))
+            else:
+                j.session_dropped(session)
+        for change in store.ops:
+            one_by_one.ops.append(change)
+            one_by_one.commit()
+        store.commit()
+        assert messages(store) == messages(one_by_one), f"turn {turn}"
+    assert messages(store) != []
+    store.close()
+    one_by_one.close()
 
 # -- PostgreSQL only ------------------------------------------------------------------------------------
 

@@ -158,31 +158,31 @@ class Bridge:
         source.source_up(link)
         destination.destination_up(link)
         while True:
-            kind, flags, body = await link.read()
-            if kind == PUBLISH:
-                if link.level == 5:
-                    topic, packet_id, payload, properties = v5.decode_publish(flags, body, from_server=True)
-                else:
-                    topic, packet_id, payload = v4.decode_publish(flags, body)
-                    properties = {}
-                source.take(flags, packet_id, topic, payload, properties)
-            elif kind in (PUBACK, PUBREC, PUBREL, PUBCOMP):
-                packet_id, code = (v5.decode_ack(kind, flags, body)[:2] if link.level == 5
-                                   else (v4.decode_packet_id(flags, body, 2 if kind == PUBREL else 0), SUCCESS))
-                if kind == PUBREL:
-                    source.released(packet_id)
-                elif kind == PUBREC:
-                    destination.received(packet_id, code)
-                else:
-                    destination.acknowledged(packet_id, code)
-            elif kind == SUBACK:
-                codes = v5.decode_suback(SUBACK, flags, body)[1] if link.level == 5 else v4.decode_suback(flags, body)[1]
-                for rule, code in zip(source.rules, codes):
-                    if code >= 0x80:
-                        log.error("bridge %s: the %s broker refused the subscription to %s: %s", self.name, side.what,
-                                  rule.filter, v5.describe(code) if link.level == 5 else f"return code {code:#x}")
-                self._up(side, link, f", {sum(code < 0x80 for code in codes)} of {len(codes)} subscriptions granted")
-            elif kind == DISCONNECT:
-                code = v5.decode_reason_only(DISCONNECT, flags, body)[0] if link.level == 5 and body else 0
-                raise EOFError(f"DISCONNECT: {v5.describe(code)}")
-            # PINGRESP: the read itself was the news (Link.heard)
+            for kind, flags, body in await link.packets():
+                if kind == PUBLISH:
+                    if link.level == 5:
+                        topic, packet_id, payload, properties = v5.decode_publish(flags, body, from_server=True)
+                    else:
+                        topic, packet_id, payload = v4.decode_publish(flags, body)
+                        properties = {}
+                    source.take(flags, packet_id, topic, payload, properties)
+                elif kind in (PUBACK, PUBREC, PUBREL, PUBCOMP):
+                    packet_id, code = (v5.decode_ack(kind, flags, body)[:2] if link.level == 5
+                                       else (v4.decode_packet_id(flags, body, 2 if kind == PUBREL else 0), SUCCESS))
+                    if kind == PUBREL:
+                        source.released(packet_id)
+                    elif kind == PUBREC:
+                        destination.received(packet_id, code)
+                    else:
+                        destination.acknowledged(packet_id, code)
+                elif kind == SUBACK:
+                    codes = v5.decode_suback(SUBACK, flags, body)[1] if link.level == 5 else v4.decode_suback(flags, body)[1]
+                    for rule, code in zip(source.rules, codes):
+                        if code >= 0x80:
+                            log.error("bridge %s: the %s broker refused the subscription to %s: %s", self.name, side.what,
+                                      rule.filter, v5.describe(code) if link.level == 5 else f"return code {code:#x}")
+                    self._up(side, link, f", {sum(code < 0x80 for code in codes)} of {len(codes)} subscriptions granted")
+                elif kind == DISCONNECT:
+                    code = v5.decode_reason_only(DISCONNECT, flags, body)[0] if link.level == 5 and body else 0
+                    raise EOFError(f"DISCONNECT: {v5.describe(code)}")
+                # PINGRESP: the read itself was the news (Link.heard)

@@ -41,6 +41,7 @@ class Held:
 
 
 RELEASE_AWAITED = -1  # Flow.by_source: PUBREC sent for a QoS 2 message, the source's PUBREL awaited
+MAPPED = 4096  # topics whose rule a flow remembers (`Flow.mapped`), then it starts again
 
 
 class Flow:
@@ -53,6 +54,8 @@ class Flow:
         self.unsent: deque[int] = deque()
         # source packet id -> destination packet id; 0: acknowledgement owed; RELEASE_AWAITED
         self.by_source: dict[int, int] = {}
+        # a topic -> the first rule that fits it (None: none) and the topic it takes on the other side
+        self.mapped: dict[str, tuple[Rule | None, bytes]] = {}
         self.inflight = 0  # sent to the destination, not yet acknowledged (QoS 2: not yet completed)
         self.last_id = 0
         self.passed = 0  # messages the destination took (QoS 0: sent)
@@ -65,12 +68,12 @@ class Flow:
             if self.by_source[source_id] <= 0:  # the source was away or its PUBREC lost: acknowledged (again)
                 self._acknowledge(source_id, qos)
             return
-        rule = first(self.rules, topic)
+        rule, mapped = self.mapped.get(topic) or self._map(topic)
         if rule is None:
             self.dropped += 1
             self._acknowledge(source_id if qos else None, qos)
             return
-        held = Held(source_id if qos else None, qos, rule.topic(topic).encode(), payload, min(qos, rule.qos),
+        held = Held(source_id if qos else None, qos, mapped, payload, min(qos, rule.qos),
                     bool(flags & 0x01) and rule.retain, props.forwarded(properties))
         if not held.qos:  # on now or never
             if self.destination is not None:
@@ -86,6 +89,14 @@ class Flow:
             self.by_source[held.source_id] = packet_id
         self.unsent.append(packet_id)
         self.pump()
+
+    def _map(self, topic: str) -> tuple[Rule | None, bytes]:
+        """`topic`'s rule and its topic on the other side, remembered: a flow carries few topics, many times."""
+        if len(self.mapped) >= MAPPED:
+            self.mapped.clear()
+        rule = first(self.rules, topic)
+        found = self.mapped[topic] = (rule, rule.topic(topic).encode() if rule is not None else b"")
+        return found
 
     def _free_id(self) -> int:
         packet_id = self.last_id

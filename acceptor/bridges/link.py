@@ -1,5 +1,5 @@
 """One MQTT client connection of a bridge, on plexmq's own codec: CONNECT and its CONNACK, then
-packets read whole (`read`) and written (`send`: gathered, one socket write per loop turn), with
+packets read whole (`packets`) and written (`send`: gathered, one socket write per loop turn), with
 PINGREQ while it is quiet and a close when the peer says nothing for 1.5 keepalives. The bridge
 decides every acknowledgement itself: nothing is answered here but CONNACK's wait."""
 
@@ -52,7 +52,8 @@ class Link:
         self.window = 65535  # QoS 1 PUBLISHes the peer takes unacknowledged (5.0: its Receive Maximum)
         self.max_qos = 2
         self._pinger: asyncio.TimerHandle | None = None
-        self.heard = asyncio.get_running_loop().time()  # when the peer last sent anything
+        self.loop = asyncio.get_running_loop()
+        self.heard = self.loop.time()  # when the peer last sent anything
         self.silent = ""  # why `_ping_later` closed the connection: the reason the read then ends with
 
     @classmethod
@@ -82,7 +83,7 @@ class Link:
         packet = encode_connect(login.client_id, login.clean_start, login.keepalive, None, login.username,
                                 login.password, login.level | (0x80 if login.private else 0), properties)
         self.send(packet)
-        first, flags, body = await self.read()
+        [(first, flags, body)] = await self.packets(1)  # what follows it stays for `packets`
         if first != CONNACK:
             raise Refused(f"sent packet type {first} instead of CONNACK")
         if self.level == 5:
@@ -99,26 +100,31 @@ class Link:
                 raise Refused(f"refused: CONNACK return code {code}")
         self.session_present = present
 
-    async def read(self) -> tuple[int, int, bytes]:
-        """The next packet: (packet type, flags, body); EOFError when the connection ends."""
+    async def packets(self, most: int = 1 << 30) -> list[tuple[int, int, bytes]]:
+        """The whole packets read so far, up to `most` (at least one: it waits for the next read), as
+        (packet type, flags, body); EOFError when the connection ends. One await a read, not a packet:
+        at QoS 1 a read brings a run of PUBLISHes or acknowledgements."""
+        buffer = self.buffer
         while True:
-            found = frame(self.buffer, 0, MAX_PACKET)
-            if found is not None:
-                first, start, stop = found
-                body = bytes(self.buffer[start:stop])
-                del self.buffer[:stop]
-                return first >> 4, first & 0x0F, body
+            found: list[tuple[int, int, bytes]] = []
+            pos = 0
+            while len(found) < most and (at := frame(buffer, pos, MAX_PACKET)) is not None:
+                first, start, pos = at
+                found.append((first >> 4, first & 0x0F, bytes(buffer[start:pos])))
+            if found:
+                del buffer[:pos]
+                return found
             data = await self.reader.read(READ_SIZE)
             if not data:
                 raise EOFError(self.silent or "closed by the peer")
-            self.buffer += data
-            self.heard = asyncio.get_running_loop().time()
+            buffer.extend(data)
+            self.heard = self.loop.time()
 
     def send(self, data: bytes) -> None:
         """Written at the end of the loop turn with the turn's other packets: a write per packet cost
         the bridge a third of its CPU at QoS 1 (a PUBLISH one way and a PUBACK the other each)."""
         if not self.out:
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self.out.append(data)
 
     def _flush(self) -> None:
@@ -130,7 +136,7 @@ class Link:
         """PINGREQ every half keepalive; a peer silent for 1.5 keepalives is gone (the read then ends)."""
         if not self.keepalive:
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         if loop.time() - self.heard > self.keepalive * 1.5:  # a cut link (no FIN, no RST) ends so
             self.silent = f"no answer for {loop.time() - self.heard:.0f} s (keepalive {self.keepalive} s)"
             self.close()

@@ -7,7 +7,8 @@ choice of backend (`open_store`).
 
 Why it is shaped this way: the router records each change as it happens (router/store/journal.py: a named
 operation appends `(OP, args)` to `Store.ops`) and `commit` writes one turn's changes in one
-transaction, in the order they were made, with one `executemany` per run of the same OP. The router
+transaction, with the effect of the order they were made in, one `executemany` per run of the same OP
+(`journal.runs`: one stored message's changes in order, different messages' gathered by OP). The router
 commits before it sends the turn's acknowledgements, so a publisher's PUBACK/PUBREC and a SUBACK leave
 only once what they acknowledge is stored; deliveries of QoS 0/1 go out before the commit, so a
 persistent subscriber's window does not wait for the store (after a crash a copy may come again, which

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from itertools import groupby
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -233,8 +232,8 @@ class PgStore(Store):
                 cursor = db.cursor()
                 if self.fence is not None:
                     cursor.execute(*self.fence)  # router/ha/lease.py's constant text
-                for kind, group in groupby(ops, key=lambda change: change[0]):
-                    cursor.executemany(_SQL[kind], [args for _, args in group])
+                for kind, args in op.runs(ops):
+                    cursor.executemany(_SQL[kind], args)
                 db.commit()
         except psycopg.Error as exc:
             raise self.failed(exc) from None

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable
-from itertools import groupby
+from collections.abc import Iterable, Iterator
 
 from plexmq.files import private_dir, private_file
 from plexmq.router.store import SCHEMA_VERSION, Store, StoreError
@@ -152,6 +151,19 @@ _SQL = {  # router/store/journal.py's OPs
 }
 
 
+# Python's sqlite3 binds str, int, float and bytearray as they are but looks for an adapter for bytes and
+# bool first (~0.3 us each, mostly a failed attribute lookup): a kept message's row has four, a quarter
+# of its insert. Its blobs go as bytearray, a copy, which a large payload is spared.
+_COPIED = 4096
+
+
+def _message_rows(rows: list[tuple]) -> Iterator[tuple]:
+    """MESSAGE_SAVE's args as sqlite3 binds them fastest, the same values stored."""
+    for tenant, client_id, pid, seq, topic, payload, qos, retain, state, props, expiry in rows:
+        yield (tenant, client_id, pid, seq, bytearray(topic), bytearray(payload) if len(payload) <= _COPIED else payload,
+               qos, 1 if retain else 0, state, bytearray(props), expiry)
+
+
 class SqliteStore(Store):
     """The open database file; one broker per data dir (an exclusive lock)."""
 
@@ -210,8 +222,8 @@ class SqliteStore(Store):
         db = self.db
         try:
             db.execute("BEGIN")
-            for kind, group in groupby(ops, key=lambda change: change[0]):
-                db.executemany(_SQL[kind], [args for _, args in group])
+            for kind, args in op.runs(ops):
+                db.executemany(_SQL[kind], _message_rows(args) if kind == op.MESSAGE_SAVE else args)
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             raise self.failed(exc) from None
