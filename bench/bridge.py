@@ -1,16 +1,17 @@
 """`python -m plexmq.bench.bridge`: a bridge's throughput to a remote mosquitto, plexmq's beside mosquitto's own.
 
-Each run starts a fresh remote (Debian's mosquitto on a free loopback port) and a fresh local broker
-bridged to it: plexmq with a `[bridges.remote]` out rule `bench/#` at the run's QoS, or mosquitto with
-`connection remote` / `topic bench/# out QOS`. A subscriber on the remote takes `bench/#` at that QoS;
-once a probe has crossed the bridge, one publisher on the local broker sends `-n` messages (QoS 1: at
-most `--window` unacknowledged). Reported per (broker, QoS): msgs/s from the first PUBLISH to the last
-arrival on the remote, messages lost, duplicated and out of order, and the local side's CPU per message:
-every process of the local plexmq (acceptor, router, worker, bridge; the bridge alone beside it), or
-the local mosquitto's one process (its bridge included). The remote's and the clients' CPU are not
-counted. Brokers alternate, `--rounds` times; the summary takes medians. mosquitto here keeps its
-bridge's queue in memory only (persistence false); plexmq journals its bridge's session, so that it
-survives kill -9: `--memory` adds plexmq with `--no-persistence` to the rotation, like for like.
+Each run starts a fresh remote (Debian's mosquitto on a free loopback port) and a fresh local broker bridged
+to it: plexmq with a `[bridges.remote]` out rule `bench/#` at the run's QoS, or mosquitto with `connection
+remote` / `topic bench/# out QOS`, both speaking `--protocol` to the remote (3.1.1 by default, as a mosquitto
+bridge does unless told; at 5.0 the remote's Receive Maximum, 20, bounds either). A subscriber on the remote
+takes `bench/#` at that QoS; once a probe has crossed the bridge, one publisher on the local broker sends `-n`
+messages (QoS 1: at most `--window` unacknowledged). Reported per (broker, QoS): msgs/s from the first PUBLISH
+to the last arrival on the remote, messages lost, duplicated and out of order, and the local side's CPU per
+message: every process of the local plexmq (acceptor, router, worker, bridge; the bridge alone beside it), or
+the local mosquitto's one process (its bridge included). The remote's and the clients' CPU are not counted.
+Brokers alternate, `--rounds` times; the summary takes medians. mosquitto here keeps its bridge's queue in
+memory only (persistence false); plexmq journals its bridge's session, so that it survives kill -9: `--memory`
+adds plexmq with `--no-persistence` to the rotation, like for like.
 """
 
 from __future__ import annotations
@@ -44,21 +45,23 @@ KINDS = ("plexmq", "mosquitto")
 # is here (persistence false); plexmq's default journals it to survive kill -9 of any of its processes
 MEMORY = "plexmq-memory"
 BRIDGE_WAIT = 30.0  # seconds for the bridge to carry its first probe
+PROTOCOLS = {"3.1.1": "mqttv311", "5.0": "mqttv50"}  # --protocol -> mosquitto's bridge_protocol_version
 QUIET = 5.0  # seconds without an arrival after the last PUBLISH: the rest is lost
 MAX_PACKET = 1 << 20
 
 
-def local_spec(kind: str, remote_port: int, qos: int, n: int, log_dir: str) -> BrokerSpec:
-    """The local broker, bridged to the remote, with room to queue every message (none dropped there)."""
+def local_spec(kind: str, remote_port: int, qos: int, n: int, protocol: str, log_dir: str) -> BrokerSpec:
+    """The local broker, bridged to the remote in MQTT `protocol`, with room to queue every message (none
+    dropped there)."""
     if kind in ("plexmq", MEMORY):
         conf = os.path.join(log_dir, f"bridge-{remote_port}.toml")
         with open(conf, "w") as f:
             f.write(f'max_queued_messages = {n}\n[bridges.remote]\naddress = ["127.0.0.1:{remote_port}"]\n'
-                    f'out = [{{filter = "bench/#", qos = {qos}}}]\n')
+                    f'protocol = "{protocol}"\nout = [{{filter = "bench/#", qos = {qos}}}]\n')
         return BrokerSpec("plexmq", "plexmq", extra=["--config", conf, *(["--no-persistence"] if kind == MEMORY else [])])
     return BrokerSpec("mosquitto", "mosquitto", max_queued=n,
                       conf=f"connection remote\naddress 127.0.0.1:{remote_port}\ntopic bench/# out {qos}\n"
-                           "cleansession true\nnotifications false\n")
+                           f"bridge_protocol_version {PROTOCOLS[protocol]}\ncleansession true\nnotifications false\n")
 
 
 def local_cpu(pid: int) -> Callable[[], tuple[float, float]]:
@@ -178,18 +181,18 @@ async def read_packets(reader: asyncio.StreamReader, pending: bytearray) -> list
     return packets
 
 
-def measure(kind: str, qos: int, n: int, window: int, size: int, log_dir: str) -> dict:
+def measure(kind: str, qos: int, n: int, window: int, size: int, protocol: str, log_dir: str) -> dict:
     """One run on a fresh remote and a fresh local broker, both stopped after it."""
     remote = RunningBroker(BrokerSpec("remote", "mosquitto", max_queued=n), log_dir)
     try:
-        local = RunningBroker(local_spec(kind, remote.port, qos, n, log_dir), log_dir)
+        local = RunningBroker(local_spec(kind, remote.port, qos, n, protocol, log_dir), log_dir)
         try:
             result = asyncio.run(stream(local.port, remote.port, qos, n, window, size, local_cpu(local.pid)))
         finally:
             local.stop()
     finally:
         remote.stop()
-    return {"broker": kind, **result}
+    return {"broker": kind, "protocol": protocol, **result}
 
 
 def summary(runs: list[dict]) -> dict:
@@ -239,13 +242,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each broker and QoS, alternating (1)")
     parser.add_argument("--memory", action="store_true",
                         help=f"also {MEMORY}: plexmq with --no-persistence, the bridge's queue in memory as mosquitto's")
+    parser.add_argument("--protocol", choices=tuple(PROTOCOLS), default="3.1.1",
+                        help="what both bridges speak to the remote (3.1.1, mosquitto's default for a bridge)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (table to stderr)")
     ns = parser.parse_args(argv)
     if min(ns.qos0_messages, ns.qos1_messages, ns.window, ns.rounds) < 1:
         parser.error("message counts, --window and --rounds must be at least 1")
     log_dir = tempfile.mkdtemp(prefix="plexbench-bridge-")
     counts = {0: ns.qos0_messages, 1: ns.qos1_messages}
-    runs = [measure(kind, qos, counts[qos], ns.window, ns.size, log_dir)
+    runs = [measure(kind, qos, counts[qos], ns.window, ns.size, ns.protocol, log_dir)
             for _ in range(ns.rounds) for qos in counts for kind in (*KINDS, *([MEMORY] if ns.memory else []))]
     summed = summary(runs)
     text = table(runs, summed)

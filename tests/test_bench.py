@@ -388,3 +388,19 @@ def test_bridge_memory_runs_plexmq_at_mosquittos_durability(capsys) -> None:
     assert sorted(r["qos"] for r in memory) == [0, 1]
     assert all(r["received"] == 50 and r["lost"] == 0 for r in memory), memory
     assert result["summary"]["qos1"]["memory_ratio"] > 0
+
+
+@pytest.mark.skipif(not os.path.exists(brokers.MOSQUITTO), reason="mosquitto not installed")
+def test_bridge_protocol_sets_what_both_bridges_speak_to_the_remote(capsys) -> None:
+    """`--protocol 5.0`: plexmq's bridge (`protocol = "5.0"`) and mosquitto's (`bridge_protocol_version
+    mqttv50`) both speak 5.0 to the remote, and carry every message; 3.1.1 is the default, as mosquitto's."""
+    status = bridge_bench.main(["--qos0-messages", "50", "--qos1-messages", "50", "--protocol", "5.0", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert status == 0, result
+    assert {r["protocol"] for r in result["runs"]} == {"5.0"}
+    assert all(r["received"] == 50 and r["lost"] == 0 for r in result["runs"]), result["runs"]
+    confs = Path(result["log_dir"]).glob("*")
+    said = "".join(path.read_text() for path in confs if path.suffix in (".conf", ".toml"))
+    assert "bridge_protocol_version mqttv50" in said and 'protocol = "5.0"' in said
+    assert bridge_bench.main(["--qos0-messages", "20", "--qos1-messages", "20", "--json"]) == 0
+    assert {r["protocol"] for r in json.loads(capsys.readouterr().out)["runs"]} == {"3.1.1"}
