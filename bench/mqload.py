@@ -66,7 +66,9 @@ def arguments(opts: Options, port: int) -> list[str]:
         args += ["-c", str(opts.clients)] if opts.scenario == "p2p" else ["-P", str(opts.pubs), "-S", str(opts.subs)]
     procs = limits.procs_needed(opts.connections, limits.fd_hard_limit())
     if procs > 1:  # one process holds its open-file limit of sockets
-        args += ["-F", "-T", str(procs)]
+        args += ["-F", "-T", str(max(procs, opts.procs))]
+    else:  # a thread per core, as our generator runs a process per core: on one, mqload was the bottleneck of
+        args += ["-T", str(opts.procs or os.cpu_count() or 1)]  # pairs across workers (bench/RESULTS.md, stop 40)
     sources, _ = limits.source_addresses(opts.host, opts.connections, opts.source_addrs)
     return args + ["-b", str(len(sources))] if sources else args
 

@@ -136,7 +136,8 @@ def test_floor_measures_a_bare_connection_both_ways() -> None:
 
 
 def test_mqload_command_lines_follow_the_presets() -> None:
-    """mqload gets the preset's sizes, and the source addresses and processes that many sockets need."""
+    """mqload gets the preset's sizes, the source addresses and processes that many sockets need, and a
+    thread per core (or --procs)."""
     args = mqload.arguments(presets.options("p2p9k1"), 1883)
     given = dict(zip(args[1::2], args[2::2]))
     assert args[0] == "p2p" and {"-c": "9000", "-q": "1", "-r": "2", "-w": "10", "-d": "15", "-b": "2"}.items() <= given.items()
@@ -144,6 +145,8 @@ def test_mqload_command_lines_follow_the_presets() -> None:
     assert idle[idle.index("-T") + 1] == "6" and "-F" in idle and idle[idle.index("-b") + 1] == "11"
     fanin = dict(zip(*[iter(mqload.arguments(presets.options("lat0"), 1883)[1:])] * 2))
     assert (fanin["-P"], fanin["-S"], fanin["-r"], fanin["-q"]) == ("100", "1", "100", "0")
+    assert fanin["-T"] == str(os.cpu_count()) and "-F" not in fanin  # a thread per core, as our generator's processes
+    assert dict(zip(*[iter(mqload.arguments(presets.options("lat0", procs=3), 1883)[1:])] * 2))["-T"] == "3"
 
 
 def _mqload_on_plexmq(capsys, scenario: str, duration: str) -> tuple[int, dict]:
