@@ -29,7 +29,7 @@ from plexmq.workers import from_peers, host_links
 from plexmq.workers import peers as peer_links
 from plexmq.workers.routes import RouteTables
 from tests.conftest import Broker, free_port
-from tests.connection_harness import Client, ConnectionHarness, FakePeers, parse, routed, routes, suback
+from tests.connection_harness import Client, ConnectionHarness, FakePeers, kick, parse, routed, routes, suback
 from tests.mqtt import Client as Paho
 from tests.mqtt import RawClient
 from tests.steps import ping, publish, raw_on, receive, subscribe, uid, worker_of
@@ -90,6 +90,27 @@ def test_a_qos1_publishers_puback_waits_for_its_peers_answer_and_later_ones_keep
     peers.answer("w1")
     h.turn()
     assert [(packet.kind, packet.pid) for packet in c.packets()] == [(p.PUBACK, 1), (p.PUBACK, 2), (p.PUBACK, 3)]
+
+
+def test_a_publisher_taken_over_while_its_message_waits_for_a_peer_gets_no_puback_and_the_message_still_goes() -> None:
+    """Takeover (KICK) of a connection whose QoS 1 message is on its way to a peer: the message is not
+    recalled (the peer delivers it), the closed connection is written nothing more when the answer
+    comes, and a PUBLISH of another client queued behind it still gets its PUBACK, in order."""
+    h, peers = direct()
+    c = h.client("pub")
+    other = h.client("other")
+    c.send(p.encode_publish(b"t", b"one", 1, packet_id=1))
+    h.turn()
+    other.send(p.encode_publish(b"t", b"two", 1, packet_id=7))
+    h.turn()
+    assert [(place, [payload for _kind, _topic, payload in peer_records(frame)]) for place, frame in peers.frames] == \
+        [("w1", [b"one"]), ("w1", [b"two"])]
+    h.from_router(kick(c.conn_id))
+    assert ("KICKED", (c.conn_id,)) in [(r.kind, tuple(r.fields)) for r in h.records()]
+    c.packets()  # (the close)
+    peers.answer("w1")
+    h.turn()
+    assert c.packets() == [] and acks(other) == [(p.PUBACK, 7)]
 
 
 def test_a_denied_qos2_publish_behind_a_puback_waiting_for_a_peer_gets_a_pubrec() -> None:
