@@ -253,9 +253,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                "lease lasts without renewal (a standby takes over within about this, plus lease/8)"),
         "router_name": Option(str, "", _router_name, "with a postgresql:// store: this router's name in the lease "
                               "and the ops output, unique among the routers (empty: HOST:PORT of router_bind)"),
-        "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 and 1 messages to each other's "
-                                  "subscribers themselves, not through the router (false: every such message "
-                                  "crosses the router)"),
+        "direct_delivery": Option(bool, True, doc="the workers of one host deliver QoS 0 and 1 messages (and a clean "
+                                  "publisher's QoS 2) to each other's subscribers themselves, over Unix sockets in the "
+                                  "run dir, not through the router (false: every such message crosses the router)"),
         "direct_bind": Option(str, "", _direct_bind, "role node: tcp://HOST:PORT where this node's workers take QoS 0 "
                               "messages from the workers of other nodes that set it too (worker i at PORT+i, CURVE "
                               "with the router link's keys); empty: messages between this node and others cross "

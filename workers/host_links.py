@@ -32,6 +32,16 @@ def inbox_path(run_dir: str, place: str) -> str:
     return os.path.join(run_dir, f"peer-{place.rpartition('/')[2]}.sock")
 
 
+def _recv(sock: socket.socket) -> bytes | None:
+    """What a readable socket holds: b"" once the other end closed it (or it failed), None for nothing yet."""
+    try:
+        return sock.recv(READ)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
 class HostPeer:
     """A worker of this host that this one sends to: its socket, what it has not taken yet, and the
     turn's records for it (`Peers`)."""
@@ -96,12 +106,9 @@ class HostPeer:
             self.loop.remove_writer(self.fd)
 
     def _read(self) -> None:
-        try:
-            data = self.sock.recv(READ)
-        except BlockingIOError:
+        data = _recv(self.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._lost()
             return
@@ -167,12 +174,9 @@ class HostInbox:
 
     def _drain(self, inbound: _Inbound) -> None:
         """Deliver each whole frame read, then answer with the last one's number."""
-        try:
-            data = inbound.sock.recv(READ)
-        except BlockingIOError:
+        data = _recv(inbound.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._drop(inbound)
             return
