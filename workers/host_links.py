@@ -158,7 +158,7 @@ class HostInbox:
         listener = self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.setblocking(False)
         listener.bind(path)
-        listener.listen(64)
+        listener.listen(socket.SOMAXCONN)  # a connect finding it full would take the peer for gone
         loop.add_reader(listener.fileno(), self._accept)
         self.inbound: dict[int, _Inbound] = {}
 
