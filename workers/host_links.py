@@ -183,13 +183,14 @@ class HostInbox:
         buf = inbound.buf
         buf += data
         pos, end, last = 0, len(buf), 0
-        while end - pos >= _FRAME_SIZE:
-            length, seq = _unpack_frame(buf, pos)
-            stop = pos + _FRAME_SIZE + length
-            if stop > end:
-                break
-            self.on_frame(bytes(buf[pos + _FRAME_SIZE:stop]))
-            last, pos = seq, stop
+        with memoryview(buf) as view:  # each frame copied once, out of the buffer (released before it shrinks)
+            while end - pos >= _FRAME_SIZE:
+                length, seq = _unpack_frame(buf, pos)
+                stop = pos + _FRAME_SIZE + length
+                if stop > end:
+                    break
+                self.on_frame(bytes(view[pos + _FRAME_SIZE:stop]))
+                last, pos = seq, stop
         if pos:
             del buf[:pos]
         if last:
