@@ -124,11 +124,20 @@ def test_out_and_in_through_a_mosquitto(tmp_path: Path, mosquitto: Mosquitto, br
     assert raw.connect5("plexmq-bridge-cloud", password=b"guess")[1] == 0x86  # bad user name or password
     row = listed(tmp_path, ["0", "0", "1", "1", "0"])
     assert row[0] == "cloud" and row[-1] == "connected"
-    scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
-    for line in ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
-                 'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0',
-                 'plexmq_bridge_queued_messages{bridge="cloud"} 0.0'):
-        assert line in scraped, line
+    wanted = ('plexmq_bridge_connected{bridge="cloud"} 1.0', 'plexmq_bridge_messages_sent_total{bridge="cloud"} 1.0',
+              'plexmq_bridge_messages_received_total{bridge="cloud"} 1.0', 'plexmq_bridge_held_messages{bridge="cloud"} 0.0',
+              'plexmq_bridge_queued_messages{bridge="cloud"} 0.0')
+    scraped = ""
+
+    def shown() -> bool:  # the router reads the bridge's figures once a second, after `plexmq bridges` may
+        nonlocal scraped
+        scraped = urllib.request.urlopen(metrics_url(b) + "/metrics", timeout=10).read().decode()
+        return all(line in scraped for line in wanted)
+
+    try:
+        wait_for(shown, 10, "the bridge's figures on /metrics")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; missing: {[line for line in wanted if line not in scraped]}") from None
 
 
 def listed(tmp_path: Path, counts: list[str]) -> list[str]:

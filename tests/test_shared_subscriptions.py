@@ -148,11 +148,20 @@ def test_offline_persistent_members_get_messages_only_when_no_member_is_online(b
                                           properties={P.SESSION_EXPIRY_INTERVAL: 600})
     assert present
     got: list[bytes] = []
-    while not got or got[-1] != b"marker":
+
+    def take() -> None:
         _topic, packet_id, payload, _props, _first = recv_publish(kept)
         kept.send(v5.encode_ack(v5.PUBACK, packet_id))
         got.append(payload)
-    assert got == [b"while none 0", b"while none 1", b"marker"]
+
+    for _ in range(3):
+        take()
+    # what the router gave `online` before it heard that it left goes on to the kept session then, maybe
+    # after the marker (shared messages keep no order across members, nor topics theirs)
+    assert sorted(got) == [b"marker", b"while none 0", b"while none 1"]
+    pub.publish(f"marker/{base}", "marker again", 1)
+    take()
+    assert got[-1] == b"marker again"  # and nothing more came
     kept.send(v5.encode_disconnect(0, {P.SESSION_EXPIRY_INTERVAL: 0}))
     kept.read_until_closed()
     pub.disconnect()
