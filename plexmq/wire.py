@@ -40,7 +40,7 @@ import orjson
 # session's in the router, a bridge's is its own); 10: SUBACK places a subscription with MQTT 5 options or
 # an identifier on its worker too, with its routing grant where 9 had the QoS; PEER_RAW says its packets' COUNT;
 # the workers of one host speak over Unix sockets (workers/host_links.py), not ZeroMQ
-PROTOCOL = 10
+PROTOCOL = 11
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
 # worker -> router
@@ -236,6 +236,9 @@ class Connect(NamedTuple):
     # QoS 1/2 deliveries in flight to it at most (the worker's `Outbound.window`: max_inflight, a 5.0
     # client's Receive Maximum below it, a bridge's Receive Maximum); 0: the router's max_inflight
     window: int = 0
+    # time.monotonic_ns() when the connection first claimed its client id: the router orders the claims of
+    # one host's workers by it, whose records reach it in no order (0: not known)
+    claimed: int = 0
 
     def encode(self) -> bytes:
         fields = list(self)

@@ -229,7 +229,7 @@ class Lifecycle:
 
     def _on_connect(self, worker: bytes, header: bytes, payload: bytes) -> None:
         (conn_id, client_id, persistent, _username, will_topic, will_qos, will_retain, connack_sent, fresh, expiry,
-         will_extra, tenant_name, window) = wire.Connect.decode(header)  # the fields are said there
+         will_extra, tenant_name, window, claimed) = wire.Connect.decode(header)  # the fields are said there
         if tenant_name in self.dropped:  # its worker has not applied the reload yet: nothing of it is made again
             self.out(worker).close(conn_id)
             return
@@ -249,6 +249,11 @@ class Lifecycle:
                     return
             self.conn_tenants[key] = tenant
             tenant.connections += 1
+        if old is not None and old.worker is not None and self._claimed_before(old, worker, claimed):
+            # its claim came before the live connection's (or one's waiting to take it over) on the same host: that
+            # one took it over already, this record only arrived late (a clean session's comes after its CONNACK)
+            self.out(worker).kick(conn_id)
+            return
         if connack_sent and not fresh and old is not None and old.worker is not None and old.worker != worker:
             # a connection registered again (its worker joined again) whose session another connection
             # has claimed meanwhile (after its worker was taken for dead): the newer one keeps it
@@ -276,6 +281,7 @@ class Lifecycle:
         self.journal.session_saved(session, time.time())
         session.worker = worker
         session.conn_id = conn_id
+        session.claimed = claimed
         self._take_will(session)  # back in time: a delayed will of the last connection is not sent [MQTT-3.1.3-9]
         if will_topic is not None:
             delay, props, will_expiry = will_extra or (0, "", 0)
@@ -297,6 +303,20 @@ class Lifecycle:
                 session.incoming = ()
                 self.journal.incoming_cleared(session)
             self.outbox.resend(session, out)
+
+    def _claimed_before(self, old: Session, worker: bytes, claimed: int) -> bool:
+        """Whether a connection on `worker` claimed its client id before the connection that holds `old`,
+        or one waiting to take it over, did on the same host (one clock: the records of two workers
+        reach the router in no order; nodes on two hosts are taken in the order their records come)."""
+        if not claimed:
+            return False
+        links = self.links.links
+        host = links[worker].node
+        newest = old.claimed if links[old.worker].node == host else 0  # type: ignore[index]  # a live session
+        waiting = self.takeovers.get((old.worker, old.conn_id))  # type: ignore[arg-type]
+        if waiting is not None and links[waiting[0]].node == host:
+            newest = max(newest, wire.Connect.decode(waiting[2]).claimed)
+        return claimed < newest
 
     def _connect_limit(self, tenant: Tenant, old: Session | None, persistent: bool) -> str | None:
         """The limit of `tenant` a new connection (of a `persistent` session) would pass, or None:

@@ -41,7 +41,7 @@ class Session:
 
     __slots__ = ("client_id", "persistent", "worker", "conn_id", "subs", "unacked", "queued", "inflight", "window",
                  "next_pid", "incoming", "will", "will_at", "bytes", "seen", "expiry", "dropped", "dropped_logged", "local",
-                 "tenant")
+                 "tenant", "claimed")
 
     def __init__(self, client_id: str, persistent: bool, tenant: str = "") -> None:
         self.client_id = client_id
@@ -49,6 +49,7 @@ class Session:
         self.persistent = persistent  # it outlives its connection (3.1.1 clean session 0, 5.0 session expiry > 0)
         self.worker: bytes | None = None
         self.conn_id = 0
+        self.claimed = 0  # when its connection claimed it, on its host's clock (plexmq/wire.py: Connect.claimed)
         self.subs: dict[str, int] = {}
         self.local: set[str] | tuple[()] = ()  # filters of `subs` its worker serves itself (router/routes.py)
         # its outbox, which router/outbox.py changes: QoS 1/2 messages by packet id, in the order kept

@@ -160,9 +160,9 @@ class RouterHarness:
         self.sent: list[Sent] = []  # every frame sent, in order; `commits` counts the commits between
         self.commits = 0
 
-    def worker(self, name: str = "w0", live: tuple[int, ...] = (), hello: bool = True) -> WorkerEnd:
-        """A worker joined to the router (HELLO sent unless `hello` is False)."""
-        end = self.workers[name.encode()] = WorkerEnd(self, name.encode(), len(self.workers))
+    def worker(self, name: str = "w0", live: tuple[int, ...] = (), hello: bool = True, node: str = "") -> WorkerEnd:
+        """A worker joined to the router (HELLO sent unless `hello` is False), of `node` ("": the router's host)."""
+        end = self.workers[name.encode()] = WorkerEnd(self, name.encode(), len(self.workers), node)
         if hello:
             end.hello(live)
         return end
@@ -245,10 +245,11 @@ class WorkerEnd:
     worker's own sender for it (`RouterLink`), which the router takes at once; `inbox` collects what
     the router sent it (`take` empties it)."""
 
-    def __init__(self, harness: RouterHarness, identity: bytes, worker_id: int) -> None:
+    def __init__(self, harness: RouterHarness, identity: bytes, worker_id: int, node: str = "") -> None:
         self.harness = harness
         self.identity = identity
         self.worker_id = worker_id
+        self.node = node  # its node's name ("": the router's host)
         self.link = FakeLink(FakeLoop())  # its `join` and `seq` tag the frames
         self.inbox: list[Any] = []
         self.answers_routes = True  # answer ROUTES with ROUTES_ACK at the end of each turn
@@ -285,20 +286,21 @@ class WorkerEnd:
 
     def hello(self, live: tuple[int, ...] = (), pid: int = 4242) -> None:
         """Open a new join (seq 0), naming the connections still live."""
-        self.link.open(wire.Hello(wire.PROTOCOL, self.worker_id, "", "", pid, list(live)))
+        self.link.open(wire.Hello(wire.PROTOCOL, self.worker_id, self.node, "", pid, list(live)))
         self.send()
 
     def connect(self, conn: int, client_id: str, clean: bool = True, *, connack_sent: int = 0, fresh: bool | None = None,
                 expiry: int = -1, username: str | None = None, will: tuple[str, bytes, int, bool] | None = None,
-                will_extra: list | None = None, tenant: str = "", window: int = 0) -> None:
+                will_extra: list | None = None, tenant: str = "", window: int = 0, claimed: int = 0) -> None:
         """CONNECT of a client that asked for a clean session or not: `connack_sent` 0 asks for a SESSION;
         else the worker sent the CONNACK itself (a new clean session's connection, or one registered
         again) and `connack_sent` is its next packet id. `fresh` (default: `clean`): an earlier session
         is discarded. `will`: (topic, payload, qos, retain). `tenant`: the connection's ("": the default).
-        `window`: the connection's (0: max_inflight)."""
+        `window`: the connection's (0: max_inflight). `claimed`: when it claimed the client id (0: not known)."""
         topic, payload, qos, retain = will if will is not None else (None, b"", 0, False)
         self.link.connect(wire.Connect(conn, client_id, not clean, username, topic, qos, retain, connack_sent,
-                                       clean if fresh is None else fresh, expiry, will_extra, tenant, window), payload)
+                                       clean if fresh is None else fresh, expiry, will_extra, tenant, window, claimed),
+                          payload)
         self.send()
 
     def subscribe(self, conn: int, pid: int, filters: list[tuple[str, int]]) -> None:

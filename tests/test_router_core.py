@@ -99,6 +99,57 @@ def test_a_newer_connection_wins_over_one_waiting_to_take_over():
     assert w1.take() == []
 
 
+def test_a_clean_connections_record_that_comes_after_a_later_claim_is_kicked_and_the_session_kept():
+    """A clean connection's worker sends the CONNACK itself and its CONNECT after it: a persistent
+    connection of the same client id that claimed it later on another worker of the host may reach the
+    router first. The one claimed later keeps its session; the older, late one is taken over."""
+    h = RouterHarness()
+    w0, w1 = h.worker("w0"), h.worker("w1")
+    w1.connect(5, "dev", clean=False, claimed=200)
+    h.turn()
+    assert w1.take() == [Session(5, False, [])]
+    w1.subscribe(5, 1, [("t", 1)])
+    w0.connect(1, "dev", connack_sent=1, claimed=100)
+    h.turn()
+    assert w0.take() == [Kick(1)]
+    assert [r for r in w1.take() if not isinstance(r, Suback)] == []
+    w0.gone(1)
+    w1.gone(5)
+    h.turn()
+    w1.connect(6, "dev", clean=False, claimed=300)
+    h.turn()
+    assert w1.take() == [Session(6, True, [["t", 1]])]  # kept, with what it subscribed to
+
+
+def test_a_claim_later_than_the_live_ones_takes_the_session_over_and_one_between_it_and_a_waiting_one_is_kicked():
+    h = RouterHarness()
+    w0, w1, w2 = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    w1.connect(5, "dev", clean=False, claimed=200)
+    h.turn()
+    w1.take()
+    w2.connect(7, "dev", clean=False, claimed=400)  # later: it waits for the KICKED of w1's
+    h.turn()
+    assert w1.take() == [Kick(5)] and w2.take() == []
+    w0.connect(1, "dev", connack_sent=1, claimed=300)  # later than w1's, earlier than w2's waiting one
+    h.turn()
+    assert w0.take() == [Kick(1)] and w1.take() == []
+    w1.kicked(5)
+    h.turn()
+    assert w2.take() == [Session(7, True, [])]
+
+
+def test_claims_of_two_hosts_are_taken_in_the_order_their_records_come():
+    """Another host's clock is not this one's: a node's claim is not compared with the router host's."""
+    h = RouterHarness()
+    here, there = h.worker("w0"), h.worker("n1", node="edge")
+    here.connect(5, "dev", clean=False, claimed=200)
+    h.turn()
+    here.take()
+    there.connect(1, "dev", connack_sent=1, claimed=100)
+    h.turn()
+    assert here.take() == [Kick(5)] and there.take() == []
+
+
 # -- the resend after a reconnect, and the window ------------------------------------------------------
 
 

@@ -54,7 +54,7 @@ class Connection(Outbound, asyncio.Protocol):
                  "deadline", "wheel_slot", "persistent", "disconnected", "kicked", "will", "subs", "waiting", "checker",
                  "fast", "screened", "cert_username", "credit_messages", "credit_bytes", "credit_at", "throttled", "level",
                  "v5", "tenant", "local_name", "routes", "limits", "cert_tenant", "tally",
-                 "messages_in", "bytes_in", "connected_at", "incoming")
+                 "messages_in", "bytes_in", "connected_at", "incoming", "claimed")
 
     def __init__(self, worker: Worker, conn_id: int, deadline: float) -> None:
         super().__init__(worker.settings.max_inflight)
@@ -103,6 +103,7 @@ class Connection(Outbound, asyncio.Protocol):
         self.messages_in: int = 0
         self.bytes_in: int = 0
         self.connected_at: float = 0.0
+        self.claimed = 0  # time.monotonic_ns() of its first claim of the client id (`register`)
 
     @property
     def closed(self) -> bool:
@@ -357,6 +358,8 @@ class Connection(Outbound, asyncio.Protocol):
             will_extra = [told.get(props.WILL_DELAY_INTERVAL, 0), props.forwarded(told).hex(),
                           told.get(props.MESSAGE_EXPIRY_INTERVAL, 0)]
         link = self.worker.link
+        if not self.claimed:
+            self.claimed = time.monotonic_ns()
         if self.v5 is not None:
             expiry = self.v5.session_expiry
         else:  # 3.1/3.1.1: persistent_client_expiration, or its tenant's max_session_expiry
@@ -364,7 +367,7 @@ class Connection(Outbound, asyncio.Protocol):
         link.connect(wire.Connect(self.conn_id, self.client_id, self.persistent, self.username,
                                   will.topic if will else None, will.qos if will else 0, will.retain if will else False,
                                   max(self.inflight, default=0) + 1 if connack_sent else 0, fresh, expiry, will_extra,
-                                  self.tenant, self.window),
+                                  self.tenant, self.window, self.claimed),
                      will.payload if will else b"")
         if connack_sent and self.subs:
             link.subscribe(self.conn_id, 0, [[f, qos] for f, qos in self.subs.items()])
