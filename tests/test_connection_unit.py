@@ -233,3 +233,20 @@ def test_session_answer_sends_the_connack_and_registers():
     h.from_router(session(c.conn_id, True))
     [connack] = c.packets()
     assert connack.kind == p.CONNACK and p.decode_connack(0, connack.body) == (True, 0)
+
+
+def test_what_follows_a_connect_waits_for_the_session_and_goes_on_in_order():
+    """A client may send on right after its CONNECT [MQTT-3.1.4]: what follows waits, the socket no longer
+    read, until the router has answered the CONNECT (a SUBSCRIBE needs the session there, which a takeover
+    from another worker may still hold), then goes on in order."""
+    h = ConnectionHarness()
+    c = h.open()
+    c.send(p.encode_connect("dev", False, 60) + p.encode_subscribe(1, [("t/#", 1)]) + publish("t/a", b"x", 1, 7))
+    assert [r.kind for r in h.records()] == ["CONNECT"] and c.packets() == []
+    assert not c.transport.reading
+    c.send(publish("t/b", b"y"))  # what the socket still had
+    assert h.records() == [] and c.packets() == []
+    h.from_router(session(c.conn_id, False))
+    assert [packet.kind for packet in c.packets()] == [p.CONNACK]
+    assert [r.kind for r in h.records()] == ["SUBSCRIBE", "PUB", "PUB0"]
+    assert c.transport.reading

@@ -247,6 +247,29 @@ def test_takeover_closes_the_old_connection(broker: Broker, placement: str, clea
     pub.close()
 
 
+@pytest.mark.parametrize("placement", ["same-worker", "other-worker"])
+def test_what_a_client_sends_right_after_its_connect_waits_for_a_takeover(broker: Broker, placement: str) -> None:
+    """Clients need not wait for the CONNACK [MQTT-3.1.4]: a SUBSCRIBE and a QoS 1 PUBLISH in the CONNECT's
+    write are answered once the session is taken over (from another worker: after the old connection is
+    closed there), the subscription made in the resumed session."""
+    cid, topic = f"pipe-{uid()}", f"sess/pipe/{uid()}"
+    old = connect(broker.port, cid, clean=False)
+    w = worker_of(broker, old)
+    new = raw_on(broker, want=w) if placement == "same-worker" else raw_on(broker, avoid=w)
+    new.send(p.encode_connect(cid, False) + p.encode_subscribe(1, [(topic, 1)]) +
+             p.encode_publish(topic.encode(), b"mine", 1, False, packet_id=7))
+    assert new.recv() == (0x20, b"\x01\x00")  # session present
+    old.read_until_closed()
+    answers = {new.recv() for _ in range(3)}  # SUBACK, the PUBACK, and its own message (subscribed first)
+    assert {(first, body) for first, body in answers if first != 0x32} == {(0x90, b"\x00\x01\x01"), (0x40, b"\x00\x07")}
+    [(_, body)] = [a for a in answers if a[0] == 0x32]
+    mine = as_pub(0x32, body)
+    assert (mine.topic, mine.payload) == (topic, b"mine")
+    new.send(p.encode_puback(mine.packet_id))
+    disconnect(new)
+    forget(broker.port, cid)
+
+
 # ---------------------------------------------------------------------------- bounded offline queue
 
 

@@ -134,9 +134,11 @@ class Connection(Outbound, asyncio.Protocol):
             return
         self.tally.bytes_in += len(data)  # once per read
         self.bytes_in += len(data)
-        if self.state == AUTHENTICATING:  # read on once the login is decided
+        if self.state == AUTHENTICATING or self.state == CONNECTING:  # read on once the login, the session is decided
             self.buf = self.buf or bytearray()
             self.buf += data
+            if self.state == CONNECTING:
+                self.transport.pause_reading()  # type: ignore[union-attr]  # reading: has its transport
             return
         if self.keepalive:
             self.deadline = worker.now() + self.keepalive * 1.5
@@ -206,8 +208,14 @@ class Connection(Outbound, asyncio.Protocol):
                     self._packet(first >> 4, first & 15, buf[start:stop])
                     if self.state == CLOSED:
                         return
-                    if self.state == AUTHENTICATING:
+                    if self.state == AUTHENTICATING or self.state == CONNECTING:
+                        # what the client sent after its CONNECT waits for the session: a SUBSCRIBE needs it
+                        # at the router, a QoS 2 PUBLISH sent again its packet ids (a takeover may wait)
                         self.buf = bytearray(memoryview(buf)[stop:])
+                        if self.state == CONNECTING:
+                            if stop < end:
+                                self.transport.pause_reading()  # type: ignore[union-attr]  # as above
+                            worker.flush_soon()  # its CONNECT
                         return
                 pos = stop
         except p.MalformedPacket as exc:
@@ -304,9 +312,11 @@ class Connection(Outbound, asyncio.Protocol):
         self.read_on()
 
     def read_on(self) -> None:
-        """Read the client again unless something still holds it: a login being decided, output backed
-        up (`paused`), empty rate buckets (`throttled`); each of them ends by calling this."""
-        if self.state == CLOSED or self.state == AUTHENTICATING or self.paused or self.throttled:
+        """Read the client again unless something still holds it: a login being decided, the router's
+        answer to its CONNECT, output backed up (`paused`), empty rate buckets (`throttled`); each of them
+        ends by calling this."""
+        if self.state == CLOSED or self.state == AUTHENTICATING or self.state == CONNECTING or self.paused or \
+                self.throttled:
             return
         self.transport.resume_reading()  # type: ignore[union-attr]  # not CLOSED: it has its transport
         if self.buf:

@@ -161,7 +161,8 @@ def session(worker: Worker, header: bytes, payload: bytes) -> None:
     if conn is None:
         return
     if not refused:
-        return conn.session_ready(present, subs)
+        conn.session_ready(present, subs)
+        return conn.read_on()  # what the client sent after its CONNECT
     code = reasons.CONNECTION_RATE_EXCEEDED if refused == "max_connection_rate" else reasons.QUOTA_EXCEEDED
     refuse(conn, SERVER_UNAVAILABLE if conn.v5 is None else code, f"tenant {conn.tenant!r}: {refused} reached")
 
