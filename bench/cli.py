@@ -89,6 +89,9 @@ def add_options(parser: argparse.ArgumentParser, scenario: bool = True) -> None:
     parser.add_argument("--persistent-subs", action="store_true",
                         help="subscribers connect with clean session 0 and stable ids <client-prefix>s<i> "
                              "(their sessions, and what is queued for them, outlive the run)")
+    parser.add_argument("--persistent-conns", action="store_true",
+                        help="conn: every connection connects with clean session 0, a session the broker keeps "
+                             "(ids carry the run id: each run makes new ones)")
     parser.add_argument("--sub-identifier", type=int, default=0,
                         help="5.0: subscribers subscribe with this subscription identifier, 1 to 268435455 (0: none)")
     parser.add_argument("--topic-prefix", default="bench")

@@ -39,6 +39,7 @@ class Options:
     client_prefix: str = "plexbench-"
     username: str = ""  # every client logs in with it ("": none), e.g. "bench@acme" for a tenant
     persistent_subs: bool = False  # subscribers connect with clean session 0 and ids stable across runs
+    persistent_conns: bool = False  # conn: each connection asks for a session (clean session 0), new each run
     sub_identifier: int = 0  # 5.0: subscribers subscribe with this subscription identifier (0: none)
     topic_prefix: str = "bench"
     procs: int = 0  # 0: one per core (more when the fd limit needs more)
@@ -79,7 +80,7 @@ class Options:
         return f"{self.client_prefix}{run_id:08x}-{role}{index}"
 
     def clean_session(self, role: str) -> bool:
-        return not (self.persistent_subs and role == "s")
+        return not (self.persistent_subs and role == "s" or self.persistent_conns and role == "c")
 
     def fan(self) -> int:
         """How many subscribers receive each published message."""

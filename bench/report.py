@@ -58,7 +58,8 @@ def build(opts: Options, finals: dict[int, tuple[dict, dict]], extras: list[dict
         "protocol": wire.NAMES[opts.protocol], "qos": opts.qos, "size": opts.size, "rate": opts.rate,
         "window": opts.window,
         "e2e_window": opts.e2e_window if opts.rate == 0 and pubsub else 0, "duration": duration,
-        "pubs": opts.pubs, "subs": opts.subs, "persistent_subs": opts.persistent_subs, "clients": opts.clients,
+        "pubs": opts.pubs, "subs": opts.subs, "persistent_subs": opts.persistent_subs,
+        "persistent_conns": opts.persistent_conns, "clients": opts.clients,
         "procs": opts.procs,
         "connections": opts.connections, "connected": connected, "connect_failed": tot.get("failed", 0)
         + tot.get("not_attempted", 0), "dropped": tot.get("dropped", 0),
@@ -115,7 +116,8 @@ def table(r: dict) -> str:
     rows = [("scenario", (f"{r['scenario']} mqtt={r['protocol']} qos={r['qos']} size={r['size']}B"
              f" rate={_n(r['rate'])}/s window={r['window']} e2e={r['e2e_window']} duration={_n(r['duration'])}s"
              f" procs={r['procs']}"
-             + (" persistent-subs" if r.get("persistent_subs") else ""))),
+             + (" persistent-subs" if r.get("persistent_subs") else "")
+             + (" persistent-conns" if r.get("persistent_conns") else ""))),
             ("broker", r["broker"]),
             ("connections", (f"{_n(r['connected'])}/{_n(r['connections'])} in {r['connect_s']:.3f} s"
              f" = {_n(r['connect_rate'])}/s, failed {_n(r['connect_failed'])}, dropped {_n(r['dropped'])}"

@@ -39,7 +39,8 @@ import orjson
 # publishers traced; CONNECT says the connection's window (a 5.0 client's Receive Maximum bounds its
 # session's in the router, a bridge's is its own); 10: SUBACK places a subscription with MQTT 5 options or
 # an identifier on its worker too, with its routing grant where 9 had the QoS; PEER_RAW says its packets' COUNT;
-# the workers of one host speak over Unix sockets (workers/host_links.py), not ZeroMQ
+# the workers of one host speak over Unix sockets (workers/host_links.py), not ZeroMQ; 11: CONNECT says when
+# the connection claimed its client id, SYNC and SYNCED (router/claims.py)
 PROTOCOL = 11
 
 # -- kinds: the header's fields as they are sent (the records' classes below name them) ------------
@@ -66,6 +67,7 @@ KICKED = 16  # Kicked: the connection a KICK named is closed (or was already): t
 TRACES_ACK = 17  # TracesAck: the worker has applied the TRACES of this generation
 TRACED = 18  # Traced; payload: the message's payload, its first TRACED_PAYLOAD bytes: a copy for a console trace
 BANS_ACK = 19  # BansAck: the worker has applied the BANS of this generation, and closed so many of its clients
+SYNCED = 43  # Sync: the answer to SYNC: whatever this worker sent before it is ahead of it
 # router -> worker
 SESSION = 20  # Session: the answer to a CONNECT
 SUBACK = 21  # Suback
@@ -94,6 +96,7 @@ TRACES = 36  # Traces: the console's live traces, the whole set (router/trace.py
 # Directory: every joined worker's direct endpoint (a node's `direct_bind`), the whole map at each change
 DIRECTORY = 37
 BANS = 38  # Bans: the banned clients, the whole set at a join, else a change (router/bans.py); answer BANS_ACK
+SYNC = 39  # Sync: answer SYNCED at once (router/claims.py: a persistent CONNECT waits for the host's other workers)
 # worker -> worker of the same host (ipc), or of another node when both say a direct endpoint (tcp, QoS 0
 # only; workers/peers.py): a message for the subscribers the receiving worker serves itself (its
 # `LocalRoutes.local`), which it matches against its own table of the tenant; each frame carries its number
@@ -142,6 +145,7 @@ GONE_HEAD = struct.Struct("<IB")  # conn_id, publish the will
 CONN = struct.Struct("<I")
 SESSION_EXPIRY_HEAD = struct.Struct("<II")  # conn_id, session expiry interval (seconds)
 COUNT = struct.Struct("<I")
+SYNC_HEAD = struct.Struct("<Q")  # the SYNC's number
 PEER_HEAD = struct.Struct("<H")  # tenant length
 PEER_SEQ = struct.Struct("<Q")  # a frame's number among those its sender sent to any peer
 
@@ -596,6 +600,19 @@ class Traces(NamedTuple):
         return cls._make(orjson.loads(header))
 
 
+class Sync(NamedTuple):
+    """SYNC and SYNCED, SYNC_HEAD."""
+
+    number: int
+
+    def encode(self) -> bytes:
+        return SYNC_HEAD.pack(*self)
+
+    @classmethod
+    def decode(cls, header: bytes) -> Sync:
+        return cls._make(SYNC_HEAD.unpack(header))
+
+
 class Directory(NamedTuple):
     """DIRECTORY, an orjson object: each joined worker (its identity) that takes messages from other
     nodes' workers, and where (tcp://HOST:PORT, CURVE as the router link)."""
@@ -785,6 +802,9 @@ class ToWorker(Batch):
 
     def beat(self) -> None:
         self.add(BEAT, b"")
+
+    def sync(self, number: int) -> None:
+        self.add(SYNC, Sync(number).encode())
 
     def refused(self) -> None:
         """The worker's HELLO was of another protocol version: this router's goes back."""

@@ -18,6 +18,7 @@ from plexmq import grants, tenants, wire
 from plexmq.grants import Matched
 from plexmq.mqtt import framing
 from plexmq.router.bans import Banning
+from plexmq.router.claims import Claims
 from plexmq.router.deadlines import Deadlines
 from plexmq.router.lifecycle import Lifecycle
 from plexmq.router.links import Links
@@ -119,6 +120,7 @@ class Router(Lifecycle, Subscribing):
         # (old worker, conn_id) -> the CONNECT (worker, header, payload) that takes its session over from
         # another worker, waiting for that connection's last records (Lifecycle._take_over)
         self.takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]] = {}
+        self.claims = Claims()  # CONNECTs that resume a session, waiting for the host's other workers
         self.stopping = False  # the broker stops: its own workers' BYEs end no session (no wills)
         self.directory: dict[str, str] = {}  # the workers' direct endpoints, as last told (DIRECTORY)
         self.received = 0
@@ -144,6 +146,7 @@ class Router(Lifecycle, Subscribing):
             wire.TRACES_ACK: self.traces.on_ack,
             wire.TRACED: self.traces.on_traced,
             wire.BANS_ACK: self.bans.on_ack,
+            wire.SYNCED: self._on_synced,
         }
         if store is not None:
             self._restore(store)
@@ -234,6 +237,7 @@ class Router(Lifecycle, Subscribing):
         waits, with what follows it, for the other workers (router/routes.py)."""
         if self.raw_dirty:
             self._flush_raw()
+        self.claims.turn_ended()
         now = time.monotonic()
         for worker, counts in list(self.routed.items()):
             out = self.out(worker)

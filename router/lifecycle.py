@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from plexmq import wire
 from plexmq.router.bans import Banning
+from plexmq.router.claims import Claims, Waiting
 from plexmq.router.deadlines import Deadlines
 from plexmq.router.links import Links
 from plexmq.router.listing import ClientDisconnect, ClientListing
@@ -56,6 +57,7 @@ class Lifecycle:
     batches: dict[bytes, wire.ToWorker]
     links: Links
     takeovers: dict[tuple[bytes, int], tuple[bytes, int, bytes, bytes]]
+    claims: Claims
     stopping: bool
     directory: dict[str, str]
 
@@ -162,17 +164,27 @@ class Lifecycle:
 
     def link_broken(self, worker: bytes) -> None:
         """Frames of `worker` went missing: until it joins again (or is taken for dead) nobody waits
-        for its ROUTES_ACK, TRACES_ACK or BANS_ACK, and the counts of its old join are void."""
+        for its ROUTES_ACK, TRACES_ACK, BANS_ACK or SYNCED, and the counts of its old join are void."""
         self.routes.forget(worker)
         self.traces.forget(worker)
         self.bans.forget(worker)
         self.routed.pop(worker, None)
+        self._go_on(self.claims.gone(worker))
+
+    def _on_synced(self, worker: bytes, header: bytes, payload: bytes) -> None:
+        self._go_on(self.claims.synced(worker, wire.Sync.decode(header).number))
+
+    def _go_on(self, ready: list[Waiting]) -> None:
+        """CONNECTs that waited for the other workers' SYNCED (router/claims.py) are taken now."""
+        for waiting in ready:
+            self._on_connect(waiting.key[0], waiting.header, waiting.payload)
 
     def _on_bye(self, worker: bytes, header: bytes, payload: bytes) -> None:
         """A worker stops: a node's, while the router lives on, takes its clients with it (wills
         out); one of this host's, while the whole broker stops, leaves its sessions as they are."""
         local = not self.links.links[worker].node
         self.links.drop(worker)
+        self._go_on(self.claims.gone(worker))
         if not (self.stopping and local):
             self.worker_lost(worker, "stopped")
 
@@ -249,6 +261,8 @@ class Lifecycle:
                     return
             self.conn_tenants[key] = tenant
             tenant.connections += 1
+            if not connack_sent and not fresh and self._hold_claim(worker, conn_id, header, payload):
+                return
         if old is not None and old.worker is not None and self._claimed_before(old, worker, claimed):
             # its claim came before the live connection's (or one's waiting to take it over) on the same host: that
             # one took it over already, this record only arrived late (a clean session's comes after its CONNACK)
@@ -304,6 +318,18 @@ class Lifecycle:
                 self.journal.incoming_cleared(session)
             self.outbox.resend(session, out)
 
+    def _hold_claim(self, worker: bytes, conn_id: int, header: bytes, payload: bytes) -> bool:
+        """A CONNECT that resumes a session waits for the SYNCED of its host's other workers (router/claims.py),
+        if there are any; whether it does."""
+        links = self.links.links
+        host = links[worker].node
+        others = {other for other, link in links.items() if other != worker and link.join and link.alive and link.node == host}
+        if not others:
+            return False
+        for other in self.claims.hold((worker, conn_id), header, payload, others):
+            self.out(other).sync(self.claims.asked)
+        return True
+
     def _claimed_before(self, old: Session, worker: bytes, claimed: int) -> bool:
         """Whether a connection on `worker` claimed its client id before the connection that holds `old`,
         or one waiting to take it over, did on the same host (one clock: the records of two workers
@@ -356,6 +382,8 @@ class Lifecycle:
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn_id, publish_will = wire.Gone.decode(header)
         self._connection_ended((worker, conn_id))
+        if self.claims.waiting:
+            self.claims.forget((worker, conn_id))
         session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)

@@ -114,6 +114,7 @@ _DECODERS: dict[int, Callable[[bytes, bytes], Any]] = {
     wire.LIST_CLIENTS: lambda header, _: ListClients.decode(header),
     wire.CLOSE: lambda header, _: Close.decode(header),
     wire.ROUTES: lambda header, _: Routes.decode(header),
+    wire.SYNC: lambda header, _: wire.Sync.decode(header),
     wire.REJOIN: lambda header, _: Rejoin.decode(header),
     wire.REFUSED: lambda header, _: Refused.decode(header),
     wire.TRACES: lambda header, _: Traces.decode(header),
@@ -174,18 +175,20 @@ class RouterHarness:
 
     def turn(self) -> list[Sent]:
         """The end of a loop turn, as router/main.py ends it (`one_turn`); then, while workers got a
-        change of the route table, they answer it (ROUTES_ACK, as a worker does) and another turn
-        ends, so that what waited for them (a SUBACK that placed a filter) leaves too. The frames
-        sent, in order."""
+        change of the route table or a SYNC, they answer it (ROUTES_ACK, SYNCED, as a worker does) and
+        another turn ends, so that what waited for them (a SUBACK that placed a filter, a CONNECT that
+        resumes a session) leaves too. The frames sent, in order."""
         sent = self.one_turn()
         for _ in range(10):
-            answering = [end for end in self.workers.values() if end.routes_seen]
+            answering = [end for end in self.workers.values() if end.routes_seen or end.syncs_seen]
             if not answering:
                 return sent
             for end in answering:
                 for generation in end.routes_seen:
                     end.routes_ack(generation)
-                end.routes_seen = []
+                for number in end.syncs_seen:
+                    end.synced(number)
+                end.routes_seen, end.syncs_seen = [], []
             sent += self.one_turn()
         raise AssertionError("the route table does not settle")
 
@@ -219,6 +222,8 @@ class RouterHarness:
             end.inbox.extend(sent.records)
             if end.answers_routes:
                 end.routes_seen += [r.gen for r in sent.records if isinstance(r, Routes)]
+            if end.answers_syncs:
+                end.syncs_seen += [r.number for r in sent.records if isinstance(r, wire.Sync)]
         return sent
 
     def restart(self) -> RouterHarness:
@@ -254,17 +259,19 @@ class WorkerEnd:
         self.inbox: list[Any] = []
         self.answers_routes = True  # answer ROUTES with ROUTES_ACK at the end of each turn
         self.routes_seen: list[int] = []
+        self.answers_syncs = True  # answer SYNC with SYNCED at the end of each turn
+        self.syncs_seen: list[int] = []
         self.via: zmq.Socket | None = None  # a DEALER: frames go through it instead of straight to the router
 
     # -- what the router sent
 
     def take(self, everything: bool = False) -> list[Any]:
-        """The records received since the last take, without the route table's (ROUTES) and
+        """The records received since the last take, without the route table's (ROUTES), SYNCs and
         heartbeats unless `everything`."""
         records, self.inbox = self.inbox, []
         if everything:
             return records
-        return [r for r in records if not isinstance(r, (Routes, Other))]
+        return [r for r in records if not isinstance(r, (Routes, wire.Sync, Other))]
 
     def delivered(self, conn: int) -> list[tuple[bytes, bytes, int, bool, int]]:
         """(topic, payload, qos, dup, packet id) of each DELIVER to `conn` in the inbox, taken out of it
@@ -347,6 +354,10 @@ class WorkerEnd:
 
     def routes_ack(self, generation: int) -> None:
         self.link.routes_ack(generation)
+        self.send()
+
+    def synced(self, number: int) -> None:
+        self.link.synced(number)
         self.send()
 
     def bye(self) -> None:

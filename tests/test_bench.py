@@ -270,6 +270,17 @@ def test_persistent_subscribers_keep_their_sessions(start_broker) -> None:
         client.close()
 
 
+def test_persistent_connections_each_leave_a_session(start_broker) -> None:
+    broker = start_broker("--workers", "2")
+    conn = _run(broker, "conn", clients=6, duration=0.3, persistent_conns=True, client_prefix="pconn-")
+    assert conn["persistent_conns"] and conn["ok"] and conn["connected"] == 6
+    client = RawClient(broker.port)  # the ids carry the run id: each run's sessions are its own
+    try:
+        assert client.connect(f"pconn-{conn['run_id']}-c0", clean=False) == (True, 0)
+    finally:
+        client.close()
+
+
 def test_noisy_neighbour_script_small(capsys) -> None:
     """Tenant B's load alone and with tenant A flooding: B loses nothing, A is held near its limit; A's
     publishers alone, under and at its limit, each with the broker's CPU per message."""

@@ -150,6 +150,59 @@ def test_claims_of_two_hosts_are_taken_in_the_order_their_records_come():
     assert here.take() == [Kick(5)] and there.take() == []
 
 
+def test_a_connect_that_resumes_a_session_waits_until_the_hosts_other_workers_have_answered_a_sync():
+    """The client connected clean on w1 (whose CONNECT follows its CONNACK), left, and resumes on w2: the
+    router holds w2's CONNECT until w0 and w1 have answered a SYNC sent after it, so w1's clean start is
+    read first and the old session is gone (session present 0)."""
+    h = RouterHarness()
+    w0, w1, w2 = h.worker("w0"), h.worker("w1"), h.worker("w2")
+    connected(h, w0, 1, "dev", clean=False, subs=[("t", 1)])
+    w0.gone(1)
+    h.turn()
+    w1.take(everything=True)
+    w1.answers_syncs = False
+    w2.connect(5, "dev", clean=False, claimed=200)
+    h.turn()
+    assert w2.take() == []
+    [sync] = [r for r in w1.take(everything=True) if isinstance(r, wire.Sync)]
+    w1.connect(3, "dev", connack_sent=1, claimed=100)  # sent before the SYNC came
+    w1.gone(3, publish_will=False)
+    w1.synced(sync.number)
+    h.turn()
+    assert w2.take() == [Session(5, False, [])]
+
+
+def test_a_held_connect_goes_on_when_a_worker_cannot_answer_and_is_dropped_when_its_connection_ends():
+    h = RouterHarness()
+    w0, w1 = h.worker("w0"), h.worker("w1")
+    connected(h, w0, 1, "dev", clean=False)
+    w0.gone(1)
+    w0.answers_syncs = False
+    w1.connect(5, "dev", clean=False)
+    h.turn()
+    assert w1.take() == []
+    h.router.link_broken(w0.identity)  # its frames went missing: it answers nothing until it joins again
+    h.turn()
+    assert w1.take() == [Session(5, True, [])]
+    w1.gone(5)
+    w1.connect(6, "dev", clean=False)
+    w1.gone(6)  # it left before the SYNC was answered: its CONNECT is not taken
+    h.turn()
+    w0.synced(h.router.claims.asked)
+    h.turn()
+    assert w1.take() == [] and h.router.default.sessions["dev"].worker is None
+
+
+def test_only_the_workers_of_the_connects_own_host_are_waited_for():
+    h = RouterHarness()
+    here, there = h.worker("w0"), h.worker("n1", node="edge")
+    there.answers_syncs = False
+    here.connect(5, "dev", clean=False)
+    h.turn()
+    assert here.take() == [Session(5, False, [])]  # in the same turn
+    assert not any(isinstance(r, wire.Sync) for r in there.take(everything=True))
+
+
 # -- the resend after a reconnect, and the window ------------------------------------------------------
 
 
@@ -222,6 +275,7 @@ def test_a_session_has_the_window_its_connection_says():
     connected(h, pub, 9, "publisher")  # a connection the router knows (its tenant)
     for end, window in ((small, 5), (bridge, 30)):
         end.connect(1, f"dev{window}", clean=False, window=window)
+        h.turn()  # a worker sends what follows a CONNECT once the router has answered it
         end.subscribe(1, 1, [("t", 1)])
         h.turn()
         end.take()

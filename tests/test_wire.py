@@ -97,6 +97,8 @@ CASES = [
     Case("bans", wire.BANS, wire.Bans(3, False, [["*", "address", "10.0.0.0/8", "scan", 0.0, "ops", 1700000000.5]],
                                       [["", "client_id", "c1"]]),
          b'[3,false,[["*","address","10.0.0.0/8","scan",0.0,"ops",1700000000.5]],[["","client_id","c1"]]]'),
+    Case("sync", wire.SYNC, wire.Sync(7), b"\x07\x00\x00\x00\x00\x00\x00\x00"),
+    Case("synced", wire.SYNCED, wire.Sync(7), b"\x07\x00\x00\x00\x00\x00\x00\x00"),
     Case("rejoin", wire.REJOIN, wire.Rejoin(5), b"\x05\x00\x00\x00"),
     Case("refused", wire.REFUSED, wire.Refused(1), b"\x01\x00\x00\x00"),
     Case("standby", wire.STANDBY, wire.Standby("b", "tcp://10.0.0.1:7883"), b'["b","tcp://10.0.0.1:7883"]'),
@@ -104,10 +106,10 @@ CASES = [
 
 TO_ROUTER = (wire.HELLO, wire.CONNECT, wire.SUBSCRIBE, wire.UNSUBSCRIBE, wire.PUB, wire.ACK, wire.REL, wire.GONE,
              wire.PUB0, wire.STATS, wire.CLIENTS, wire.SESSION_EXPIRY, wire.PUB0_V5, wire.ROUTES_ACK, wire.BYE,
-             wire.KICKED, wire.TRACES_ACK, wire.TRACED, wire.BANS_ACK)
+             wire.KICKED, wire.TRACES_ACK, wire.TRACED, wire.BANS_ACK, wire.SYNCED)
 TO_WORKER = (wire.SESSION, wire.SUBACK, wire.UNSUBACK, wire.ROUTED, wire.DELIVER, wire.RESEND_REL, wire.KICK,
              wire.DELIVER_RAW, wire.LIST_CLIENTS, wire.CLOSE, wire.DELIVER_RAW_V5, wire.ROUTES, wire.REJOIN, wire.BEAT,
-             wire.REFUSED, wire.STANDBY, wire.TRACES, wire.DIRECTORY, wire.BANS)
+             wire.REFUSED, wire.STANDBY, wire.TRACES, wire.DIRECTORY, wire.BANS, wire.SYNC)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.desc for c in CASES])

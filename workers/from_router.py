@@ -291,6 +291,11 @@ def directory(worker: Worker, header: bytes, payload: bytes) -> None:
         worker.peers.directory(wire.Directory.decode(header).endpoints)
 
 
+def sync(worker: Worker, header: bytes, payload: bytes) -> None:
+    """SYNC: answered at once, behind whatever this worker has sent (a claim of a client id among it)."""
+    worker.link.synced(wire.Sync.decode(header).number)
+
+
 HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.DELIVER_RAW: deliver_raw,
     wire.DELIVER_RAW_V5: deliver_raw_v5,
@@ -311,4 +316,5 @@ HANDLERS: dict[int, Callable[[Worker, bytes, bytes], None]] = {
     wire.TRACES: traces,
     wire.DIRECTORY: directory,
     wire.BANS: bans,
+    wire.SYNC: sync,
 }

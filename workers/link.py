@@ -207,6 +207,9 @@ class RouterLink:
         self.batch.add(wire.TRACED, wire.Traced(trace, topic.decode(), qos, retain, len(payload), client, at).encode(),
                        payload[:wire.TRACED_PAYLOAD])
 
+    def synced(self, number: int) -> None:
+        self.batch.add(wire.SYNCED, wire.Sync(number).encode())
+
     def kicked(self, conn_id: int) -> None:
         self.batch.add(wire.KICKED, wire.Kicked(conn_id).encode())
 
