@@ -65,8 +65,9 @@ class Claims:
         return self._ready()
 
     def forget(self, key: tuple[bytes, int]) -> None:
-        """The connection ended before its CONNECT went on."""
-        self.waiting = [waiting for waiting in self.waiting if waiting.key != key]
+        """The connection ended before its CONNECT went on (if it waited: most never do)."""
+        if self.waiting:
+            self.waiting = [waiting for waiting in self.waiting if waiting.key != key]
 
     def _ready(self) -> list[Waiting]:
         ready = [waiting for waiting in self.waiting if not waiting.pending]

@@ -382,8 +382,7 @@ class Lifecycle:
     def _on_gone(self, worker: bytes, header: bytes, payload: bytes) -> None:
         conn_id, publish_will = wire.Gone.decode(header)
         self._connection_ended((worker, conn_id))
-        if self.claims.waiting:
-            self.claims.forget((worker, conn_id))
+        self.claims.forget((worker, conn_id))
         session = self.by_conn_id.get((worker, conn_id))
         if session is not None:
             self._disconnect(session, publish_will)
