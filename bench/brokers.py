@@ -7,6 +7,7 @@ scenario is left behind), with the soft open-file limit raised to the hard one a
 from __future__ import annotations
 
 import os
+import random
 import resource
 import shutil
 import signal
@@ -45,10 +46,27 @@ class BrokerSpec:
     direct: bool = False  # kind "nodes": QoS 0 between them worker to worker (bench/topology.py --direct)
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections and bind(0) (Linux: 32768 unless set)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the ephemeral range: a port named now and bound later (a broker, a
+    router started after another) must not be one the kernel may give an outgoing connection meanwhile."""
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(10_000, low) if low > 11_000 else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 def _raise_nofile() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,14 +22,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pyspark
 
+from plexmq.bench.brokers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

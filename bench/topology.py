@@ -20,20 +20,15 @@ import tempfile
 import time
 
 from plexmq.acceptor.keys import ensure
+from plexmq.bench.brokers import free_port
 
 ROUTER_WAIT = 20.0  # seconds the router gets to bind its link
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _free_ports(count: int) -> int:
     """The first of `count` consecutive ports free now on loopback (a node's workers bind one each)."""
     while True:
-        first = _free_port()
+        first = free_port()
         if first + count <= 65535 and all(_free(first + i) for i in range(1, count)):
             return first
 
@@ -66,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = tempfile.mkdtemp(prefix="plexmq-topology-")
     keys = os.path.join(run_dir, "keys")
     ensure(keys)
-    link = f"tcp://127.0.0.1:{_free_port()}"
+    link = f"tcp://127.0.0.1:{free_port()}"
     serve = [sys.executable, "-m", "plexmq.acceptor", "serve", "--router-curve-dir", keys, "--metrics-port", "-1",
              "--console-port", "-1"]
     procs = [subprocess.Popen([*serve, "--role", "router", "--router-bind", link,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 import psutil
 import pytest
 
+from plexmq.bench.brokers import free_port as free_port  # the tests' one free port, below the ephemeral range
 from plexmq.process import named_worker
 
 if TYPE_CHECKING:
@@ -26,11 +27,6 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 T = TypeVar("T")
 
